@@ -1,0 +1,48 @@
+"""cronoq: an elastic, priority-aware task scheduler.
+
+Library mode runs `async def run(ctx, payload)` executors in-process on an asyncio event loop:
+
+    async with cronoq.Scheduler([cronoq.Pool("default", run, max=8)]) as sched:
+        handle = await sched.submit({"to": "ada"}, priority="high", key="welcome-ada")
+        print(await handle)
+"""
+
+from ._options import AutoscaleConfig, Dep, Pool, Resource, Task
+from .core.model import PoolSnapshot, Priority, RetryPolicy, Snapshot, StatusEvent
+from .errors import (
+    CronoqError,
+    EventsLagged,
+    Permanent,
+    Retryable,
+    SchedulerError,
+    SubmitError,
+    TaskFailed,
+)
+from .runtime import EventStream, Scheduler, TaskContext, TaskHandle
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AutoscaleConfig",
+    "CronoqError",
+    "Dep",
+    "EventStream",
+    "EventsLagged",
+    "Permanent",
+    "Pool",
+    "PoolSnapshot",
+    "Priority",
+    "Resource",
+    "Retryable",
+    "RetryPolicy",
+    "Scheduler",
+    "SchedulerError",
+    "Snapshot",
+    "StatusEvent",
+    "SubmitError",
+    "Task",
+    "TaskContext",
+    "TaskFailed",
+    "TaskHandle",
+    "__version__",
+]

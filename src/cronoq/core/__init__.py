@@ -1,0 +1,1 @@
+"""Engine core: sans-I/O, deterministic; see engine.py for the theory of operation."""

@@ -1,0 +1,520 @@
+"""The engine core: every scheduling rule of cronoq, with no I/O and no clock.
+
+Theory of operation
+-------------------
+The engine is a plain object that a *driver* (the asyncio Scheduler, later the server's
+remote-worker runtime and the stores) calls with the current time. It never reads a clock,
+never sleeps and never starts anything itself. Each call changes the state and appends what the
+driver must do to `engine.out` (an `Actions`):
+
+* `starts`   attempts to run now (the driver runs the executor / sends a lease),
+* `aborts`   attempts the engine has given up on (cancel the executor / abort the lease),
+* `finished` tasks that reached a terminal status (resolve waiters, persist),
+* `events`   `StatusEvent`s, recorded only when `event_level` asks for them.
+
+The driver calls `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry,
+retention), `dispatch(now)` to fill free slots, drains `out` with `take()`, and calls back at
+`next_wake()`: one timer for the whole engine, never one per task.
+
+Every status change goes through `_move()`, which checks the life-cycle table in model.py and
+records the event; an illegal change raises `IllegalTransition` (a bug, caught by the simulation
+tests). Attempts end exactly once (`Attempt.ended`); an outcome reported for an attempt that
+already ended (aborted by timeout, lease loss or cancellation) is counted in
+`stale_completions` and changes nothing.
+
+Determinism: the same calls with the same times and the same seeded `random.Random` give the
+same decisions. Jitter is the only use of randomness.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Iterable, Sequence
+from heapq import heappop, heappush
+from typing import Any
+
+from .model import (
+    BLOCKED,
+    CANCELLED,
+    DEAD_LETTERED,
+    DEFAULT_RETRY,
+    FAILED,
+    FIRST_TERMINAL,
+    READY,
+    RETRYING,
+    RUNNING,
+    STATUS_NAMES,
+    SUCCEEDED,
+    TOTALS_KEYS,
+    TRANSITIONS,
+    Attempt,
+    IllegalTransition,
+    PoolConfig,
+    PoolSnapshot,
+    Scoring,
+    Snapshot,
+    StatusEvent,
+    TaskRecord,
+)
+from .queue import ReadyQueues
+from .stats import PoolStats
+
+# event_level values
+EVENTS_NONE = 0
+EVENTS_TERMINAL = 1
+EVENTS_ALL = 2
+
+# abort reasons handed to the driver
+ABORT_CANCELLED = "cancelled"
+ABORT_TIMEOUT = "attempt timed out"
+ABORT_LEASE = "lease expired"
+ABORT_SHUTDOWN = "scheduler shut down"
+
+MSG_CANCELLED = "cancelled"
+
+_T_RETRY = 0
+_T_TIMEOUT = 1
+_T_LEASE = 2
+
+DEFAULT_RETENTION = 3600.0
+DEFAULT_RETENTION_MAX = 100_000
+# Weight of the newest runtime in the learned expected duration of a (pool, kind).
+_EWMA_ALPHA = 0.2
+
+
+class Actions:
+    """What the driver must do after a call; see the module docstring."""
+
+    __slots__ = ("aborts", "events", "finished", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[Attempt] = []
+        self.aborts: list[Attempt] = []
+        self.finished: list[TaskRecord] = []
+        self.events: list[StatusEvent] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.starts or self.aborts or self.finished or self.events)
+
+
+class PoolState:
+    """Engine-side state of one pool."""
+
+    __slots__ = (
+        "busy",
+        "capacity",
+        "cfg",
+        "durations",
+        "lease_ttl",
+        "name",
+        "pending_by_class",
+        "queues",
+        "retry",
+        "stats",
+    )
+
+    def __init__(self, cfg: PoolConfig, sc: Scoring, now: float) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.capacity = cfg.capacity
+        self.busy = 0
+        self.queues = ReadyQueues(sc)
+        self.pending_by_class = [0, 0, 0, 0]
+        self.stats = PoolStats(now, cfg.capacity)
+        self.retry = cfg.retry
+        self.lease_ttl = cfg.lease_ttl
+        self.durations: dict[str, float] = {}
+
+    def expected_duration(self, rec: TaskRecord) -> float:
+        if rec.duration_hint is not None:
+            return rec.duration_hint
+        return self.durations.get(rec.kind, self.cfg.default_duration)
+
+
+class Engine:
+    """The scheduling state machine. See the module docstring for how a driver uses it."""
+
+    def __init__(
+        self,
+        pools: Sequence[PoolConfig],
+        now: float,
+        *,
+        rng: random.Random | None = None,
+        scoring: Scoring | None = None,
+        event_level: int = EVENTS_NONE,
+        emit_transitions: bool = False,
+        retention: float = DEFAULT_RETENTION,
+        retention_max: int = DEFAULT_RETENTION_MAX,
+        first_id: int = 1,
+    ) -> None:
+        if not pools:
+            raise ValueError("at least one pool is required")
+        self.scoring = scoring or Scoring()
+        self.rng = rng or random.Random(0)
+        self.pools: dict[str, PoolState] = {}
+        for cfg in pools:
+            if cfg.name in self.pools:
+                raise ValueError(f"duplicate pool name {cfg.name!r}")
+            self.pools[cfg.name] = PoolState(cfg, self.scoring, now)
+        self._pool_list = list(self.pools.values())
+        self.emit_transitions = emit_transitions
+        self.event_level = event_level
+        self.retention = retention
+        self.retention_max = retention_max
+        self.started_at = now
+
+        self.tasks: dict[int, TaskRecord] = {}
+        self.keys: dict[str, TaskRecord] = {}
+        self.running: dict[int, Attempt] = {}
+        self.live = 0
+        self.totals: dict[str, int] = dict.fromkeys(TOTALS_KEYS, 0)
+        self.dispatching = True
+        self.out = Actions()
+
+        self._next_id = first_id
+        self._seq = 0
+        self._lease = 0
+        self._timers: list[tuple[float, int, int, Any, int]] = []
+        self._tseq = 0
+        self._retained: deque[TaskRecord] = deque()
+
+    # --- driver interface ----------------------------------------------------------------
+
+    def take(self) -> Actions:
+        """Hand the accumulated actions to the driver and start a fresh outbox."""
+        out = self.out
+        self.out = Actions()
+        return out
+
+    def next_wake(self) -> float | None:
+        """When the driver must call `advance()` next (None: only when something happens)."""
+        t = self._timers[0][0] if self._timers else None
+        if self._retained:
+            r = self._retained[0].finished_at + self.retention
+            if t is None or r < t:
+                t = r
+        return t
+
+    def lookup(self, ref: int | str) -> TaskRecord | None:
+        """A live or retained task by id (int) or key (str)."""
+        if isinstance(ref, str):
+            return self.keys.get(ref)
+        return self.tasks.get(ref)
+
+    # --- submission ----------------------------------------------------------------------
+
+    def submit(self, rec: TaskRecord, now: float) -> tuple[TaskRecord, bool]:
+        """Admit a validated task; a live or retained key returns (existing task, True)."""
+        key = rec.key
+        if key is not None:
+            old = self.keys.get(key)
+            if old is not None:
+                return old, True
+            self.keys[key] = rec
+        pool = self.pools[rec.pool]
+        rec.id = self._next_id
+        self._next_id += 1
+        self._seq += 1
+        rec.seq = self._seq
+        rec.submitted_at = now
+        self.tasks[rec.id] = rec
+        self.live += 1
+        self.totals["submitted"] += 1
+        pool.pending_by_class[rec.cls] += 1
+        if self.event_level == EVENTS_ALL:
+            self._event(rec, BLOCKED, now, None)
+        rec.eligible_at = now
+        self._make_ready(rec, pool, now)
+        return rec, False
+
+    def _make_ready(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
+        self._move(rec, READY, now, None)
+        rec.ready_at = now
+        if rec.deadline is not None:
+            rec.latest_start = rec.deadline - pool.expected_duration(rec)
+        pool.queues.push(rec)
+
+    # --- dispatch ------------------------------------------------------------------------
+
+    def dispatch(self, now: float) -> None:
+        """Start the best ready tasks on every free slot."""
+        if not self.dispatching:
+            return
+        for pool in self._pool_list:
+            queues = pool.queues
+            if not queues.n or pool.busy >= pool.capacity:
+                continue
+            free = pool.capacity - pool.busy
+            stats = pool.stats
+            stats.level(now, pool.busy + min(free, queues.n), pool.capacity)
+            while free and queues.n:
+                rec = queues.pop_best(now)
+                assert rec is not None
+                free -= 1
+                self._start(rec, pool, now, not queues.higher_waiting(rec.cls))
+
+    def _start(self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool) -> None:
+        pool.busy += 1
+        pool.pending_by_class[rec.cls] -= 1
+        n = rec.attempt = rec.attempt + 1
+        self._lease += 1
+        att = Attempt(rec, n, self._lease, now)
+        rec.running = att
+        self.running[att.lease] = att
+        self._move(rec, RUNNING, now, None)
+        self.totals["dispatched"] += 1
+        pool.stats.on_dispatch(now, now - rec.ready_at, adherent)
+        if rec.timeout is not None:
+            self._timer(now + rec.timeout, _T_TIMEOUT, att, 0)
+        ttl = pool.lease_ttl
+        if ttl is not None:
+            att.lease_expiry = now + ttl
+            self._timer(att.lease_expiry, _T_LEASE, att, 0)
+        self.out.starts.append(att)
+
+    # --- outcomes ------------------------------------------------------------------------
+
+    def complete(self, att: Attempt, now: float, output: Any = None) -> bool:
+        """The attempt's executor returned `output`. False if the attempt had already ended."""
+        if att.ended:
+            self.totals["stale_completions"] += 1
+            return False
+        rec = att.task
+        pool = self.pools[rec.pool]
+        runtime = self._end_attempt(att, pool, now, True)
+        d = pool.durations.get(rec.kind)
+        pool.durations[rec.kind] = runtime if d is None else d + _EWMA_ALPHA * (runtime - d)
+        rec.output = output
+        self._finish(rec, SUCCEEDED, now, None)
+        return True
+
+    def fail(
+        self,
+        att: Attempt,
+        now: float,
+        message: str,
+        *,
+        permanent: bool = False,
+        retry_after: float | None = None,
+    ) -> bool:
+        """The attempt failed. False if the attempt had already ended."""
+        if att.ended:
+            self.totals["stale_completions"] += 1
+            return False
+        pool = self.pools[att.task.pool]
+        self._end_attempt(att, pool, now, False)
+        self._after_failure(att.task, pool, now, message, permanent, retry_after)
+        return True
+
+    def heartbeat(self, att: Attempt, now: float) -> bool:
+        """Extend the attempt's lease; False if it already ended."""
+        if att.ended:
+            return False
+        ttl = self.pools[att.task.pool].lease_ttl
+        if ttl is not None:
+            att.lease_expiry = now + ttl
+        return True
+
+    def _end_attempt(self, att: Attempt, pool: PoolState, now: float, success: bool) -> float:
+        att.ended = True
+        del self.running[att.lease]
+        att.task.running = None
+        pool.stats.level(now, pool.busy - 1, pool.capacity)
+        pool.busy -= 1
+        runtime = now - att.started_at
+        pool.stats.on_attempt_end(now, runtime, success)
+        return runtime
+
+    def _abort(self, att: Attempt, pool: PoolState, now: float, reason: str) -> None:
+        self._end_attempt(att, pool, now, False)
+        att.abort_reason = reason
+        self.out.aborts.append(att)
+
+    def _after_failure(
+        self,
+        rec: TaskRecord,
+        pool: PoolState,
+        now: float,
+        message: str,
+        permanent: bool,
+        retry_after: float | None,
+    ) -> None:
+        if permanent:
+            self._finish(rec, FAILED, now, message)
+            return
+        policy = rec.retry or pool.retry or DEFAULT_RETRY
+        if rec.attempt >= policy.max_attempts:
+            self._finish(rec, DEAD_LETTERED, now, message)
+            return
+        delay = policy.backoff(rec.attempt + 1)
+        if policy.jitter and delay > 0.0:
+            delay = self.rng.uniform(0.0, delay)
+        if retry_after is not None and retry_after > delay:
+            delay = retry_after
+        self.totals["retries"] += 1
+        pool.stats.on_retry(now)
+        pool.pending_by_class[rec.cls] += 1
+        self._move(rec, RETRYING, now, message)
+        rec.message = message
+        self._timer(now + delay, _T_RETRY, rec, rec.attempt)
+
+    # --- cancellation --------------------------------------------------------------------
+
+    def cancel(self, ref: int | str, now: float) -> bool:
+        """Cancel a live task in any state; False if it is unknown or already terminal."""
+        rec = self.lookup(ref)
+        if rec is None or rec.status >= FIRST_TERMINAL:
+            return False
+        pool = self.pools[rec.pool]
+        if rec.status == RUNNING:
+            assert rec.running is not None
+            self._abort(rec.running, pool, now, ABORT_CANCELLED)
+        else:
+            if rec.status == READY:
+                pool.queues.discard(rec)
+            pool.pending_by_class[rec.cls] -= 1
+        self._finish(rec, CANCELLED, now, MSG_CANCELLED)
+        return True
+
+    # --- capacity ------------------------------------------------------------------------
+
+    def set_capacity(self, pool_name: str, n: int, now: float) -> None:
+        pool = self.pools[pool_name]
+        pool.stats.level(now, pool.busy, n)
+        pool.capacity = n
+
+    # --- timers --------------------------------------------------------------------------
+
+    def _timer(self, when: float, kind: int, obj: Any, tag: int) -> None:
+        self._tseq += 1
+        heappush(self._timers, (when, self._tseq, kind, obj, tag))
+
+    def advance(self, now: float) -> None:
+        """Fire every timer due at or before `now` and prune expired retained tasks."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, kind, obj, tag = heappop(timers)
+            if kind == _T_RETRY:
+                rec = obj
+                if rec.status == RETRYING and rec.attempt == tag:
+                    self._make_ready(rec, self.pools[rec.pool], now)
+            elif not obj.ended:
+                att = obj
+                pool = self.pools[att.task.pool]
+                if kind == _T_TIMEOUT:
+                    self.totals["timeouts"] += 1
+                    self._abort(att, pool, now, ABORT_TIMEOUT)
+                    self._after_failure(att.task, pool, now, ABORT_TIMEOUT, False, None)
+                elif att.lease_expiry > now:
+                    self._timer(att.lease_expiry, _T_LEASE, att, 0)
+                else:
+                    self.totals["lease_expiries"] += 1
+                    self._abort(att, pool, now, ABORT_LEASE)
+                    self._after_failure(att.task, pool, now, ABORT_LEASE, False, None)
+        self._prune(now)
+
+    # --- terminal states and retention ---------------------------------------------------
+
+    def _finish(self, rec: TaskRecord, status: int, now: float, message: str | None) -> None:
+        self._move(rec, status, now, message)
+        rec.message = message
+        rec.finished_at = now
+        rec.payload = None
+        self.live -= 1
+        self.totals[STATUS_NAMES[status]] += 1
+        self.out.finished.append(rec)
+        self._retained.append(rec)
+        if len(self._retained) > self.retention_max:
+            self._forget(self._retained.popleft())
+
+    def _prune(self, now: float) -> None:
+        retained = self._retained
+        horizon = now - self.retention
+        while retained and retained[0].finished_at <= horizon:
+            self._forget(retained.popleft())
+
+    def _forget(self, rec: TaskRecord) -> None:
+        del self.tasks[rec.id]
+        if rec.key is not None and self.keys.get(rec.key) is rec:
+            del self.keys[rec.key]
+
+    # --- the life-cycle table ------------------------------------------------------------
+
+    def _move(self, rec: TaskRecord, new: int, now: float, message: str | None) -> None:
+        if new not in TRANSITIONS[rec.status]:
+            raise IllegalTransition(
+                f"task {rec.id}: {STATUS_NAMES[rec.status]} -> {STATUS_NAMES[new]}"
+            )
+        rec.status = new
+        level = self.event_level
+        if level == EVENTS_ALL or (level == EVENTS_TERMINAL and new >= FIRST_TERMINAL):
+            self._event(rec, new, now, message)
+
+    def _event(self, rec: TaskRecord, status: int, now: float, message: str | None) -> None:
+        self.out.events.append(
+            StatusEvent(rec.id, rec.pool, rec.key, STATUS_NAMES[status], rec.attempt, now, message)
+        )
+
+    # --- shutdown ------------------------------------------------------------------------
+
+    def halt(self) -> None:
+        """Stop dispatching (shutdown grace); running attempts may still finish."""
+        self.dispatching = False
+
+    def abort_running(self, now: float) -> list[Attempt]:
+        """End every running attempt without a status change (shutdown after grace)."""
+        atts = list(self.running.values())
+        for att in atts:
+            self._abort(att, self.pools[att.task.pool], now, ABORT_SHUTDOWN)
+        return atts
+
+    def live_tasks(self) -> Iterable[TaskRecord]:
+        return (r for r in self.tasks.values() if r.status < FIRST_TERMINAL)
+
+    # --- snapshot ------------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> Snapshot:
+        pools = []
+        pending = 0
+        for p in self._pool_list:
+            m = p.stats.summary(now)
+            by_class = list(p.pending_by_class)
+            pending += sum(by_class)
+            pools.append(
+                PoolSnapshot(
+                    name=p.name,
+                    capacity=p.capacity,
+                    busy=p.busy,
+                    held=0,
+                    desired=p.capacity,
+                    pending=sum(by_class),
+                    pending_by_class=by_class,
+                    ready=p.queues.n,
+                    reservations=0,
+                    window=p.stats.window,
+                    dispatched=int(m["dispatched"]),
+                    succeeded=int(m["succeeded"]),
+                    failed=int(m["failed"]),
+                    retried=int(m["retried"]),
+                    priority_adherence=m["priority_adherence"],
+                    fixed_start_hit_rate=m["fixed_start_hit_rate"],
+                    utilization=m["utilization"],
+                    schedule_efficiency=m["schedule_efficiency"],
+                    wait_mean=m["wait_mean"],
+                    wait_p50=m["wait_p50"],
+                    wait_p90=m["wait_p90"],
+                    wait_p99=m["wait_p99"],
+                    run_p50=m["run_p50"],
+                    run_p99=m["run_p99"],
+                    worker_seconds=p.stats.worker_seconds,
+                    cost=p.stats.worker_seconds * p.cfg.cost_per_worker_second,
+                )
+            )
+        return Snapshot(
+            pools=pools,
+            live_tasks=self.live,
+            running=len(self.running),
+            pending=pending,
+            totals=dict(self.totals),
+        )

@@ -1,0 +1,447 @@
+"""Plain values shared by the engine core, the library driver and (later) the stores and server.
+
+Nothing here does I/O or reads a clock. Statuses are small ints inside the core (cheap to compare
+and store) and lower-case names at every public edge.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- statuses ----------------------------------------------------------------------------------
+
+BLOCKED = 0
+SCHEDULED = 1
+READY = 2
+RUNNING = 3
+RETRYING = 4
+SUCCEEDED = 5
+FAILED = 6
+DEAD_LETTERED = 7
+CANCELLED = 8
+SKIPPED = 9
+MISSED = 10
+SHED = 11
+
+STATUS_NAMES: tuple[str, ...] = (
+    "blocked",
+    "scheduled",
+    "ready",
+    "running",
+    "retrying",
+    "succeeded",
+    "failed",
+    "dead_lettered",
+    "cancelled",
+    "skipped",
+    "missed",
+    "shed",
+)
+FIRST_TERMINAL = SUCCEEDED
+TERMINAL_NAMES = frozenset(STATUS_NAMES[FIRST_TERMINAL:])
+
+
+def is_terminal(status: int) -> bool:
+    return status >= FIRST_TERMINAL
+
+
+# The whole life cycle in one table: status -> statuses it may move to. Every change of a task's
+# status goes through Engine._move(), which checks this table; a missing entry is a bug.
+_LIVE_EXITS = (CANCELLED,)
+TRANSITIONS: dict[int, frozenset[int]] = {
+    BLOCKED: frozenset({SCHEDULED, READY, SKIPPED, *_LIVE_EXITS}),
+    SCHEDULED: frozenset({READY, MISSED, FAILED, *_LIVE_EXITS}),
+    READY: frozenset({RUNNING, SHED, *_LIVE_EXITS}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, RETRYING, *_LIVE_EXITS}),
+    RETRYING: frozenset({READY, *_LIVE_EXITS}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    DEAD_LETTERED: frozenset(),
+    CANCELLED: frozenset(),
+    SKIPPED: frozenset(),
+    MISSED: frozenset(),
+    SHED: frozenset(),
+}
+
+
+class IllegalTransition(AssertionError):
+    """A status change the life-cycle table does not allow: always an engine bug."""
+
+
+# --- priorities --------------------------------------------------------------------------------
+
+
+class Priority(enum.IntEnum):
+    """Four strict classes; a lower value is more important."""
+
+    CRITICAL = 0
+    HIGH = 1
+    NORMAL = 2
+    LOW = 3
+
+    def __repr__(self) -> str:
+        return f"Priority.{self.name}"
+
+    __str__ = __repr__
+
+
+NUM_CLASSES = 4
+
+
+def parse_priority(value: object, arg: str = "priority") -> int:
+    """Accept a Priority, an int 0..3 or a class name (any case); None means NORMAL."""
+    if value is None:
+        return Priority.NORMAL
+    if isinstance(value, bool):
+        raise TypeError(f"{arg} must be a Priority, int or str")
+    if isinstance(value, int):
+        if value < 0:
+            raise TypeError(f"{arg} must be a Priority, int or str")
+        if value > 3:
+            raise ValueError(f"{arg} must be 0..=3")
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return Priority[value.upper()].value
+        except KeyError:
+            raise ValueError(f"unknown priority {value!r}") from None
+    raise TypeError(f"{arg} must be a Priority, int or str")
+
+
+# --- durations ---------------------------------------------------------------------------------
+
+
+def check_seconds(name: str, value: object, *, allow_inf: bool = False) -> float:
+    """A duration argument: finite (or inf where allowed) and non-negative, else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (got {value!r})")
+    v = float(value)
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
+        raise ValueError(f"{name} must be a finite, non-negative number of seconds (got {value!r})")
+    return v
+
+
+# --- retry policy ------------------------------------------------------------------------------
+
+
+def _fmt(v: float) -> str:
+    return repr(int(v)) if float(v).is_integer() else repr(v)
+
+
+class RetryPolicy:
+    """How many attempts a task gets and how long to wait between them (full jitter)."""
+
+    __slots__ = ("_initial_backoff", "_jitter", "_max_attempts", "_max_backoff", "_multiplier")
+
+    def __init__(
+        self,
+        max_attempts: int = 3,
+        initial_backoff: float = 1.0,
+        multiplier: float = 2.0,
+        max_backoff: float = 60.0,
+        jitter: bool = True,
+    ) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+            raise TypeError(f"max_attempts must be an int (got {max_attempts!r})")
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        initial = check_seconds("initial_backoff", initial_backoff)
+        maximum = check_seconds("max_backoff", max_backoff)
+        if (
+            isinstance(multiplier, bool)
+            or not isinstance(multiplier, (int, float))
+            or not math.isfinite(multiplier)
+            or multiplier < 1
+        ):
+            raise ValueError(f"multiplier must be a finite number >= 1 (got {multiplier!r})")
+        self._max_attempts = max_attempts
+        self._initial_backoff = initial
+        self._multiplier = float(multiplier)
+        self._max_backoff = maximum
+        self._jitter = bool(jitter)
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """One attempt, no retries."""
+        return cls(max_attempts=1)
+
+    max_attempts = property(lambda self: self._max_attempts)
+    initial_backoff = property(lambda self: self._initial_backoff)
+    multiplier = property(lambda self: self._multiplier)
+    max_backoff = property(lambda self: self._max_backoff)
+    jitter = property(lambda self: self._jitter)
+
+    def backoff(self, next_attempt: int) -> float:
+        """The un-jittered wait before attempt `next_attempt` (>= 2)."""
+        exp = next_attempt - 2
+        delay = self._initial_backoff
+        if exp > 0 and self._multiplier != 1.0:
+            try:
+                delay = self._initial_backoff * self._multiplier**exp
+            except OverflowError:
+                delay = math.inf
+        return min(delay, self._max_backoff)
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryPolicy(max_attempts={self._max_attempts}, "
+            f"initial_backoff={_fmt(self._initial_backoff)}, multiplier={_fmt(self._multiplier)}, "
+            f"max_backoff={_fmt(self._max_backoff)}, jitter={self._jitter})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            RetryPolicy,
+            (
+                self._max_attempts,
+                self._initial_backoff,
+                self._multiplier,
+                self._max_backoff,
+                self._jitter,
+            ),
+        )
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+# --- scoring -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """Dispatch score = base[class] + min(aging_rate * wait, age_cap) + urgency(slack).
+
+    Urgency is 0 while the slack (latest start - now) is at least `window`, rises linearly to
+    `urgency_max` at slack 0, and past the latest start grows by `overdue_rate` per second up to
+    `overdue_cap` more. The cap keeps an overdue LOW task (10 + 800 + 5000 + 4000 = 9810) below
+    a fresh CRITICAL one (10000).
+    """
+
+    base: tuple[float, float, float, float] = (10000.0, 1000.0, 100.0, 10.0)
+    aging_rate: float = 2.0
+    age_cap: float = 800.0
+    window: float = 5.0
+    urgency_max: float = 5000.0
+    overdue_rate: float = 10.0
+    overdue_cap: float = 4000.0
+
+
+# --- pool configuration (core view) ------------------------------------------------------------
+
+
+@dataclass
+class PoolConfig:
+    """What the core needs to know about a pool; built from cronoq.Pool at the edge."""
+
+    name: str
+    capacity: int = 1
+    min: int = 1
+    max: int = 10
+    lease_ttl: float | None = None
+    retry: RetryPolicy = DEFAULT_RETRY
+    default_duration: float = 1.0
+    max_pending: int | None = None
+    overflow: str = "wait"
+    unknown_dependency: str = "reject"
+    await_timeout: float | None = None
+    reservable_fraction: float = 0.5
+    fair_share: bool = False
+    tenant_weights: dict[str, float] = field(default_factory=dict)
+    cost_per_worker_second: float = 0.0
+
+
+# --- tasks and attempts ------------------------------------------------------------------------
+
+
+class TaskRecord:
+    """One task: its spec (fixed at submit) and its engine state.
+
+    Rarely used options live in `extra` so a plain queued task stays small.
+    """
+
+    __slots__ = (
+        "attempt",
+        "cls",
+        "deadline",
+        "duration_hint",
+        "eligible_at",
+        "extra",
+        "finished_at",
+        # engine state
+        "id",
+        "key",
+        "kind",
+        "labels",
+        "latest_start",
+        "message",
+        "output",
+        # spec
+        "payload",
+        "pool",
+        "qgen",
+        "ready_at",
+        "retry",
+        "running",
+        "seq",
+        "status",
+        "submitted_at",
+        "tags",
+        "tenant",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        payload: Any,
+        pool: str,
+        cls: int = 2,
+        kind: str = "default",
+        key: str | None = None,
+        tenant: str | None = None,
+        deadline: float | None = None,
+        duration_hint: float | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        tags: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.payload = payload
+        self.pool = pool
+        self.cls = cls
+        self.kind = kind
+        self.key = key
+        self.tenant = tenant
+        self.deadline = deadline
+        self.duration_hint = duration_hint
+        self.timeout = timeout
+        self.retry = retry
+        self.tags = tags
+        self.labels = labels
+        self.extra = extra
+        self.id = 0
+        self.seq = 0
+        self.status = BLOCKED
+        self.attempt = 0
+        self.message: str | None = None
+        self.output: Any = None
+        self.submitted_at = 0.0
+        self.eligible_at = 0.0
+        self.ready_at = 0.0
+        self.latest_start: float | None = None
+        self.finished_at = 0.0
+        self.running: Attempt | None = None
+        self.qgen = 0
+
+    @property
+    def status_name(self) -> str:
+        return STATUS_NAMES[self.status]
+
+    def __repr__(self) -> str:
+        return f"<TaskRecord id={self.id} {STATUS_NAMES[self.status]} attempt={self.attempt}>"
+
+
+class Attempt:
+    """One dispatch of a task to a slot (a lease). `ended` is set exactly once."""
+
+    __slots__ = ("abort_reason", "ended", "lease", "lease_expiry", "number", "started_at", "task")
+
+    def __init__(self, task: TaskRecord, number: int, lease: int, started_at: float) -> None:
+        self.task = task
+        self.number = number
+        self.lease = lease
+        self.started_at = started_at
+        self.lease_expiry = math.inf
+        self.ended = False
+        self.abort_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<Attempt task={self.task.id} n={self.number} lease={self.lease}>"
+
+
+# --- public value types produced by the core ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StatusEvent:
+    """One status change of one task; `at` is Unix seconds."""
+
+    id: int
+    pool: str
+    key: str | None
+    status: str
+    attempt: int
+    at: float
+    message: str | None
+
+
+@dataclass(frozen=True)
+class PoolSnapshot:
+    """State of one pool now, plus quality metrics over the last `window` seconds."""
+
+    name: str
+    capacity: int
+    busy: int
+    held: int
+    desired: int
+    pending: int
+    pending_by_class: list[int]
+    ready: int
+    reservations: int
+    window: float
+    dispatched: int
+    succeeded: int
+    failed: int
+    retried: int
+    priority_adherence: float
+    fixed_start_hit_rate: float
+    utilization: float
+    schedule_efficiency: float
+    wait_mean: float
+    wait_p50: float
+    wait_p90: float
+    wait_p99: float
+    run_p50: float
+    run_p99: float
+    worker_seconds: float
+    cost: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Point-in-time view of the whole scheduler."""
+
+    pools: list[PoolSnapshot]
+    live_tasks: int
+    running: int
+    pending: int
+    totals: dict[str, int]
+
+    def pool(self, name: str) -> PoolSnapshot | None:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        return None
+
+
+TOTALS_KEYS: tuple[str, ...] = (
+    "cancelled",
+    "dead_lettered",
+    "dispatched",
+    "failed",
+    "lease_expiries",
+    "missed",
+    "recurring_conflicts",
+    "recurring_invalid",
+    "retries",
+    "shed",
+    "skipped",
+    "stale_completions",
+    "submitted",
+    "succeeded",
+    "timeouts",
+)

@@ -1,0 +1,144 @@
+"""Ready queues of one pool: one per priority class, each with a FIFO heap and a deadline heap.
+
+Why this shape: within a class every task ages at the same rate, so the oldest eligible task
+always has the highest aging term and the FIFO order never needs re-sorting as time passes
+(linear aging folds into the static key `(eligible_at, seq)`). Deadline urgency depends on
+`latest_start`, so tasks with a deadline also sit in a second heap keyed by it. Choosing the next
+task compares at most two heads per class: O(classes + log n) per decision.
+
+Heap entries are removed lazily: each push stamps the task with a new generation number and an
+entry is live only while its generation matches the task's (a dispatched, cancelled or re-queued
+task simply bumps it).
+"""
+
+from __future__ import annotations
+
+from heapq import heappop, heappush
+
+from .model import NUM_CLASSES, Scoring, TaskRecord
+
+_Entry = tuple[float, int, int, TaskRecord]
+
+
+class ClassQueue:
+    __slots__ = ("dl", "fifo", "n")
+
+    def __init__(self) -> None:
+        self.fifo: list[_Entry] = []
+        self.dl: list[_Entry] = []
+        self.n = 0
+
+    def push(self, rec: TaskRecord) -> None:
+        g = rec.qgen = rec.qgen + 1
+        heappush(self.fifo, (rec.eligible_at, rec.seq, g, rec))
+        if rec.latest_start is not None:
+            heappush(self.dl, (rec.latest_start, rec.seq, g, rec))
+        self.n += 1
+
+    def discard(self, rec: TaskRecord) -> None:
+        """Take a queued task out (its heap entries die lazily)."""
+        rec.qgen += 1
+        self.n -= 1
+
+    def fifo_head(self) -> TaskRecord | None:
+        fifo = self.fifo
+        while fifo:
+            e = fifo[0]
+            r = e[3]
+            if r.qgen == e[2]:
+                return r
+            heappop(fifo)
+        return None
+
+    def dl_head(self) -> TaskRecord | None:
+        dl = self.dl
+        while dl:
+            e = dl[0]
+            r = e[3]
+            if r.qgen == e[2]:
+                return r
+            heappop(dl)
+        return None
+
+
+def urgency(latest_start: float, now: float, sc: Scoring) -> float:
+    slack = latest_start - now
+    if slack >= sc.window:
+        return 0.0
+    if slack >= 0.0:
+        return sc.urgency_max * (1.0 - slack / sc.window)
+    return sc.urgency_max + min(sc.overdue_rate * -slack, sc.overdue_cap)
+
+
+class ReadyQueues:
+    """The ready tasks of one pool, ordered by dispatch score."""
+
+    __slots__ = ("_age", "_bound", "classes", "n", "sc")
+
+    def __init__(self, sc: Scoring) -> None:
+        self.classes = [ClassQueue() for _ in range(NUM_CLASSES)]
+        self.n = 0
+        self.sc = sc
+        # Highest score a class can reach without / with deadline urgency.
+        self._bound = [
+            (b + sc.age_cap, b + sc.age_cap + sc.urgency_max + sc.overdue_cap) for b in sc.base
+        ]
+        self._age = (sc.aging_rate, sc.age_cap)
+
+    def push(self, rec: TaskRecord) -> None:
+        self.classes[rec.cls].push(rec)
+        self.n += 1
+
+    def discard(self, rec: TaskRecord) -> None:
+        self.classes[rec.cls].discard(rec)
+        self.n -= 1
+
+    def higher_waiting(self, cls: int) -> bool:
+        """Is a task of a more important class than `cls` queued?"""
+        classes = self.classes
+        return any(classes[c].n for c in range(cls))
+
+    def pop_best(self, now: float) -> TaskRecord | None:
+        """Remove and return the task with the highest score at `now`."""
+        if self.n == 0:
+            return None
+        base = self.sc.base
+        rate, cap = self._age
+        best: TaskRecord | None = None
+        best_score = -1.0
+        best_dl = 0.0
+        for c, q in enumerate(self.classes):
+            if not q.n:
+                continue
+            bound = self._bound[c][1 if q.dl else 0]
+            if bound < best_score:
+                continue
+            head = q.fifo_head()
+            assert head is not None
+            age = rate * (now - head.eligible_at)
+            s = base[c] + (age if age < cap else cap)
+            ls = head.latest_start
+            if ls is not None:
+                s += urgency(ls, now, self.sc)
+            cand, cand_s = head, s
+            if q.dl:
+                d = q.dl_head()
+                if d is not None and d is not head:
+                    age = rate * (now - d.eligible_at)
+                    ds = base[c] + (age if age < cap else cap)
+                    assert d.latest_start is not None
+                    ds += urgency(d.latest_start, now, self.sc)
+                    if ds > s or (ds == s and (ls is None or d.latest_start < ls)):
+                        cand, cand_s = d, ds
+            if best is None or cand_s > best_score:
+                best, best_score = cand, cand_s
+                best_dl = cand.latest_start if cand.latest_start is not None else float("inf")
+            elif cand_s == best_score:
+                cdl = cand.latest_start if cand.latest_start is not None else float("inf")
+                if cdl < best_dl or (
+                    cdl == best_dl and (cand.eligible_at, cand.seq) < (best.eligible_at, best.seq)
+                ):
+                    best, best_dl = cand, cdl
+        assert best is not None
+        self.discard(best)
+        return best

@@ -1,0 +1,204 @@
+"""Windowed quality metrics of one pool, kept in one-second slots.
+
+Counters, worker-seconds and latency histograms are added to the slot of the current second; a
+snapshot sums the slots of the last `window` seconds (the current, partial second plus the 59
+before it for the default 60 s window). Nothing here allocates per sample except the first
+sample of a histogram bucket in a slot.
+
+Percentiles come from a log-bucketed histogram with 256 buckets per power of two: a sample x is
+counted in bucket (exponent, 256 * (mantissa - 0.5) * 2) of math.frexp(x), and a percentile is
+the geometric middle of the bucket that holds the nearest-rank sample, so the reported value is
+within 0.2 % of the exact nearest-rank percentile. Zero-length waits have a bucket of their own
+and report exactly 0. Means are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+SUB_BUCKETS = 256
+_ZERO_BUCKET = -(1 << 30)
+
+
+def bucket_of(x: float) -> int:
+    """Histogram bucket of a non-negative sample."""
+    if x <= 0.0:
+        return _ZERO_BUCKET
+    m, e = math.frexp(x)
+    return e * SUB_BUCKETS + int((m - 0.5) * 2 * SUB_BUCKETS)
+
+
+def bucket_value(b: int) -> float:
+    """Representative (geometric middle) value of a bucket."""
+    if b == _ZERO_BUCKET:
+        return 0.0
+    e, sub = divmod(b, SUB_BUCKETS)
+    lo = (0.5 + sub / (2 * SUB_BUCKETS)) * 2.0**e
+    hi = (0.5 + (sub + 1) / (2 * SUB_BUCKETS)) * 2.0**e
+    return math.sqrt(lo * hi)
+
+
+def percentiles(hists: Iterable[dict[int, int]], ps: tuple[float, ...]) -> list[float]:
+    """Nearest-rank percentiles of the merged histograms (0.0 when there are no samples)."""
+    merged: dict[int, int] = {}
+    for h in hists:
+        for b, n in h.items():
+            merged[b] = merged.get(b, 0) + n
+    total = sum(merged.values())
+    if total == 0:
+        return [0.0] * len(ps)
+    ordered = sorted(merged.items())
+    out = []
+    for p in ps:
+        rank = max(1, math.ceil(p * total))
+        seen = 0
+        for b, n in ordered:
+            seen += n
+            if seen >= rank:
+                out.append(bucket_value(b))
+                break
+    return out
+
+
+class _Slot:
+    __slots__ = (
+        "adherent",
+        "busy_s",
+        "cap_s",
+        "dispatched",
+        "failed",
+        "fixed",
+        "fixed_hits",
+        "retried",
+        "run_hist",
+        "sec",
+        "succeeded",
+        "success_s",
+        "wait_hist",
+        "wait_sum",
+    )
+
+    def __init__(self) -> None:
+        self.reset(-1)
+
+    def reset(self, sec: int) -> None:
+        self.sec = sec
+        self.dispatched = 0
+        self.adherent = 0
+        self.succeeded = 0
+        self.failed = 0
+        self.retried = 0
+        self.fixed = 0
+        self.fixed_hits = 0
+        self.busy_s = 0.0
+        self.cap_s = 0.0
+        self.success_s = 0.0
+        self.wait_sum = 0.0
+        self.wait_hist: dict[int, int] = {}
+        self.run_hist: dict[int, int] = {}
+
+
+class PoolStats:
+    """Metrics of one pool: call `level()` before busy or capacity change, `on_*` per event."""
+
+    __slots__ = ("_busy", "_cap", "_last", "_n", "_slots", "window", "worker_seconds")
+
+    def __init__(self, now: float, capacity: int, window: float = 60.0) -> None:
+        self.window = window
+        self._n = max(1, math.ceil(window))
+        self._slots = [_Slot() for _ in range(self._n)]
+        self._last = now
+        self._busy = 0
+        self._cap = capacity
+        self.worker_seconds = 0.0
+
+    def _slot(self, now: float) -> _Slot:
+        sec = int(now)
+        s = self._slots[sec % self._n]
+        if s.sec != sec:
+            s.reset(sec)
+        return s
+
+    def level(self, now: float, busy: int, capacity: int) -> None:
+        """Account worker-seconds up to `now` at the old levels, then switch to the new ones."""
+        last = self._last
+        if now > last:
+            self.worker_seconds += self._cap * (now - last)
+            if self._cap or self._busy:
+                # Split the interval over the seconds it covers (usually just one).
+                t = max(last, now - self._n)
+                while t < now:
+                    end = min(now, math.floor(t) + 1.0)
+                    s = self._slot(t)
+                    s.busy_s += self._busy * (end - t)
+                    s.cap_s += self._cap * (end - t)
+                    t = end
+            self._last = now
+        self._busy = busy
+        self._cap = capacity
+
+    def on_dispatch(self, now: float, wait: float, adherent: bool) -> None:
+        s = self._slot(now)
+        s.dispatched += 1
+        if adherent:
+            s.adherent += 1
+        s.wait_sum += wait
+        b = bucket_of(wait)
+        h = s.wait_hist
+        h[b] = h.get(b, 0) + 1
+
+    def on_attempt_end(self, now: float, runtime: float, success: bool) -> None:
+        s = self._slot(now)
+        if success:
+            s.succeeded += 1
+            s.success_s += runtime
+        else:
+            s.failed += 1
+        b = bucket_of(runtime)
+        h = s.run_hist
+        h[b] = h.get(b, 0) + 1
+
+    def on_retry(self, now: float) -> None:
+        self._slot(now).retried += 1
+
+    def on_fixed_start(self, now: float, hit: bool) -> None:
+        s = self._slot(now)
+        s.fixed += 1
+        if hit:
+            s.fixed_hits += 1
+
+    def window_slots(self, now: float) -> list[_Slot]:
+        self.level(now, self._busy, self._cap)
+        first = int(now) - self._n + 1
+        return [s for s in self._slots if s.sec >= first]
+
+    def summary(self, now: float) -> dict[str, float]:
+        """The windowed fields of PoolSnapshot."""
+        slots = self.window_slots(now)
+        dispatched = sum(s.dispatched for s in slots)
+        adherent = sum(s.adherent for s in slots)
+        fixed = sum(s.fixed for s in slots)
+        hits = sum(s.fixed_hits for s in slots)
+        cap_s = sum(s.cap_s for s in slots)
+        busy_s = sum(s.busy_s for s in slots)
+        success_s = sum(s.success_s for s in slots)
+        wait_sum = sum(s.wait_sum for s in slots)
+        w50, w90, w99 = percentiles((s.wait_hist for s in slots), (0.5, 0.9, 0.99))
+        r50, r99 = percentiles((s.run_hist for s in slots), (0.5, 0.99))
+        return {
+            "dispatched": dispatched,
+            "succeeded": sum(s.succeeded for s in slots),
+            "failed": sum(s.failed for s in slots),
+            "retried": sum(s.retried for s in slots),
+            "priority_adherence": adherent / dispatched if dispatched else 1.0,
+            "fixed_start_hit_rate": hits / fixed if fixed else 1.0,
+            "utilization": min(1.0, busy_s / cap_s) if cap_s > 0 else 0.0,
+            "schedule_efficiency": min(1.0, success_s / cap_s) if cap_s > 0 else 0.0,
+            "wait_mean": wait_sum / dispatched if dispatched else 0.0,
+            "wait_p50": w50,
+            "wait_p90": w90,
+            "wait_p99": w99,
+            "run_p50": r50,
+            "run_p99": r99,
+        }

@@ -1,0 +1,644 @@
+"""The asyncio driver: runs the engine core on an event loop and executors as asyncio tasks.
+
+The driver owns time and I/O; every scheduling rule lives in `cronoq.core.engine`. It calls
+the engine from one callback (`_pump`) that fires timers, fills free slots and carries out the
+resulting actions, and it keeps exactly one loop timer for the engine's next wake-up. Executors
+run inside `_run_attempt`, which turns their outcome into one `complete`/`fail` call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from ._options import Pool, Resource, Task, build_task
+from .core import engine as _engine
+from .core.engine import Engine
+from .core.model import (
+    FIRST_TERMINAL,
+    STATUS_NAMES,
+    SUCCEEDED,
+    Attempt,
+    Snapshot,
+    StatusEvent,
+    TaskRecord,
+    check_seconds,
+)
+from .errors import (
+    EventsLagged,
+    Permanent,
+    Retryable,
+    SchedulerError,
+    SubmitError,
+    TaskFailed,
+)
+
+__all__ = ["EventStream", "Scheduler", "TaskContext", "TaskHandle"]
+
+log = logging.getLogger("cronoq")
+
+_NOT_STARTED = "scheduler not started; call `await scheduler.start()` first"
+_LOOP_CLOSED = (
+    "the scheduler stopped because its asyncio event loop was closed "
+    "(call start() again on a running loop)"
+)
+_SELF_CANCELLED = "CancelledError: raised by the executor, not by cronoq"
+_SHUTDOWN = "scheduler shut down"
+
+# Library-mode-II options: validated by build_task, behaviour not built yet.
+_LATER_TASK_OPTIONS = {
+    "deps": "dependencies (after=/deps=)",
+    "resources": "resources=",
+    "start_at": "fixed starts (start_in=/start_at=)",
+}
+
+
+def _later(what: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{what} is not available in this version of cronoq yet (see docs/library.md, "
+        "'Not yet available')"
+    )
+
+
+class _Session:
+    """One start()..shutdown() run: the engine, the waiters and the running asyncio tasks."""
+
+    __slots__ = ("closed", "engine", "idle", "loop", "tasks", "waiters")
+
+    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.loop = loop
+        self.waiters: dict[int, asyncio.Future[None]] = {}
+        self.tasks: dict[int, asyncio.Future[Any]] = {}
+        self.closed = False
+        self.idle: asyncio.Future[None] | None = None
+
+    def waiter(self, rec: TaskRecord) -> asyncio.Future[None]:
+        fut = self.waiters.get(rec.id)
+        if fut is None:
+            fut = self.waiters[rec.id] = self.loop.create_future()
+        return fut
+
+
+def _outcome(rec: TaskRecord) -> Any:
+    if rec.status == SUCCEEDED:
+        return rec.output
+    raise TaskFailed(STATUS_NAMES[rec.status], rec.message or "", rec.id)
+
+
+class TaskHandle:
+    """Awaitable result of one task; await it any number of times."""
+
+    __slots__ = ("_rec", "_sched", "_session", "duplicate", "id")
+
+    def __init__(
+        self, sched: Scheduler, session: _Session, rec: TaskRecord, duplicate: bool
+    ) -> None:
+        self.id = rec.id
+        self.duplicate = duplicate
+        self._rec = rec
+        self._sched = sched
+        self._session = session
+
+    def done(self) -> bool:
+        """True once the task is terminal (or the scheduler shut down before it ended)."""
+        return self._rec.status >= FIRST_TERMINAL or self._session.closed
+
+    def cancel(self) -> None:
+        """Ask for cancellation without waiting (fire and forget)."""
+        if not self.done():
+            self._sched._cancel_now(self._session, self.id)
+
+    async def result(self) -> Any:
+        """The executor's return value, or TaskFailed."""
+        return await self
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        rec = self._rec
+        if rec.status < FIRST_TERMINAL:
+            if not self._session.closed:
+                yield from self._session.waiter(rec).__await__()
+            if rec.status < FIRST_TERMINAL:
+                raise TaskFailed("shutdown", _SHUTDOWN, rec.id)
+        return _outcome(rec)
+
+    def __repr__(self) -> str:
+        return f"TaskHandle(id={self.id}, duplicate={self.duplicate})"
+
+
+class TaskContext:
+    """First argument of every executor: who this attempt is, and its cancellation state."""
+
+    __slots__ = ("_att", "_engine")
+
+    def __init__(self, att: Attempt, engine: Engine) -> None:
+        self._att = att
+        self._engine = engine
+
+    id = property(lambda self: self._att.task.id)
+    attempt = property(lambda self: self._att.number)
+    kind = property(lambda self: self._att.task.kind)
+    key = property(lambda self: self._att.task.key)
+    pool = property(lambda self: self._att.task.pool)
+    timeout = property(lambda self: self._att.task.timeout)
+    deadline = property(lambda self: self._att.task.deadline)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return dict(self._att.task.tags or {})
+
+    @property
+    def group(self) -> dict[str, str]:
+        """Labels of the worker group running this attempt ({} for unlabeled slots)."""
+        return {}
+
+    def is_cancelled(self) -> bool:
+        """True once the engine gave up on this attempt (cancel, timeout, lease loss, shutdown)."""
+        return self._att.abort_reason is not None
+
+    def heartbeat(self) -> None:
+        """Extend the attempt's lease (no-op without lease_ttl); safe from executor threads."""
+        self._engine.heartbeat(self._att, time.time())
+
+    def __repr__(self) -> str:
+        t = self._att.task
+        key = "None" if t.key is None else f'"{t.key}"'
+        return (
+            f'TaskContext(id={t.id}, attempt={self._att.number}, pool="{t.pool}", '
+            f'kind="{t.kind}", key={key})'
+        )
+
+
+class EventStream:
+    """Status events published after the stream was made; drops the oldest when full."""
+
+    def __init__(self, sched: Scheduler, capacity: int, raise_on_lag: bool) -> None:
+        self._sched = sched
+        self._capacity = capacity
+        self._raise = raise_on_lag
+        self._buf: collections.deque[StatusEvent] = collections.deque()
+        self._unreported = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+        self._ended = False
+        self.lagged = 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or (self._ended and not self._buf)
+
+    def _push(self, ev: StatusEvent) -> None:
+        buf = self._buf
+        if len(buf) >= self._capacity:
+            buf.popleft()
+            self.lagged += 1
+            self._unreported += 1
+        buf.append(ev)
+        self._wake()
+
+    def _end(self) -> None:
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def close(self) -> None:
+        """Stop receiving events; iteration ends at once."""
+        if not self._closed:
+            self._closed = True
+            self._buf.clear()
+            self._sched._drop_stream(self)
+            self._wake()
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __aiter__(self) -> AsyncIterator[StatusEvent]:
+        return self
+
+    async def __anext__(self) -> StatusEvent:
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._raise and self._unreported:
+                n, self._unreported = self._unreported, 0
+                raise EventsLagged(n)
+            if self._buf:
+                return self._buf.popleft()
+            if self._ended:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Scheduler:
+    """Runs tasks on pools of executors inside one asyncio event loop."""
+
+    def __init__(
+        self,
+        pools: Sequence[Pool],
+        resources: Sequence[Resource] | None = None,
+        emit_transitions: bool = False,
+        *,
+        shutdown_grace: float = 5.0,
+        event_capacity: int = 1024,
+        store: Any = None,
+        codec: Any = None,
+        retention: float = _engine.DEFAULT_RETENTION,
+        retention_max: int = _engine.DEFAULT_RETENTION_MAX,
+    ) -> None:
+        pools = list(pools)
+        if not pools:
+            raise ValueError("at least one pool is required")
+        by_name: dict[str, Pool] = {}
+        for p in pools:
+            if not isinstance(p, Pool):
+                raise TypeError(f"pools must contain Pool objects (got {type(p).__name__})")
+            if p.name in by_name:
+                raise ValueError(f"duplicate pool name {p.name!r}")
+            by_name[p.name] = p
+        names: set[str] = set()
+        for r in resources or ():
+            if not isinstance(r, Resource):
+                raise TypeError(f"resources must contain Resource objects (got {r!r})")
+            if r.name in names:
+                raise ValueError(f"duplicate resource name {r.name!r}")
+            names.add(r.name)
+        if isinstance(event_capacity, bool) or not isinstance(event_capacity, int):
+            raise TypeError("event_capacity must be an int")
+        if event_capacity < 1:
+            raise ValueError("event_capacity must be >= 1")
+        self._grace = check_seconds("shutdown_grace", shutdown_grace, allow_inf=True)
+        self._retention = check_seconds("retention", retention, allow_inf=True)
+        if isinstance(retention_max, bool) or not isinstance(retention_max, int):
+            raise TypeError("retention_max must be an int")
+        if retention_max < 0:
+            raise ValueError("retention_max must be >= 0")
+        if codec is not None and store is None:
+            raise ValueError("codec= needs store=")
+        if store is not None:
+            raise _later("store= (durable state)")
+        if names:
+            raise _later("resources")
+        for p in pools:
+            if p.max_pending is not None or p.fair_share or p.tenant_weights:
+                raise _later("max_pending / fair_share / tenant_weights")
+        self._pools = by_name
+        self._pool_names = [p.name for p in pools]
+        self._default_pool = "default" if "default" in by_name else pools[0].name
+        self._core_configs = {p.name: p.core_config() for p in pools}
+        self._emit_transitions = bool(emit_transitions)
+        self._event_capacity = event_capacity
+        self._retention_max = retention_max
+        self._session: _Session | None = None
+        self._starting = False
+        self._streams: list[EventStream] = []
+        self._pump_due = False
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._wake_at = math.inf
+        self._stopping = False
+
+    # --- properties ------------------------------------------------------------------------
+
+    @property
+    def pools(self) -> list[str]:
+        return list(self._pool_names)
+
+    @property
+    def default_pool(self) -> str:
+        return self._default_pool
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind to the running loop and begin scheduling."""
+        if self._session is not None:
+            if not self._session.loop.is_closed():
+                raise RuntimeError("scheduler already started")
+            self._session = None
+        if self._starting:
+            raise RuntimeError("scheduler is already starting")
+        loop = asyncio.get_running_loop()
+        now = time.time()
+        engine = Engine(
+            list(self._core_configs.values()),
+            now,
+            rng=random.Random(),
+            emit_transitions=self._emit_transitions,
+            retention=self._retention,
+            retention_max=self._retention_max,
+        )
+        self._session = _Session(engine, loop)
+        self._stopping = False
+        self._update_event_level()
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        """Stop admitting and dispatching, let running attempts finish for `grace` seconds,
+        then cancel them. Handles of unfinished tasks fail with status "shutdown"."""
+        g = self._grace if grace is None else check_seconds("grace", grace, allow_inf=True)
+        s = self._session
+        if s is None or self._stopping:
+            return
+        self._stopping = True
+        eng = s.engine
+        eng.halt()
+        if eng.running and g > 0:
+            s.idle = s.loop.create_future()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(s.idle), None if math.isinf(g) else g)
+        eng.abort_running(time.time())
+        self._apply(s)
+        pending = [t for t in s.tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=0.1)
+        s.closed = True
+        for fut in s.waiters.values():
+            if not fut.done():
+                fut.set_result(None)
+        s.waiters.clear()
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+            self._wake_handle = None
+        self._wake_at = math.inf
+        for st in self._streams:
+            st._end()
+        self._streams.clear()
+        self._session = None
+        self._stopping = False
+
+    async def __aenter__(self) -> Scheduler:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown(self._grace)
+
+    def _live(self) -> _Session:
+        s = self._session
+        if s is None:
+            raise RuntimeError(_NOT_STARTED)
+        if s.loop.is_closed():
+            self._session = None
+            raise SchedulerError(_LOOP_CLOSED)
+        return s
+
+    def _admitting(self) -> _Session:
+        s = self._live()
+        if self._stopping:
+            raise SchedulerError("scheduler is shutting down; it no longer accepts tasks")
+        return s
+
+    # --- submission ------------------------------------------------------------------------
+
+    def _build(self, s: _Session, payload: Any, options: Mapping[str, Any]) -> TaskRecord:
+        rec = build_task(
+            payload,
+            pools=self._core_configs,
+            default_pool=self._default_pool,
+            now=time.time(),
+            **options,
+        )
+        if rec.extra is not None:
+            for name, what in _LATER_TASK_OPTIONS.items():
+                if name in rec.extra:
+                    raise _later(what)
+        if rec.labels:
+            raise _later("labels= (worker groups)")
+        return rec
+
+    def _admit(self, s: _Session, rec: TaskRecord) -> tuple[TaskRecord, bool]:
+        got, dup = s.engine.submit(rec, time.time())
+        if not dup:
+            self._kick(s)
+        return got, dup
+
+    async def submit(self, payload: Any, **options: Any) -> TaskHandle:
+        """Submit one task; returns its handle (for a live or retained key: the existing one)."""
+        s = self._admitting()
+        rec, dup = self._admit(s, self._build(s, payload, options))
+        return TaskHandle(self, s, rec, dup)
+
+    async def enqueue(self, payload: Any, **options: Any) -> int:
+        """Submit one task and return only its id (cheapest path)."""
+        s = self._admitting()
+        return self._admit(s, self._build(s, payload, options))[0].id
+
+    async def submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
+        """Admit all tasks or none."""
+        s = self._admitting()
+        recs = []
+        seen: set[str] = set()
+        for t in tasks:
+            if not isinstance(t, Task):
+                raise TypeError(f"submit_batch takes cronoq.Task objects (got {type(t).__name__})")
+            rec = self._build(s, t.payload, t.options)
+            if rec.key is not None:
+                if rec.key in seen:
+                    raise SubmitError(
+                        "duplicate_key_in_batch", f"duplicate key {rec.key!r} in batch"
+                    )
+                seen.add(rec.key)
+            recs.append(rec)
+        return [TaskHandle(self, s, *self._admit(s, rec)) for rec in recs]
+
+    # --- lookups and control ---------------------------------------------------------------
+
+    async def cancel(self, id_or_key: int | str) -> bool:
+        """Cancel a live task in any state; False if unknown or already finished."""
+        return self._cancel_now(self._live(), id_or_key)
+
+    def _cancel_now(self, s: _Session, ref: int | str) -> bool:
+        if s.closed:
+            return False
+        ok = s.engine.cancel(ref, time.time())
+        if ok:
+            self._kick(s)
+        return ok
+
+    async def status(self, id_or_key: int | str) -> str | None:
+        """Status name of a live or retained task, or None."""
+        rec = self._live().engine.lookup(_check_ref(id_or_key))
+        return None if rec is None else STATUS_NAMES[rec.status]
+
+    async def handle(self, id_or_key: int | str) -> TaskHandle | None:
+        """A handle for a live or retained task, or None."""
+        s = self._live()
+        rec = s.engine.lookup(_check_ref(id_or_key))
+        return None if rec is None else TaskHandle(self, s, rec, False)
+
+    async def snapshot(self) -> Snapshot:
+        return self._live().engine.snapshot(time.time())
+
+    async def set_capacity(self, pool: str, n: int) -> None:
+        """Set a pool's (unlabeled) capacity now; not clamped to the pool's max."""
+        s = self._live()
+        if pool not in self._core_configs:
+            raise SubmitError("unknown_pool", f"unknown pool {pool!r}")
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int (got {n!r})")
+        if n < 0:
+            raise OverflowError(f"n must be >= 0 (got {n})")
+        s.engine.set_capacity(pool, n, time.time())
+        self._kick(s)
+
+    def events(self, on_lag: str = "skip") -> EventStream:
+        """A stream of the status events published from now on."""
+        self._live()
+        if on_lag not in ("skip", "raise"):
+            raise ValueError("on_lag must be 'skip' or 'raise'")
+        st = EventStream(self, self._event_capacity, on_lag == "raise")
+        self._streams.append(st)
+        self._update_event_level()
+        return st
+
+    def _drop_stream(self, st: EventStream) -> None:
+        if st in self._streams:
+            self._streams.remove(st)
+            self._update_event_level()
+
+    def _update_event_level(self) -> None:
+        s = self._session
+        if s is None:
+            return
+        if not self._streams:
+            s.engine.event_level = _engine.EVENTS_NONE
+        elif self._emit_transitions:
+            s.engine.event_level = _engine.EVENTS_ALL
+        else:
+            s.engine.event_level = _engine.EVENTS_TERMINAL
+
+    # --- the driver loop -------------------------------------------------------------------
+
+    def _kick(self, s: _Session) -> None:
+        """Run the pump once in this loop iteration (coalesces many calls)."""
+        if not self._pump_due:
+            self._pump_due = True
+            s.loop.call_soon(self._pump, s)
+
+    def _pump(self, s: _Session) -> None:
+        self._pump_due = False
+        if s.closed:
+            return
+        eng = s.engine
+        now = time.time()
+        eng.advance(now)
+        eng.dispatch(now)
+        self._apply(s)
+        wake = eng.next_wake()
+        if wake is None:
+            return
+        if wake < self._wake_at:
+            if self._wake_handle is not None:
+                self._wake_handle.cancel()
+            self._wake_at = wake
+            self._wake_handle = s.loop.call_at(s.loop.time() + (wake - now), self._on_wake, s)
+
+    def _on_wake(self, s: _Session) -> None:
+        self._wake_handle = None
+        self._wake_at = math.inf
+        self._pump(s)
+
+    def _apply(self, s: _Session) -> None:
+        """Carry out the engine's actions."""
+        out = s.engine.take()
+        if out.aborts:
+            tasks = s.tasks
+            for att in out.aborts:
+                t = tasks.pop(att.lease, None)
+                if t is not None:
+                    t.cancel()
+        if out.starts:
+            self._launch(s, out.starts)
+        if out.finished and s.waiters:
+            waiters = s.waiters
+            for rec in out.finished:
+                fut = waiters.pop(rec.id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+        if out.events:
+            for st in self._streams:
+                for ev in out.events:
+                    st._push(ev)
+        if s.idle is not None and not s.engine.running and not s.idle.done():
+            s.idle.set_result(None)
+
+    def _launch(self, s: _Session, starts: list[Attempt]) -> None:
+        create_task = s.loop.create_task
+        eng = s.engine
+        tasks = s.tasks
+        run = self._run_attempt
+        for att in starts:
+            tasks[att.lease] = create_task(run(s, att, TaskContext(att, eng)))
+
+    async def _run_attempt(self, s: _Session, att: Attempt, ctx: TaskContext) -> None:
+        """Run one attempt and report its outcome (calling the executor here means an attempt
+        aborted before its first step never creates the executor's coroutine)."""
+        eng = s.engine
+        pool = self._pools[att.task.pool]
+        try:
+            if pool.is_async:
+                result = await pool.executor(ctx, att.task.payload)
+            else:
+                result = await s.loop.run_in_executor(None, pool.executor, ctx, att.task.payload)
+                if inspect.isawaitable(result):
+                    result = await result
+        except asyncio.CancelledError:
+            if att.ended:  # we cancelled it: nothing to report
+                return
+            eng.fail(att, time.time(), _SELF_CANCELLED)
+        except Permanent as e:
+            eng.fail(att, time.time(), e.message, permanent=True)
+        except Retryable as e:
+            eng.fail(att, time.time(), e.message, retry_after=e.retry_after)
+        except Exception as e:
+            eng.fail(att, time.time(), _describe(e))
+        else:
+            eng.complete(att, time.time(), result)
+        finally:
+            s.tasks.pop(att.lease, None)
+        self._kick(s)
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _check_ref(ref: object) -> int | str:
+    if isinstance(ref, bool) or not isinstance(ref, (int, str)):
+        raise TypeError(f"id_or_key must be a task id (int) or key (str), got {ref!r}")
+    return ref
