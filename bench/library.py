@@ -40,6 +40,7 @@ import math
 import os
 import platform
 import pstats
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -47,6 +48,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import cronoq
 from cronoq import Pool, Scheduler, Task
 from cronoq.core.engine import Engine
 from cronoq.core.model import PoolConfig, TaskRecord
@@ -117,6 +119,10 @@ def _verdict(ok: bool) -> str:
 
 def _rate(x: float) -> str:
     return f"{x:,.0f}"
+
+
+def _us(rate: float) -> str:
+    return f"{1e6 / rate:.2f} us each"
 
 
 def _percentile(sorted_xs: list[float], p: float) -> float:
@@ -276,6 +282,26 @@ async def phase_mem_scheduler(n: int) -> tuple[float, float]:
 # --- the run -------------------------------------------------------------------------------
 
 
+def _source() -> str:
+    """Where cronoq was imported from, and its git commit (+ changed files under src/)."""
+    where = os.path.dirname(os.path.abspath(cronoq.__file__))
+    desc = f"cronoq {cronoq.__version__} from {where}"
+    try:
+        git = ["git", "-C", where]
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=5
+        ).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return desc
+    if head:
+        changed = [ln[3:] for ln in dirty if ln.strip()]
+        desc += f" (git {head}" + (f", uncommitted: {', '.join(changed)})" if changed else ")")
+    return desc
+
+
 def _header(sz: Sizes, quick: bool) -> None:
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -284,7 +310,12 @@ def _header(sz: Sizes, quick: bool) -> None:
     print("cronoq library benchmark" + (" (--quick sizes)" if quick else ""))
     print(f"python:   {platform.python_implementation()} {sys.version.split()[0]}")
     print(f"platform: {platform.platform()} ({platform.machine()})")
-    print(f"cpus:     {os.cpu_count()} (usable by this process: {affinity})")
+    print(f"source:   {_source()}")
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):  # not on every platform
+        load = "n/a"
+    print(f"cpus:     {os.cpu_count()} (usable by this process: {affinity}); load average {load}")
     print(
         f"sizes:    N={sz.n:,}, best of {sz.reps} interleaved runs for [1]/[2a]/[2b]; "
         f"round trips {sz.rt_samples:,} after {sz.rt_warmup:,} warm-up; "
@@ -338,18 +369,20 @@ def run(sz: Sizes, quick: bool) -> int:
 
     n = sz.n
     print(
-        f"[1]  asyncio floor          N={n:,}: {_rate(floor):>10} items/s   "
+        f"[1]  asyncio floor          N={n:,}: {_rate(floor):>10} items/s ({_us(floor)})   "
         f"({_fmt_runs(runs['floor'])})"
     )
     r = seq / floor
     print(
-        f"[2a] sequential submit      N={n:,}: {_rate(seq):>10} tasks/s   {r:.2f}x floor  "
+        f"[2a] sequential submit      N={n:,}: {_rate(seq):>10} tasks/s ({_us(seq)})   "
+        f"{r:.2f}x floor  "
         f"target >= {TARGET_SEQ_RATIO}x  {target(r >= TARGET_SEQ_RATIO)}   "
         f"({_fmt_runs(runs['seq'])})"
     )
     r = batch / floor
     print(
-        f"[2b] submit_batch           N={n:,}: {_rate(batch):>10} tasks/s   {r:.2f}x floor  "
+        f"[2b] submit_batch           N={n:,}: {_rate(batch):>10} tasks/s ({_us(batch)})   "
+        f"{r:.2f}x floor  "
         f"target >= {TARGET_BATCH_RATIO}x  {target(r >= TARGET_BATCH_RATIO)}   "
         f"({_fmt_runs(runs['batch'])})"
     )
@@ -362,6 +395,7 @@ def run(sz: Sizes, quick: bool) -> int:
     )
 
     core_runs: list[float] = []
+    cycles = 0
     for _ in range(sz.core_reps):
         gc.collect()
         dt, cycles = phase_core(sz.core_backlog, sz.core_completions)
@@ -370,8 +404,8 @@ def run(sz: Sizes, quick: bool) -> int:
     cyc = max(core_runs)
     dec = 3 * cyc
     print(
-        f"[3]  core, virtual clock    {sz.core_completions:,} completions: "
-        f"{_rate(cyc):>10} cycles/s  {_rate(dec)} decisions/s  "
+        f"[3]  core, virtual clock    {cycles:,} completions: "
+        f"{_rate(cyc):>10} cycles/s ({_us(cyc)})  {_rate(dec)} decisions/s  "
         f"target >= {TARGET_CORE_DECISIONS:,.0f} decisions/s  "
         f"{target(dec >= TARGET_CORE_DECISIONS)}   ({_fmt_runs(core_runs)} cycles/s)"
     )
@@ -437,6 +471,7 @@ def profile(phase: str, sz: Sizes, top: int) -> int:
         gc.collect()
         dt, cycles = phase_core(sz.core_backlog, sz.core_completions, hook)
         what = f"phase 3, {cycles:,} cycles: {cycles / dt:,.0f} cycles/s under cProfile"
+    print(f"source: {_source()}")
     print(what)
     print(hook.report(top))
     return 0

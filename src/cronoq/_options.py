@@ -596,61 +596,20 @@ class Dep:
 
 
 class Task:
-    """A task for submit_batch: the payload and the submit() options given (defaults left out).
+    """A task for submit_batch: the payload and the submit() options exactly as given.
 
-    Nothing is checked here; build_task checks each task of the batch exactly like submit().
+    The options are those of Scheduler.submit(); unknown names raise TypeError here, values are
+    checked by build_task when the batch is submitted, exactly like submit() checks them.
     """
 
     __slots__ = ("options", "payload")
 
-    def __init__(
-        self,
-        payload: Any,
-        *,
-        priority: Priority | int | str | None = None,
-        pool: str | None = None,
-        kind: str = "default",
-        key: str | None = None,
-        deadline_in: float | None = None,
-        deadline_at: float | datetime | None = None,
-        start_in: float | None = None,
-        start_at: float | datetime | None = None,
-        tolerance: float | None = None,
-        on_miss: str | None = None,
-        duration_hint: float | None = None,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        after: int | str | Sequence[int | str] | None = None,
-        deps: Sequence[Dep] | None = None,
-        resources: Mapping[str, int] | None = None,
-        tags: Mapping[str, object] | None = None,
-        labels: Mapping[str, str] | None = None,
-        tenant: str | None = None,
-    ) -> None:
-        given = {
-            "priority": priority,
-            "pool": pool,
-            "key": key,
-            "deadline_in": deadline_in,
-            "deadline_at": deadline_at,
-            "start_in": start_in,
-            "start_at": start_at,
-            "tolerance": tolerance,
-            "on_miss": on_miss,
-            "duration_hint": duration_hint,
-            "timeout": timeout,
-            "retry": retry,
-            "after": after,
-            "deps": deps,
-            "resources": resources,
-            "tags": tags,
-            "labels": labels,
-            "tenant": tenant,
-        }
+    def __init__(self, payload: Any, **options: Any) -> None:
+        if options and not options.keys() <= TASK_OPTIONS:
+            unknown = sorted(options.keys() - TASK_OPTIONS)
+            raise TypeError(f"Task() got unexpected option(s): {', '.join(unknown)}")
         self.payload = payload
-        self.options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        if kind != "default":  # kept even when None, so submit_batch fails like submit()
-            self.options["kind"] = kind
+        self.options: dict[str, Any] = options
 
     def __repr__(self) -> str:
         options = "".join(f", {k}={v!r}" for k, v in self.options.items())
@@ -831,3 +790,12 @@ def _labels(labels: object) -> dict[str, str] | None:
         if not isinstance(name, str) or not isinstance(value, str):
             raise TypeError(f"labels must map str to str (got {name!r}: {value!r})")
     return dict(labels) or None
+
+
+# The submit() options: the keyword arguments of build_task that a caller supplies.
+TASK_OPTIONS = frozenset(inspect.signature(build_task).parameters) - {
+    "payload",
+    "pools",
+    "default_pool",
+    "now",
+}

@@ -72,15 +72,45 @@ def _later(what: str) -> NotImplementedError:
 class _Session:
     """One start()..shutdown() run: the engine, the waiters and the running asyncio tasks."""
 
-    __slots__ = ("closed", "engine", "idle", "loop", "tasks", "waiters")
+    __slots__ = (
+        "closed",
+        "engine",
+        "idle",
+        "loop",
+        "pump_due",
+        "streams",
+        "tasks",
+        "waiters",
+        "wake_at",
+        "wake_handle",
+    )
 
     def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
         self.engine = engine
         self.loop = loop
         self.waiters: dict[int, asyncio.Future[None]] = {}
         self.tasks: dict[int, asyncio.Future[Any]] = {}
+        self.streams: list[EventStream] = []
         self.closed = False
         self.idle: asyncio.Future[None] | None = None
+        self.pump_due = False
+        self.wake_handle: asyncio.TimerHandle | None = None
+        self.wake_at = math.inf
+
+    def update_event_level(self) -> None:
+        """Build event objects only while a stream listens."""
+        eng = self.engine
+        if not self.streams:
+            eng.event_level = _engine.EVENTS_NONE
+        elif eng.emit_transitions:
+            eng.event_level = _engine.EVENTS_ALL
+        else:
+            eng.event_level = _engine.EVENTS_TERMINAL
+
+    def drop_stream(self, st: EventStream) -> None:
+        if st in self.streams:
+            self.streams.remove(st)
+            self.update_event_level()
 
     def waiter(self, rec: TaskRecord) -> asyncio.Future[None]:
         fut = self.waiters.get(rec.id)
@@ -181,8 +211,8 @@ class TaskContext:
 class EventStream:
     """Status events published after the stream was made; drops the oldest when full."""
 
-    def __init__(self, sched: Scheduler, capacity: int, raise_on_lag: bool) -> None:
-        self._sched = sched
+    def __init__(self, session: _Session, capacity: int, raise_on_lag: bool) -> None:
+        self._session = session
         self._capacity = capacity
         self._raise = raise_on_lag
         self._buf: collections.deque[StatusEvent] = collections.deque()
@@ -219,7 +249,7 @@ class EventStream:
         if not self._closed:
             self._closed = True
             self._buf.clear()
-            self._sched._drop_stream(self)
+            self._session.drop_stream(self)
             self._wake()
 
     async def aclose(self) -> None:
@@ -309,19 +339,15 @@ class Scheduler:
         for p in pools:
             if p.max_pending is not None or p.fair_share or p.tenant_weights:
                 raise _later("max_pending / fair_share / tenant_weights")
-        self._pools = by_name
         self._pool_names = [p.name for p in pools]
         self._default_pool = "default" if "default" in by_name else pools[0].name
         self._core_configs = {p.name: p.core_config() for p in pools}
+        self._executors = {p.name: (p.executor, p.is_async) for p in pools}
         self._emit_transitions = bool(emit_transitions)
         self._event_capacity = event_capacity
         self._retention_max = retention_max
         self._session: _Session | None = None
         self._starting = False
-        self._streams: list[EventStream] = []
-        self._pump_due = False
-        self._wake_handle: asyncio.TimerHandle | None = None
-        self._wake_at = math.inf
         self._stopping = False
 
     # --- properties ------------------------------------------------------------------------
@@ -360,7 +386,6 @@ class Scheduler:
         )
         self._session = _Session(engine, loop)
         self._stopping = False
-        self._update_event_level()
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Stop admitting and dispatching, let running attempts finish for `grace` seconds,
@@ -376,9 +401,9 @@ class Scheduler:
             s.idle = s.loop.create_future()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(s.idle), None if math.isinf(g) else g)
+        pending = list(s.tasks.values())
         eng.abort_running(time.time())
         self._apply(s)
-        pending = [t for t in s.tasks.values() if not t.done()]
         if pending:
             await asyncio.wait(pending, timeout=0.1)
         s.closed = True
@@ -386,13 +411,10 @@ class Scheduler:
             if not fut.done():
                 fut.set_result(None)
         s.waiters.clear()
-        if self._wake_handle is not None:
-            self._wake_handle.cancel()
-            self._wake_handle = None
-        self._wake_at = math.inf
-        for st in self._streams:
+        if s.wake_handle is not None:
+            s.wake_handle.cancel()
+        for st in s.streams:
             st._end()
-        self._streams.clear()
         self._session = None
         self._stopping = False
 
@@ -425,13 +447,12 @@ class Scheduler:
 
     # --- submission ------------------------------------------------------------------------
 
-    def _build(self, s: _Session, payload: Any, options: Mapping[str, Any]) -> TaskRecord:
+    def _build(self, payload: Any, options: Mapping[str, Any], now: float) -> TaskRecord:
+        """Validate one task's options (the no-option path skips straight to the record)."""
+        if not options:
+            return TaskRecord(payload, self._default_pool)
         rec = build_task(
-            payload,
-            pools=self._core_configs,
-            default_pool=self._default_pool,
-            now=time.time(),
-            **options,
+            payload, pools=self._core_configs, default_pool=self._default_pool, now=now, **options
         )
         if rec.extra is not None:
             for name, what in _LATER_TASK_OPTIONS.items():
@@ -441,46 +462,49 @@ class Scheduler:
             raise _later("labels= (worker groups)")
         return rec
 
-    def _admit(self, s: _Session, rec: TaskRecord) -> tuple[TaskRecord, bool]:
-        got, dup = s.engine.submit(rec, time.time())
-        if not dup:
-            self._kick(s)
-        return got, dup
-
     async def submit(self, payload: Any, **options: Any) -> TaskHandle:
         """Submit one task; returns its handle (for a live or retained key: the existing one)."""
         s = self._admitting()
-        rec, dup = self._admit(s, self._build(s, payload, options))
+        now = time.time()
+        rec, dup = s.engine.submit(self._build(payload, options, now), now)
+        self._kick(s)
         return TaskHandle(self, s, rec, dup)
 
     async def enqueue(self, payload: Any, **options: Any) -> int:
         """Submit one task and return only its id (cheapest path)."""
         s = self._admitting()
-        return self._admit(s, self._build(s, payload, options))[0].id
+        now = time.time()
+        rec = s.engine.submit(self._build(payload, options, now), now)[0]
+        self._kick(s)
+        return rec.id
 
     async def submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
-        """Admit all tasks or none."""
+        """Admit all tasks or none: every task is validated before the first is admitted."""
         s = self._admitting()
+        now = time.time()
+        build = self._build
         recs = []
         seen: set[str] = set()
         for t in tasks:
             if not isinstance(t, Task):
                 raise TypeError(f"submit_batch takes cronoq.Task objects (got {type(t).__name__})")
-            rec = self._build(s, t.payload, t.options)
-            if rec.key is not None:
-                if rec.key in seen:
-                    raise SubmitError(
-                        "duplicate_key_in_batch", f"duplicate key {rec.key!r} in batch"
-                    )
-                seen.add(rec.key)
+            rec = build(t.payload, t.options, now)
+            key = rec.key
+            if key is not None:
+                if key in seen:
+                    raise SubmitError("duplicate_key_in_batch", f"duplicate key {key!r} in batch")
+                seen.add(key)
             recs.append(rec)
-        return [TaskHandle(self, s, *self._admit(s, rec)) for rec in recs]
+        submit = s.engine.submit
+        handles = [TaskHandle(self, s, *submit(rec, now)) for rec in recs]
+        self._kick(s)
+        return handles
 
     # --- lookups and control ---------------------------------------------------------------
 
     async def cancel(self, id_or_key: int | str) -> bool:
         """Cancel a live task in any state; False if unknown or already finished."""
-        return self._cancel_now(self._live(), id_or_key)
+        return self._cancel_now(self._live(), _check_ref(id_or_key))
 
     def _cancel_now(self, s: _Session, ref: int | str) -> bool:
         if s.closed:
@@ -518,40 +542,24 @@ class Scheduler:
 
     def events(self, on_lag: str = "skip") -> EventStream:
         """A stream of the status events published from now on."""
-        self._live()
+        s = self._live()
         if on_lag not in ("skip", "raise"):
             raise ValueError("on_lag must be 'skip' or 'raise'")
-        st = EventStream(self, self._event_capacity, on_lag == "raise")
-        self._streams.append(st)
-        self._update_event_level()
+        st = EventStream(s, self._event_capacity, on_lag == "raise")
+        s.streams.append(st)
+        s.update_event_level()
         return st
-
-    def _drop_stream(self, st: EventStream) -> None:
-        if st in self._streams:
-            self._streams.remove(st)
-            self._update_event_level()
-
-    def _update_event_level(self) -> None:
-        s = self._session
-        if s is None:
-            return
-        if not self._streams:
-            s.engine.event_level = _engine.EVENTS_NONE
-        elif self._emit_transitions:
-            s.engine.event_level = _engine.EVENTS_ALL
-        else:
-            s.engine.event_level = _engine.EVENTS_TERMINAL
 
     # --- the driver loop -------------------------------------------------------------------
 
     def _kick(self, s: _Session) -> None:
         """Run the pump once in this loop iteration (coalesces many calls)."""
-        if not self._pump_due:
-            self._pump_due = True
+        if not s.pump_due:
+            s.pump_due = True
             s.loop.call_soon(self._pump, s)
 
     def _pump(self, s: _Session) -> None:
-        self._pump_due = False
+        s.pump_due = False
         if s.closed:
             return
         eng = s.engine
@@ -560,17 +568,15 @@ class Scheduler:
         eng.dispatch(now)
         self._apply(s)
         wake = eng.next_wake()
-        if wake is None:
-            return
-        if wake < self._wake_at:
-            if self._wake_handle is not None:
-                self._wake_handle.cancel()
-            self._wake_at = wake
-            self._wake_handle = s.loop.call_at(s.loop.time() + (wake - now), self._on_wake, s)
+        if wake is not None and wake < s.wake_at:
+            if s.wake_handle is not None:
+                s.wake_handle.cancel()
+            s.wake_at = wake
+            s.wake_handle = s.loop.call_at(s.loop.time() + (wake - now), self._on_wake, s)
 
     def _on_wake(self, s: _Session) -> None:
-        self._wake_handle = None
-        self._wake_at = math.inf
+        s.wake_handle = None
+        s.wake_at = math.inf
         self._pump(s)
 
     def _apply(self, s: _Session) -> None:
@@ -585,17 +591,21 @@ class Scheduler:
         if out.starts:
             self._launch(s, out.starts)
         if out.finished and s.waiters:
-            waiters = s.waiters
-            for rec in out.finished:
-                fut = waiters.pop(rec.id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(None)
+            self._resolve(s, out.finished)
         if out.events:
-            for st in self._streams:
+            for st in s.streams:
                 for ev in out.events:
                     st._push(ev)
         if s.idle is not None and not s.engine.running and not s.idle.done():
             s.idle.set_result(None)
+
+    @staticmethod
+    def _resolve(s: _Session, finished: list[TaskRecord]) -> None:
+        waiters = s.waiters
+        for rec in finished:
+            fut = waiters.pop(rec.id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
 
     def _launch(self, s: _Session, starts: list[Attempt]) -> None:
         create_task = s.loop.create_task
@@ -609,12 +619,12 @@ class Scheduler:
         """Run one attempt and report its outcome (calling the executor here means an attempt
         aborted before its first step never creates the executor's coroutine)."""
         eng = s.engine
-        pool = self._pools[att.task.pool]
+        executor, is_async = self._executors[att.task.pool]
         try:
-            if pool.is_async:
-                result = await pool.executor(ctx, att.task.payload)
+            if is_async:
+                result = await executor(ctx, att.task.payload)
             else:
-                result = await s.loop.run_in_executor(None, pool.executor, ctx, att.task.payload)
+                result = await s.loop.run_in_executor(None, executor, ctx, att.task.payload)
                 if inspect.isawaitable(result):
                     result = await result
         except asyncio.CancelledError:
@@ -631,6 +641,8 @@ class Scheduler:
             eng.complete(att, time.time(), result)
         finally:
             s.tasks.pop(att.lease, None)
+        if s.waiters:  # wake the task's awaiters now rather than one loop turn later
+            self._resolve(s, s.engine.out.finished)
         self._kick(s)
 
 

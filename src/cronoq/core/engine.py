@@ -252,7 +252,7 @@ class Engine:
                 rec = queues.pop_best(now)
                 assert rec is not None
                 free -= 1
-                self._start(rec, pool, now, not queues.higher_waiting(rec.cls))
+                self._start(rec, pool, now, queues.adherent)
 
     def _start(self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool) -> None:
         pool.busy += 1
@@ -323,7 +323,7 @@ class Engine:
         pool.stats.level(now, pool.busy - 1, pool.capacity)
         pool.busy -= 1
         runtime = now - att.started_at
-        pool.stats.on_attempt_end(now, runtime, success)
+        pool.stats.on_attempt_end(now, att.started_at, success)
         return runtime
 
     def _abort(self, att: Attempt, pool: PoolState, now: float, reason: str) -> None:
@@ -368,8 +368,8 @@ class Engine:
             return False
         pool = self.pools[rec.pool]
         if rec.status == RUNNING:
-            assert rec.running is not None
-            self._abort(rec.running, pool, now, ABORT_CANCELLED)
+            if rec.running is not None:  # None after abort_running() at shutdown
+                self._abort(rec.running, pool, now, ABORT_CANCELLED)
         else:
             if rec.status == READY:
                 pool.queues.discard(rec)

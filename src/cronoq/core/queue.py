@@ -73,12 +73,14 @@ def urgency(latest_start: float, now: float, sc: Scoring) -> float:
 class ReadyQueues:
     """The ready tasks of one pool, ordered by dispatch score."""
 
-    __slots__ = ("_age", "_bound", "classes", "n", "sc")
+    __slots__ = ("_age", "_bound", "adherent", "classes", "n", "sc")
 
     def __init__(self, sc: Scoring) -> None:
         self.classes = [ClassQueue() for _ in range(NUM_CLASSES)]
         self.n = 0
         self.sc = sc
+        # Whether the last pop_best took from the most important non-empty class.
+        self.adherent = True
         # Highest score a class can reach without / with deadline urgency.
         self._bound = [
             (b + sc.age_cap, b + sc.age_cap + sc.urgency_max + sc.overdue_cap) for b in sc.base
@@ -93,23 +95,33 @@ class ReadyQueues:
         self.classes[rec.cls].discard(rec)
         self.n -= 1
 
-    def higher_waiting(self, cls: int) -> bool:
-        """Is a task of a more important class than `cls` queued?"""
-        classes = self.classes
-        return any(classes[c].n for c in range(cls))
-
     def pop_best(self, now: float) -> TaskRecord | None:
         """Remove and return the task with the highest score at `now`."""
         if self.n == 0:
             return None
+        for q in self.classes:
+            if q.n:
+                if q.n == self.n and not q.dl:
+                    # Only one class has tasks and none has a deadline: its FIFO head wins.
+                    rec = q.fifo_head()
+                    assert rec is not None
+                    heappop(q.fifo)
+                    q.discard(rec)
+                    self.n -= 1
+                    self.adherent = True
+                    return rec
+                break
         base = self.sc.base
         rate, cap = self._age
         best: TaskRecord | None = None
         best_score = -1.0
         best_dl = 0.0
+        first = -1
         for c, q in enumerate(self.classes):
             if not q.n:
                 continue
+            if first < 0:
+                first = c
             bound = self._bound[c][1 if q.dl else 0]
             if bound < best_score:
                 continue
@@ -141,4 +153,5 @@ class ReadyQueues:
                     best, best_dl = cand, cdl
         assert best is not None
         self.discard(best)
+        self.adherent = best.cls == first
         return best

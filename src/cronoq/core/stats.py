@@ -15,7 +15,7 @@ and report exactly 0. Means are exact.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 SUB_BUCKETS = 256
 _ZERO_BUCKET = -(1 << 30)
@@ -62,6 +62,9 @@ def percentiles(hists: Iterable[dict[int, int]], ps: tuple[float, ...]) -> list[
 
 
 class _Slot:
+    """One second of metrics. Samples of the current second are kept raw (a list append is the
+    cheapest thing to do per dispatch) and folded into the histograms when the second ends."""
+
     __slots__ = (
         "adherent",
         "busy_s",
@@ -72,11 +75,13 @@ class _Slot:
         "fixed_hits",
         "retried",
         "run_hist",
+        "runs",
         "sec",
         "succeeded",
         "success_s",
         "wait_hist",
         "wait_sum",
+        "waits",
     )
 
     def __init__(self) -> None:
@@ -97,43 +102,83 @@ class _Slot:
         self.wait_sum = 0.0
         self.wait_hist: dict[int, int] = {}
         self.run_hist: dict[int, int] = {}
+        self.waits: list[float] = []
+        self.runs: list[float] = []
+
+    def seal(self) -> None:
+        """Fold the raw samples into the histograms."""
+        for raw, hist in ((self.waits, self.wait_hist), (self.runs, self.run_hist)):
+            for x in raw:
+                b = bucket_of(x)
+                hist[b] = hist.get(b, 0) + 1
+            raw.clear()
 
 
 class PoolStats:
     """Metrics of one pool: call `level()` before busy or capacity change, `on_*` per event."""
 
-    __slots__ = ("_busy", "_cap", "_last", "_n", "_slots", "window", "worker_seconds")
+    __slots__ = (
+        "_busy",
+        "_cap",
+        "_cur",
+        "_last",
+        "_n",
+        "_slots",
+        "window",
+        "worker_seconds",
+    )
 
     def __init__(self, now: float, capacity: int, window: float = 60.0) -> None:
         self.window = window
         self._n = max(1, math.ceil(window))
         self._slots = [_Slot() for _ in range(self._n)]
+        self._cur = self._slot_at(now)
         self._last = now
         self._busy = 0
         self._cap = capacity
         self.worker_seconds = 0.0
 
-    def _slot(self, now: float) -> _Slot:
-        sec = int(now)
+    def _slot_at(self, t: float) -> _Slot:
+        sec = int(t)
         s = self._slots[sec % self._n]
         if s.sec != sec:
             s.reset(sec)
         return s
 
+    def _slot(self, now: float) -> _Slot:
+        """The slot of the current second; moving to a new second seals the previous one."""
+        cur = self._cur
+        if cur.sec == int(now):
+            return cur
+        cur.seal()
+        cur = self._cur = self._slot_at(now)
+        return cur
+
+    def _spans(self, start: float, end: float) -> Iterator[tuple[_Slot, float]]:
+        """(slot, seconds) pieces of [start, end) within the last window, one per second."""
+        t = max(start, end - self._n)
+        while t < end:
+            stop = min(end, math.floor(t) + 1.0)
+            yield self._slot_at(t), stop - t
+            t = stop
+
     def level(self, now: float, busy: int, capacity: int) -> None:
         """Account worker-seconds up to `now` at the old levels, then switch to the new ones."""
         last = self._last
         if now > last:
-            self.worker_seconds += self._cap * (now - last)
-            if self._cap or self._busy:
-                # Split the interval over the seconds it covers (usually just one).
-                t = max(last, now - self._n)
-                while t < now:
-                    end = min(now, math.floor(t) + 1.0)
-                    s = self._slot(t)
-                    s.busy_s += self._busy * (end - t)
-                    s.cap_s += self._cap * (end - t)
-                    t = end
+            cap, was_busy = self._cap, self._busy
+            self.worker_seconds += cap * (now - last)
+            if not (cap or was_busy):
+                pass
+            elif int(now) == int(last):  # the common case: one slot
+                s = self._slot(now)
+                dt = now - last
+                s.busy_s += was_busy * dt
+                s.cap_s += cap * dt
+            else:
+                for s, dt in self._spans(last, now):
+                    s.busy_s += was_busy * dt
+                    s.cap_s += cap * dt
             self._last = now
         self._busy = busy
         self._cap = capacity
@@ -144,20 +189,22 @@ class PoolStats:
         if adherent:
             s.adherent += 1
         s.wait_sum += wait
-        b = bucket_of(wait)
-        h = s.wait_hist
-        h[b] = h.get(b, 0) + 1
+        s.waits.append(wait)
 
-    def on_attempt_end(self, now: float, runtime: float, success: bool) -> None:
+    def on_attempt_end(self, now: float, started_at: float, success: bool) -> None:
         s = self._slot(now)
+        runtime = now - started_at
         if success:
             s.succeeded += 1
-            s.success_s += runtime
+            # Spread the attempt's worker-seconds over the seconds it ran, like busy time.
+            if int(started_at) == int(now):
+                s.success_s += runtime
+            else:
+                for slot, dt in self._spans(started_at, now):
+                    slot.success_s += dt
         else:
             s.failed += 1
-        b = bucket_of(runtime)
-        h = s.run_hist
-        h[b] = h.get(b, 0) + 1
+        s.runs.append(runtime)
 
     def on_retry(self, now: float) -> None:
         self._slot(now).retried += 1
@@ -170,8 +217,9 @@ class PoolStats:
 
     def window_slots(self, now: float) -> list[_Slot]:
         self.level(now, self._busy, self._cap)
+        self._cur.seal()
         first = int(now) - self._n + 1
-        return [s for s in self._slots if s.sec >= first]
+        return [s for s in self._slots if first <= s.sec <= now]
 
     def summary(self, now: float) -> dict[str, float]:
         """The windowed fields of PoolSnapshot."""

@@ -1,0 +1,43 @@
+"""bench/library.py --quick runs to the end and prints every figure (targets are not checked)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "library.py"
+
+# One pattern per figure line; each must carry a number, and targeted figures a verdict.
+FIGURES = {
+    "1": r"^\[1\]  asyncio floor .*\d+ items/s",
+    "2a": r"^\[2a\] sequential submit .*tasks/s .*x floor .*(PASS|MISS)",
+    "2b": r"^\[2b\] submit_batch .*tasks/s .*x floor .*(PASS|MISS)",
+    "2c": r"^\[2c\] idle round trip .*p50 [\d.]+ us  p99 [\d.]+ us .*(PASS|MISS)",
+    "3": r"^\[3\]  core, virtual clock .*cycles/s .*decisions/s .*(PASS|MISS)",
+    "3-def": r"^     decision = one engine operation",
+    "4a": r"^\[4a\] memory, Engine\.submit .*[\d,]+ B/task .*(PASS|MISS)",
+    "4b": r"^\[4b\] memory, sched\.enqueue .*[\d,]+ B/task .*(PASS|MISS)",
+    "header-python": r"^python: ",
+    "header-platform": r"^platform: ",
+    "header-cpus": r"^cpus: ",
+    "summary": r"^targets:  \d+/\d+ met",
+}
+
+
+def test_quick_benchmark_prints_every_figure() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=BENCH.parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    missing = [
+        name
+        for name, pattern in FIGURES.items()
+        if not re.search(pattern, proc.stdout, flags=re.MULTILINE)
+    ]
+    assert not missing, f"figure lines missing: {missing}\n{proc.stdout}"
