@@ -430,8 +430,9 @@ class Engine:
 
     def _prune(self, now: float) -> None:
         retained = self._retained
-        horizon = now - self.retention
-        while retained and retained[0].finished_at <= horizon:
+        keep = self.retention
+        # Same expression as next_wake(), so a wake-up at that time always prunes.
+        while retained and retained[0].finished_at + keep <= now:
             self._forget(retained.popleft())
 
     def _forget(self, rec: TaskRecord) -> None:
