@@ -16,9 +16,9 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from ._options import Pool, Resource, Task, build_task
 from .core import engine as _engine
@@ -165,26 +165,26 @@ class TaskHandle:
         return f"TaskHandle(id={self.id}, duplicate={self.duplicate})"
 
 
-class TaskContext:
-    """First argument of every executor: who this attempt is, and its cancellation state."""
+class TaskContext(Attempt):
+    """First argument of every executor: who this attempt is, and its cancellation state.
 
-    __slots__ = ("_att", "_engine")
+    It is the engine's attempt record itself (the engine creates it), so handing it to the
+    executor costs nothing extra.
+    """
 
-    def __init__(self, att: Attempt, engine: Engine) -> None:
-        self._att = att
-        self._engine = engine
+    __slots__ = ()
 
-    id = property(lambda self: self._att.task.id)
-    attempt = property(lambda self: self._att.number)
-    kind = property(lambda self: self._att.task.kind)
-    key = property(lambda self: self._att.task.key)
-    pool = property(lambda self: self._att.task.pool)
-    timeout = property(lambda self: self._att.task.timeout)
-    deadline = property(lambda self: self._att.task.deadline)
+    id = property(lambda self: self.task.id)
+    attempt = property(lambda self: self.number)
+    kind = property(lambda self: self.task.kind)
+    key = property(lambda self: self.task.key)
+    pool = property(lambda self: self.task.pool)
+    timeout = property(lambda self: self.task.timeout)
+    deadline = property(lambda self: self.task.deadline)
 
     @property
     def tags(self) -> dict[str, str]:
-        return dict(self._att.task.tags or {})
+        return dict(self.task.tags or {})
 
     @property
     def group(self) -> dict[str, str]:
@@ -193,17 +193,18 @@ class TaskContext:
 
     def is_cancelled(self) -> bool:
         """True once the engine gave up on this attempt (cancel, timeout, lease loss, shutdown)."""
-        return self._att.abort_reason is not None
+        return self.abort_reason is not None
 
     def heartbeat(self) -> None:
-        """Extend the attempt's lease (no-op without lease_ttl); safe from executor threads."""
-        self._engine.heartbeat(self._att, time.time())
+        """Extend the attempt's lease (no-op without lease_ttl); safe from executor threads,
+        since it only writes the lease's expiry time."""
+        self.extend(time.time())
 
     def __repr__(self) -> str:
-        t = self._att.task
+        t = self.task
         key = "None" if t.key is None else f'"{t.key}"'
         return (
-            f'TaskContext(id={t.id}, attempt={self._att.number}, pool="{t.pool}", '
+            f'TaskContext(id={t.id}, attempt={self.number}, pool="{t.pool}", '
             f'kind="{t.kind}", key={key})'
         )
 
@@ -383,6 +384,7 @@ class Scheduler:
             emit_transitions=self._emit_transitions,
             retention=self._retention,
             retention_max=self._retention_max,
+            attempt_class=TaskContext,
         )
         self._session = _Session(engine, loop)
         self._stopping = False
@@ -609,22 +611,24 @@ class Scheduler:
 
     def _launch(self, s: _Session, starts: list[Attempt]) -> None:
         create_task = s.loop.create_task
-        eng = s.engine
         tasks = s.tasks
+        executors = self._executors
         run = self._run_attempt
-        for att in starts:
-            tasks[att.lease] = create_task(run(s, att, TaskContext(att, eng)))
+        # The engine builds its attempts with attempt_class=TaskContext.
+        for att in cast("list[TaskContext]", starts):
+            tasks[att.lease] = create_task(run(s, att, *executors[att.task.pool]))
 
-    async def _run_attempt(self, s: _Session, att: Attempt, ctx: TaskContext) -> None:
+    async def _run_attempt(
+        self, s: _Session, att: TaskContext, executor: Callable[..., Any], is_async: bool
+    ) -> None:
         """Run one attempt and report its outcome (calling the executor here means an attempt
         aborted before its first step never creates the executor's coroutine)."""
         eng = s.engine
-        executor, is_async = self._executors[att.task.pool]
         try:
             if is_async:
-                result = await executor(ctx, att.task.payload)
+                result = await executor(att, att.task.payload)
             else:
-                result = await s.loop.run_in_executor(None, executor, ctx, att.task.payload)
+                result = await s.loop.run_in_executor(None, executor, att, att.task.payload)
                 if inspect.isawaitable(result):
                     result = await result
         except asyncio.CancelledError:

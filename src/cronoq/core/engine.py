@@ -147,6 +147,7 @@ class Engine:
         retention: float = DEFAULT_RETENTION,
         retention_max: int = DEFAULT_RETENTION_MAX,
         first_id: int = 1,
+        attempt_class: type[Attempt] = Attempt,
     ) -> None:
         if not pools:
             raise ValueError("at least one pool is required")
@@ -163,6 +164,7 @@ class Engine:
         self.retention = retention
         self.retention_max = retention_max
         self.started_at = now
+        self.attempt_class = attempt_class
 
         self.tasks: dict[int, TaskRecord] = {}
         self.keys: dict[str, TaskRecord] = {}
@@ -259,7 +261,8 @@ class Engine:
         pool.pending_by_class[rec.cls] -= 1
         n = rec.attempt = rec.attempt + 1
         self._lease += 1
-        att = Attempt(rec, n, self._lease, now)
+        ttl = pool.lease_ttl
+        att = self.attempt_class(rec, n, self._lease, now, ttl)
         rec.running = att
         self.running[att.lease] = att
         self._move(rec, RUNNING, now, None)
@@ -267,9 +270,7 @@ class Engine:
         pool.stats.on_dispatch(now, now - rec.ready_at, adherent)
         if rec.timeout is not None:
             self._timer(now + rec.timeout, _T_TIMEOUT, att, 0)
-        ttl = pool.lease_ttl
         if ttl is not None:
-            att.lease_expiry = now + ttl
             self._timer(att.lease_expiry, _T_LEASE, att, 0)
         self.out.starts.append(att)
 
@@ -309,12 +310,7 @@ class Engine:
 
     def heartbeat(self, att: Attempt, now: float) -> bool:
         """Extend the attempt's lease; False if it already ended."""
-        if att.ended:
-            return False
-        ttl = self.pools[att.task.pool].lease_ttl
-        if ttl is not None:
-            att.lease_expiry = now + ttl
-        return True
+        return att.extend(now)
 
     def _end_attempt(self, att: Attempt, pool: PoolState, now: float, success: bool) -> float:
         att.ended = True

@@ -346,18 +346,42 @@ class TaskRecord:
 
 
 class Attempt:
-    """One dispatch of a task to a slot (a lease). `ended` is set exactly once."""
+    """One dispatch of a task to a slot (a lease). `ended` is set exactly once.
 
-    __slots__ = ("abort_reason", "ended", "lease", "lease_expiry", "number", "started_at", "task")
+    A driver may pass a subclass to the Engine (the asyncio driver's TaskContext is one), so
+    the object an executor receives is the attempt itself, not a wrapper around it.
+    """
 
-    def __init__(self, task: TaskRecord, number: int, lease: int, started_at: float) -> None:
+    __slots__ = (
+        "abort_reason",
+        "ended",
+        "lease",
+        "lease_expiry",
+        "lease_ttl",
+        "number",
+        "started_at",
+        "task",
+    )
+
+    def __init__(
+        self, task: TaskRecord, number: int, lease: int, started_at: float, lease_ttl: float | None
+    ) -> None:
         self.task = task
         self.number = number
         self.lease = lease
         self.started_at = started_at
-        self.lease_expiry = math.inf
+        self.lease_ttl = lease_ttl
+        self.lease_expiry = math.inf if lease_ttl is None else started_at + lease_ttl
         self.ended = False
         self.abort_reason: str | None = None
+
+    def extend(self, now: float) -> bool:
+        """Heartbeat: the lease now runs until now + lease_ttl. False if the attempt ended."""
+        if self.ended:
+            return False
+        if self.lease_ttl is not None:
+            self.lease_expiry = now + self.lease_ttl
+        return True
 
     def __repr__(self) -> str:
         return f"<Attempt task={self.task.id} n={self.number} lease={self.lease}>"
