@@ -486,21 +486,13 @@ class Scheduler:
         now = time.time()
         build = self._build
         recs = []
-        seen: set[str] = set()
         for t in tasks:
             if not isinstance(t, Task):
                 raise TypeError(f"submit_batch takes cronoq.Task objects (got {type(t).__name__})")
-            rec = build(t.payload, t.options, now)
-            key = rec.key
-            if key is not None:
-                if key in seen:
-                    raise SubmitError("duplicate_key_in_batch", f"duplicate key {key!r} in batch")
-                seen.add(key)
-            recs.append(rec)
-        submit = s.engine.submit
-        handles = [TaskHandle(self, s, *submit(rec, now)) for rec in recs]
+            recs.append(build(t.payload, t.options, now))
+        admitted = s.engine.submit_batch(recs, now)
         self._kick(s)
-        return handles
+        return [TaskHandle(self, s, rec, dup) for rec, dup in admitted]
 
     # --- lookups and control ---------------------------------------------------------------
 

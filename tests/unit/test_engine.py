@@ -33,6 +33,7 @@ from cronoq.core.model import (
     StatusEvent,
     TaskRecord,
 )
+from cronoq.errors import SubmitError
 
 CRIT = int(Priority.CRITICAL)
 HIGH = int(Priority.HIGH)
@@ -1347,3 +1348,20 @@ def test_same_seed_same_events() -> None:
     assert len(a) > 40
     assert {e.status for e in a} >= {"retrying", "succeeded", "running", "ready"}
     assert _scenario(8) != a  # the seed only drives jitter, and jitter shows in the times
+
+
+def test_submit_batch_admits_all_or_none() -> None:
+    """A key twice in one batch rejects the whole batch: no id used, every key still free."""
+    eng = make_engine(1)
+    batch = [TaskRecord(i, "p", key=k) for i, k in enumerate(["a", "b", "a"])]
+    with pytest.raises(SubmitError) as err:
+        eng.submit_batch(batch, 0.0)
+    assert (err.value.code, err.value.message) == (
+        "duplicate_key_in_batch",
+        "duplicate key 'a' in batch",
+    )
+    assert eng.lookup("a") is None and eng.lookup("b") is None and not eng.tasks
+    admitted = eng.submit_batch([TaskRecord(1, "p", key="a"), TaskRecord(2, "p")], 0.0)
+    assert [(r.id, dup) for r, dup in admitted] == [(1, False), (2, False)]
+    again = eng.submit_batch([TaskRecord(3, "p", key="a")], 0.0)
+    assert [(r.id, dup) for r, dup in again] == [(1, True)]

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from typing import Any
 
+from ..errors import SubmitError
 from .model import (
     BLOCKED,
     CANCELLED,
@@ -229,6 +230,18 @@ class Engine:
         rec.eligible_at = now
         self._make_ready(rec, pool, now)
         return rec, False
+
+    def submit_batch(self, recs: Sequence[TaskRecord], now: float) -> list[tuple[TaskRecord, bool]]:
+        """Admit every task of a batch, or none (SubmitError before anything changes)."""
+        seen: set[str] = set()
+        for rec in recs:
+            key = rec.key
+            if key is not None:
+                if key in seen:
+                    raise SubmitError("duplicate_key_in_batch", f"duplicate key {key!r} in batch")
+                seen.add(key)
+        submit = self.submit
+        return [submit(rec, now) for rec in recs]
 
     def _make_ready(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
         self._move(rec, READY, now, None)
