@@ -44,26 +44,10 @@ from cronoq import (
     TaskFailed,
     TaskHandle,
 )
+from spec_facts import TOTALS_KEYS
 
 NOT_STARTED = "scheduler not started; call `await scheduler.start()` first"
 SELF_CANCELLED = "CancelledError: raised by the executor, not by cronoq"
-TOTALS_KEYS = {
-    "cancelled",
-    "dead_lettered",
-    "dispatched",
-    "failed",
-    "lease_expiries",
-    "missed",
-    "recurring_conflicts",
-    "recurring_invalid",
-    "retries",
-    "shed",
-    "skipped",
-    "stale_completions",
-    "submitted",
-    "succeeded",
-    "timeouts",
-}
 NO_RETRY = RetryPolicy.none()
 
 
