@@ -26,6 +26,7 @@ from cronoq.core.model import (
     check_seconds,
     parse_priority,
 )
+from cronoq.core.resources import ResourceConfig
 from cronoq.errors import SubmitError
 
 __all__ = ["AutoscaleConfig", "Dep", "Pool", "Resource", "Task", "build_task"]
@@ -546,6 +547,16 @@ class Resource:
     def burst(self) -> int | None:
         """Token bucket size; None for a semaphore."""
         return self._burst
+
+    def core_config(self) -> ResourceConfig:
+        """The engine's view of this resource."""
+        return ResourceConfig(
+            self._name,
+            self._kind,
+            permits=self._permits or 0,
+            rate=self._rate or 0.0,
+            burst=self._burst or 0,
+        )
 
     def __repr__(self) -> str:
         if self._kind == "semaphore":

@@ -56,8 +56,6 @@ _SHUTDOWN = "scheduler shut down"
 
 # Library-mode-II options: validated by build_task, behaviour not built yet.
 _LATER_TASK_OPTIONS = {
-    "deps": "dependencies (after=/deps=)",
-    "resources": "resources=",
     "start_at": "fixed starts (start_in=/start_at=)",
 }
 
@@ -78,6 +76,7 @@ class _Session:
         "idle",
         "loop",
         "pump_due",
+        "room",
         "streams",
         "tasks",
         "waiters",
@@ -91,6 +90,8 @@ class _Session:
         self.waiters: dict[int, asyncio.Future[None]] = {}
         self.tasks: dict[int, asyncio.Future[Any]] = {}
         self.streams: list[EventStream] = []
+        # pool -> submitters parked by overflow="wait" until the pool has room
+        self.room: dict[str, list[asyncio.Future[None]]] = {}
         self.closed = False
         self.idle: asyncio.Future[None] | None = None
         self.pump_due = False
@@ -335,11 +336,10 @@ class Scheduler:
             raise ValueError("codec= needs store=")
         if store is not None:
             raise _later("store= (durable state)")
-        if names:
-            raise _later("resources")
         for p in pools:
-            if p.max_pending is not None or p.fair_share or p.tenant_weights:
-                raise _later("max_pending / fair_share / tenant_weights")
+            if p.fair_share or p.tenant_weights:
+                raise _later("fair_share / tenant_weights")
+        self._resources = [r.core_config() for r in resources or ()]
         self._pool_names = [p.name for p in pools]
         self._default_pool = "default" if "default" in by_name else pools[0].name
         self._core_configs = {p.name: p.core_config() for p in pools}
@@ -385,6 +385,7 @@ class Scheduler:
             retention=self._retention,
             retention_max=self._retention_max,
             attempt_class=TaskContext,
+            resources=self._resources,
         )
         self._session = _Session(engine, loop)
         self._stopping = False
@@ -409,10 +410,11 @@ class Scheduler:
         if pending:
             await asyncio.wait(pending, timeout=0.1)
         s.closed = True
-        for fut in s.waiters.values():
+        for fut in [*s.waiters.values(), *(f for fs in s.room.values() for f in fs)]:
             if not fut.done():
                 fut.set_result(None)
         s.waiters.clear()
+        s.room.clear()
         if s.wake_handle is not None:
             s.wake_handle.cancel()
         for st in s.streams:
@@ -468,7 +470,12 @@ class Scheduler:
         """Submit one task; returns its handle (for a live or retained key: the existing one)."""
         s = self._admitting()
         now = time.time()
-        rec, dup = s.engine.submit(self._build(payload, options, now), now)
+        try:
+            rec, dup = s.engine.submit(self._build(payload, options, now), now)
+        except SubmitError as e:
+            if e.code != "full":
+                raise
+            s, rec, dup = await self._submit_when_room(s, payload, options)
         self._kick(s)
         return TaskHandle(self, s, rec, dup)
 
@@ -476,9 +483,33 @@ class Scheduler:
         """Submit one task and return only its id (cheapest path)."""
         s = self._admitting()
         now = time.time()
-        rec = s.engine.submit(self._build(payload, options, now), now)[0]
+        try:
+            rec = s.engine.submit(self._build(payload, options, now), now)[0]
+        except SubmitError as e:
+            if e.code != "full":
+                raise
+            s, rec, _ = await self._submit_when_room(s, payload, options)
         self._kick(s)
         return rec.id
+
+    async def _submit_when_room(
+        self, s: _Session, payload: Any, options: Mapping[str, Any]
+    ) -> tuple[_Session, TaskRecord, bool]:
+        """overflow="wait": park the caller until its pool has room, then try again."""
+        while True:
+            now = time.time()
+            rec = self._build(payload, options, now)
+            try:
+                got, dup = s.engine.submit(rec, now)
+            except SubmitError as e:
+                if e.code != "full":
+                    raise
+                fut = s.loop.create_future()
+                s.room.setdefault(rec.pool, []).append(fut)
+                await fut
+                s = self._admitting()
+                continue
+            return s, got, dup
 
     async def submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
         """Admit all tasks or none: every task is validated before the first is admitted."""
@@ -592,6 +623,11 @@ class Scheduler:
                     st._push(ev)
         if s.idle is not None and not s.engine.running and not s.idle.done():
             s.idle.set_result(None)
+        if s.room:
+            for pool in [p for p in s.room if s.engine.has_room(p)]:
+                for fut in s.room.pop(pool):
+                    if not fut.done():
+                        fut.set_result(None)
 
     @staticmethod
     def _resolve(s: _Session, finished: list[TaskRecord]) -> None:

@@ -45,6 +45,8 @@ from .model import (
     READY,
     RETRYING,
     RUNNING,
+    SHED,
+    SKIPPED,
     STATUS_NAMES,
     SUCCEEDED,
     TOTALS_KEYS,
@@ -59,6 +61,7 @@ from .model import (
     TaskRecord,
 )
 from .queue import ReadyQueues
+from .resources import ResourceConfig, ResourceState
 from .stats import PoolStats
 
 # event_level values
@@ -74,9 +77,14 @@ ABORT_SHUTDOWN = "scheduler shut down"
 
 MSG_CANCELLED = "cancelled"
 
+MSG_SHED = "shed under overload"
+MSG_AWAIT_TIMEOUT = "timed out awaiting unknown dependency"
+
 _T_RETRY = 0
 _T_TIMEOUT = 1
 _T_LEASE = 2
+_T_AWAIT = 3
+_T_TOKENS = 4
 
 DEFAULT_RETENTION = 3600.0
 DEFAULT_RETENTION_MAX = 100_000
@@ -149,9 +157,15 @@ class Engine:
         retention_max: int = DEFAULT_RETENTION_MAX,
         first_id: int = 1,
         attempt_class: type[Attempt] = Attempt,
+        resources: Sequence[ResourceConfig] = (),
     ) -> None:
         if not pools:
             raise ValueError("at least one pool is required")
+        self.resources: dict[str, ResourceState] = {}
+        for rc in resources:
+            if rc.name in self.resources:
+                raise ValueError(f"duplicate resource name {rc.name!r}")
+            self.resources[rc.name] = ResourceState(rc, now)
         self.scoring = scoring or Scoring()
         self.rng = rng or random.Random(0)
         self.pools: dict[str, PoolState] = {}
@@ -181,6 +195,10 @@ class Engine:
         self._timers: list[tuple[float, int, int, Any, int]] = []
         self._tseq = 0
         self._retained: deque[TaskRecord] = deque()
+        # key -> (dependent, condition) edges waiting for a task with that key to be submitted
+        self._awaiting: dict[str, list[tuple[TaskRecord, str]]] = {}
+        self._cascade: deque[TaskRecord] = deque()
+        self._settling = False
 
     # --- driver interface ----------------------------------------------------------------
 
@@ -208,18 +226,147 @@ class Engine:
     # --- submission ----------------------------------------------------------------------
 
     def submit(self, rec: TaskRecord, now: float) -> tuple[TaskRecord, bool]:
-        """Admit a validated task; a live or retained key returns (existing task, True)."""
+        """Admit a validated task; a live or retained key returns (existing task, True).
+
+        Raises SubmitError (and changes nothing) when the task cannot be admitted.
+        """
         key = rec.key
         if key is not None:
             old = self.keys.get(key)
             if old is not None:
                 return old, True
-            self.keys[key] = rec
         pool = self.pools[rec.pool]
+        if rec.extra is not None:
+            self._check(rec, None)
+        if pool.cfg.max_pending is not None:
+            self._make_room(rec, pool, 1, now)
+        self._admit(rec, pool, now)
+        return rec, False
+
+    def submit_batch(self, recs: Sequence[TaskRecord], now: float) -> list[tuple[TaskRecord, bool]]:
+        """Admit every task of a batch, or none (SubmitError before anything changes).
+
+        Dependencies may name keys defined anywhere in the batch (forward references).
+        """
+        seen: set[str] = set()
+        fresh: dict[str, TaskRecord] = {}
+        out: list[tuple[TaskRecord, bool]] = []
+        new: list[TaskRecord] = []
+        per_pool: dict[str, int] = {}
+        for rec in recs:
+            key = rec.key
+            if key is not None:
+                if key in seen:
+                    raise SubmitError("duplicate_key_in_batch", f"duplicate key {key!r} in batch")
+                seen.add(key)
+                old = self.keys.get(key)
+                if old is not None:
+                    out.append((old, True))
+                    continue
+                fresh[key] = rec
+            out.append((rec, False))
+            new.append(rec)
+            per_pool[rec.pool] = per_pool.get(rec.pool, 0) + 1
+        for rec in new:
+            if rec.extra is not None:
+                self._check(rec, fresh)
+        # Parents in the batch come first (ids still follow the batch order); raises on a cycle.
+        order = _parents_first(new) if fresh else new
+        for name, n in per_pool.items():
+            pool = self.pools[name]
+            cap = pool.cfg.max_pending
+            if cap is not None and sum(pool.pending_by_class) + n > cap:
+                raise SubmitError("overloaded", "overloaded")
+        for rec in new:
+            self._assign_id(rec)
+        for rec in order:
+            self._admit(rec, self.pools[rec.pool], now)
+        return out
+
+    # --- admission -----------------------------------------------------------------------
+
+    def _check(self, rec: TaskRecord, batch: dict[str, TaskRecord] | None) -> None:
+        """Resources and dependencies of a task about to be admitted; raises SubmitError."""
+        extra = rec.extra
+        assert extra is not None
+        res = extra.get("resources")
+        if res:
+            for name, amount in res.items():
+                r = self.resources.get(name)
+                if r is None:
+                    raise SubmitError("unknown_resource", f"unknown resource {name!r}")
+                if amount > r.cfg.capacity:
+                    raise SubmitError(
+                        "resource_exceeds_capacity",
+                        f"requested amount exceeds capacity of resource {name!r}",
+                    )
+        deps = extra.get("deps")
+        if not deps:
+            return
+        resolved: list[tuple[TaskRecord | None, str | None, str]] = []
+        for target, on in deps:
+            if isinstance(target, str):
+                if target == rec.key:
+                    raise SubmitError("cycle", "dependency cycle")
+                parent = self.keys.get(target)
+                if parent is None and batch is not None:
+                    parent = batch.get(target)
+                if parent is None:
+                    if self.pools[rec.pool].cfg.unknown_dependency != "await":
+                        raise SubmitError("unknown_dependency", f"unknown dependency {target!r}")
+                    resolved.append((None, target, on))
+                    continue
+            else:
+                parent = self.tasks.get(target)
+                if parent is None:
+                    raise SubmitError("unknown_dependency", f"unknown dependency '{target}'")
+            resolved.append((parent, None, on))
+        if rec.key is not None and rec.key in self._awaiting:
+            waiting = {id(child) for child, _ in self._awaiting[rec.key]}
+            if _reaches(resolved, waiting):
+                raise SubmitError("cycle", "dependency cycle")
+        extra["_deps"] = resolved
+
+    def _make_room(self, rec: TaskRecord, pool: PoolState, n: int, now: float) -> None:
+        """Apply the pool's overflow policy when admitting would exceed max_pending."""
+        cap = pool.cfg.max_pending
+        assert cap is not None
+        if sum(pool.pending_by_class) + n <= cap:
+            return
+        policy = pool.cfg.overflow
+        if policy == "wait":
+            raise SubmitError("full", "queue full")
+        victim = None
+        if policy == "shed_lowest":
+            for c in range(3, rec.cls, -1):
+                victim = pool.queues.classes[c].newest()
+                if victim is not None:
+                    break
+        elif policy == "shed_oldest":
+            victim = pool.queues.classes[3].oldest()
+        if victim is None:
+            raise SubmitError("overloaded", "overloaded")
+        pool.queues.discard(victim)
+        self._finish(victim, SHED, now, MSG_SHED)
+
+    def has_room(self, pool_name: str) -> bool:
+        """Can the pool take one more pending task without its overflow policy?"""
+        pool = self.pools[pool_name]
+        cap = pool.cfg.max_pending
+        return cap is None or sum(pool.pending_by_class) < cap
+
+    def _assign_id(self, rec: TaskRecord) -> None:
         rec.id = self._next_id
         self._next_id += 1
         self._seq += 1
         rec.seq = self._seq
+
+    def _admit(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
+        if not rec.id:
+            self._assign_id(rec)
+        key = rec.key
+        if key is not None:
+            self.keys[key] = rec
         rec.submitted_at = now
         self.tasks[rec.id] = rec
         self.live += 1
@@ -227,21 +374,76 @@ class Engine:
         pool.pending_by_class[rec.cls] += 1
         if self.event_level == EVENTS_ALL:
             self._event(rec, BLOCKED, now, None)
+        if key is not None and self._awaiting and key in self._awaiting:
+            for child, on in self._awaiting.pop(key):
+                if child.status == BLOCKED:
+                    _children(rec).append((child, on))
+                    child_extra = child.extra
+                    assert child_extra is not None
+                    child_extra["_awaits"].discard(key)
+                    child_extra.setdefault("_parents", []).append(rec)
+        extra = rec.extra
+        if extra is None:
+            rec.eligible_at = now
+            self._make_ready(rec, pool, now)
+            return
+        waiting = 0
+        dead: str | None = None
+        for parent, awaited, on in extra.pop("_deps", ()):
+            if parent is None:
+                assert awaited is not None
+                self._awaiting.setdefault(awaited, []).append((rec, on))
+                extra.setdefault("_awaits", set()).add(awaited)
+                timeout = self.pools[rec.pool].cfg.await_timeout
+                if timeout is not None:
+                    self._timer(now + max(0.0, timeout), _T_AWAIT, rec, 0)
+                waiting += 1
+            elif parent.status < FIRST_TERMINAL:
+                _children(parent).append((rec, on))
+                extra.setdefault("_parents", []).append(parent)
+                waiting += 1
+            elif not _edge_met(parent.status, on):
+                dead = STATUS_NAMES[parent.status]
+        if dead is not None:
+            self._finish(rec, SKIPPED, now, f"dependency ended as {dead}")
+        elif waiting:
+            extra["_waiting"] = waiting
+        else:
+            self._release(rec, pool, now)
+
+    def _release(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
+        """Every dependency of a blocked task is satisfied: it may run."""
+        if rec.extra is not None:
+            rec.extra.pop("_parents", None)
         rec.eligible_at = now
         self._make_ready(rec, pool, now)
-        return rec, False
 
-    def submit_batch(self, recs: Sequence[TaskRecord], now: float) -> list[tuple[TaskRecord, bool]]:
-        """Admit every task of a batch, or none (SubmitError before anything changes)."""
-        seen: set[str] = set()
-        for rec in recs:
-            key = rec.key
-            if key is not None:
-                if key in seen:
-                    raise SubmitError("duplicate_key_in_batch", f"duplicate key {key!r} in batch")
-                seen.add(key)
-        submit = self.submit
-        return [submit(rec, now) for rec in recs]
+    def _settle_dependents(self, now: float) -> None:
+        """Apply finished tasks to the edges of their dependents (iteratively: skips cascade)."""
+        cascade = self._cascade
+        self._settling = True
+        try:
+            self._settle(cascade, now)
+        finally:
+            self._settling = False
+
+    def _settle(self, cascade: deque[TaskRecord], now: float) -> None:
+        while cascade:
+            parent = cascade.popleft()
+            assert parent.extra is not None
+            status = parent.status
+            for child, on in parent.extra.pop("_children", ()):
+                if child.status != BLOCKED:
+                    continue
+                if _edge_met(status, on):
+                    extra = child.extra
+                    assert extra is not None
+                    extra["_waiting"] -= 1
+                    if not extra["_waiting"]:
+                        self._release(child, self.pools[child.pool], now)
+                else:
+                    msg = f"dependency {parent.id} ended as {STATUS_NAMES[status]}"
+                    self._finish(child, SKIPPED, now, msg)
 
     def _make_ready(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
         self._move(rec, READY, now, None)
@@ -262,12 +464,46 @@ class Engine:
                 continue
             free = pool.capacity - pool.busy
             stats = pool.stats
-            stats.level(now, pool.busy + min(free, queues.n), pool.capacity)
+            stats.level(now, pool.busy, pool.capacity)  # close the interval before the change
             while free and queues.n:
                 rec = queues.pop_best(now)
                 assert rec is not None
+                if rec.extra is not None and not self._acquire(rec, now):
+                    continue  # parked on a resource; the next task may run
                 free -= 1
                 self._start(rec, pool, now, queues.adherent)
+            stats.level(now, pool.busy, pool.capacity)
+
+    def _acquire(self, rec: TaskRecord, now: float) -> bool:
+        """Take the task's resources, or park it on the first one that is short."""
+        assert rec.extra is not None
+        wanted = rec.extra.get("resources")
+        if not wanted:
+            return True
+        resources = self.resources
+        for name, amount in wanted.items():
+            r = resources[name]
+            if not r.available(amount, now):
+                r.park(rec)
+                rec.parked = r
+                if r.is_bucket and r.wake is None:
+                    r.wake = r.ready_at(amount, now)
+                    self._timer(r.wake, _T_TOKENS, r, 0)
+                return False
+        for name, amount in wanted.items():
+            resources[name].take(amount, now)
+        return True
+
+    def _unpark(self, r: ResourceState, now: float) -> None:
+        """Put the parked tasks the resource can serve now back in their ready queues."""
+        for rec in r.unpark(now):
+            rec.parked = None
+            self.pools[rec.pool].queues.push(rec)
+        if r.is_bucket and r.wake is None:
+            need = r.head_need()
+            if need is not None:
+                r.wake = r.ready_at(need, now)
+                self._timer(r.wake, _T_TOKENS, r, 0)
 
     def _start(self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool) -> None:
         pool.busy += 1
@@ -333,6 +569,15 @@ class Engine:
         pool.busy -= 1
         runtime = now - att.started_at
         pool.stats.on_attempt_end(now, att.started_at, success)
+        extra = att.task.extra
+        if extra is not None:
+            wanted = extra.get("resources")
+            if wanted:
+                for name, amount in wanted.items():
+                    r = self.resources[name]
+                    r.release(amount)
+                    if r.parked and not r.is_bucket:
+                        self._unpark(r, now)
         return runtime
 
     def _abort(self, att: Attempt, pool: PoolState, now: float, reason: str) -> None:
@@ -379,10 +624,12 @@ class Engine:
         if rec.status == RUNNING:
             if rec.running is not None:  # None after abort_running() at shutdown
                 self._abort(rec.running, pool, now, ABORT_CANCELLED)
-        else:
-            if rec.status == READY:
+        elif rec.status == READY:
+            if rec.parked is not None:
+                rec.parked = None
+                rec.qgen += 1  # its entry in the resource's parking heap dies
+            else:
                 pool.queues.discard(rec)
-            pool.pending_by_class[rec.cls] -= 1
         self._finish(rec, CANCELLED, now, MSG_CANCELLED)
         return True
 
@@ -408,6 +655,14 @@ class Engine:
                 rec = obj
                 if rec.status == RETRYING and rec.attempt == tag:
                     self._make_ready(rec, self.pools[rec.pool], now)
+            elif kind == _T_TOKENS:
+                obj.wake = None
+                self._unpark(obj, now)
+            elif kind == _T_AWAIT:
+                rec = obj
+                extra = rec.extra
+                if rec.status == BLOCKED and extra is not None and extra.get("_awaits"):
+                    self._finish(rec, SKIPPED, now, MSG_AWAIT_TIMEOUT)
             elif not obj.ended:
                 att = obj
                 pool = self.pools[att.task.pool]
@@ -426,6 +681,8 @@ class Engine:
     # --- terminal states and retention ---------------------------------------------------
 
     def _finish(self, rec: TaskRecord, status: int, now: float, message: str | None) -> None:
+        if rec.status != RUNNING:  # it was pending until now
+            self.pools[rec.pool].pending_by_class[rec.cls] -= 1
         self._move(rec, status, now, message)
         rec.message = message
         rec.finished_at = now
@@ -436,6 +693,13 @@ class Engine:
         self._retained.append(rec)
         if len(self._retained) > self.retention_max:
             self._forget(self._retained.popleft())
+        extra = rec.extra
+        if extra is not None:
+            extra.pop("_parents", None)
+            if extra.get("_children"):
+                self._cascade.append(rec)
+                if not self._settling:
+                    self._settle_dependents(now)
 
     def _prune(self, now: float) -> None:
         retained = self._retained
@@ -528,3 +792,84 @@ class Engine:
             pending=pending,
             totals=dict(self.totals),
         )
+
+
+# --- dependency graph helpers -----------------------------------------------------------------
+
+
+def _edge_met(status: int, on: str) -> bool:
+    """Does a parent that ended with `status` satisfy an edge with condition `on`?"""
+    if on == "complete":
+        return True
+    if on == "success":
+        return status == SUCCEEDED
+    return status in (FAILED, DEAD_LETTERED)
+
+
+def _children(rec: TaskRecord) -> list[tuple[TaskRecord, str]]:
+    if rec.extra is None:
+        rec.extra = {}
+    children: list[tuple[TaskRecord, str]] = rec.extra.setdefault("_children", [])
+    return children
+
+
+def _parents(rec: TaskRecord) -> list[TaskRecord]:
+    """Known parents of a task that is being admitted or is blocked."""
+    extra = rec.extra
+    if not extra:
+        return []
+    out = [p for p, _, _ in extra.get("_deps", ()) if p is not None]
+    out.extend(extra.get("_parents", ()))
+    return out
+
+
+def _reaches(resolved: list[tuple[TaskRecord | None, str | None, str]], targets: set[int]) -> bool:
+    """Does any live ancestor reachable from these parents belong to `targets` (by id())?"""
+    stack = [p for p, _, _ in resolved if p is not None]
+    seen: set[int] = set()
+    while stack:
+        p = stack.pop()
+        if id(p) in targets:
+            return True
+        if id(p) in seen or p.status != BLOCKED:  # only blocked tasks wait on parents
+            continue
+        seen.add(id(p))
+        stack.extend(_parents(p))
+    return False
+
+
+def _batch_parents(rec: TaskRecord, batch: set[int]) -> list[TaskRecord]:
+    extra = rec.extra
+    if not extra:
+        return []
+    return [p for p, _, _ in extra.get("_deps", ()) if p is not None and id(p) in batch]
+
+
+def _parents_first(new: list[TaskRecord]) -> list[TaskRecord]:
+    """The batch in an order where each task comes after its parents in the batch (stable);
+    SubmitError("cycle") if there is none."""
+    batch = {id(r) for r in new}
+    order: list[TaskRecord] = []
+    state: dict[int, int] = {}  # 1 = on the current path, 2 = placed
+    for root in new:
+        if state.get(id(root)) == 2:
+            continue
+        stack: list[tuple[TaskRecord, int]] = [(root, 0)]
+        state[id(root)] = 1
+        while stack:
+            rec, i = stack[-1]
+            parents = _batch_parents(rec, batch)
+            if i < len(parents):
+                stack[-1] = (rec, i + 1)
+                p = parents[i]
+                st = state.get(id(p))
+                if st == 1:
+                    raise SubmitError("cycle", "dependency cycle")
+                if st is None:
+                    state[id(p)] = 1
+                    stack.append((p, 0))
+            else:
+                stack.pop()
+                state[id(rec)] = 2
+                order.append(rec)
+    return order

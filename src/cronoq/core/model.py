@@ -260,7 +260,9 @@ class PoolConfig:
 class TaskRecord:
     """One task: its spec (fixed at submit) and its engine state.
 
-    Rarely used options live in `extra` so a plain queued task stays small.
+    The spec fields are fixed at submit; the rest is engine state. Rarely used options and
+    their state (dependencies, resources, fixed start) live in `extra` so that a plain queued
+    task stays small.
     """
 
     __slots__ = (
@@ -271,7 +273,6 @@ class TaskRecord:
         "eligible_at",
         "extra",
         "finished_at",
-        # engine state
         "id",
         "key",
         "kind",
@@ -279,7 +280,7 @@ class TaskRecord:
         "latest_start",
         "message",
         "output",
-        # spec
+        "parked",
         "payload",
         "pool",
         "qgen",
@@ -336,6 +337,8 @@ class TaskRecord:
         self.finished_at = 0.0
         self.running: Attempt | None = None
         self.qgen = 0
+        # What a ready task waits for outside the ready queues (a resource), else None.
+        self.parked: Any = None
 
     @property
     def status_name(self) -> str:

@@ -40,6 +40,22 @@ class ClassQueue:
         rec.qgen += 1
         self.n -= 1
 
+    def take(self, rec: TaskRecord) -> None:
+        """The task was dispatched (usually the FIFO head: drop its entry at once)."""
+        rec.qgen += 1
+        self.n -= 1
+        fifo = self.fifo
+        if fifo and fifo[0][3] is rec:
+            heappop(fifo)
+
+    def oldest(self) -> TaskRecord | None:
+        return self.fifo_head()
+
+    def newest(self) -> TaskRecord | None:
+        """The most recently submitted queued task: a scan, only used under overload."""
+        live = [e for e in self.fifo if e[3].qgen == e[2]]
+        return max(live, key=lambda e: e[3].seq)[3] if live else None
+
     def fifo_head(self) -> TaskRecord | None:
         fifo = self.fifo
         while fifo:
@@ -105,8 +121,7 @@ class ReadyQueues:
                     # Only one class has tasks and none has a deadline: its FIFO head wins.
                     rec = q.fifo_head()
                     assert rec is not None
-                    heappop(q.fifo)
-                    q.discard(rec)
+                    q.take(rec)
                     self.n -= 1
                     self.adherent = True
                     return rec
@@ -152,6 +167,7 @@ class ReadyQueues:
                 ):
                     best, best_dl = cand, cdl
         assert best is not None
-        self.discard(best)
+        self.classes[best.cls].take(best)
+        self.n -= 1
         self.adherent = best.cls == first
         return best

@@ -1,0 +1,128 @@
+"""Shared resources: semaphores and token buckets, taken at dispatch, shared by every pool.
+
+A task that cannot get a resource is *parked* on it (out of the ready queues, so it never
+blocks tasks behind it) and put back when the resource can serve it again: a semaphore when
+permits are released, a token bucket at the time enough tokens will have refilled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from heapq import heappop, heappush
+
+from .model import TaskRecord
+
+# Token counts are floats; this much shortfall still counts as enough (refill rounding).
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ResourceConfig:
+    """Core view of a cronoq.Resource: kind is "semaphore" (permits) or "token_bucket"."""
+
+    name: str
+    kind: str
+    permits: int = 0
+    rate: float = 0.0
+    burst: int = 0
+
+    @property
+    def capacity(self) -> float:
+        return self.permits if self.kind == "semaphore" else self.burst
+
+
+class ResourceState:
+    """One resource's level plus the tasks parked on it, best first."""
+
+    __slots__ = ("burst", "cfg", "in_use", "last", "name", "parked", "rate", "tokens", "wake")
+
+    def __init__(self, cfg: ResourceConfig, now: float) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.in_use = 0
+        self.rate = cfg.rate
+        self.burst = float(cfg.burst)
+        self.tokens = float(cfg.burst)  # buckets start full
+        self.last = now
+        self.parked: list[tuple[int, float, int, int, TaskRecord]] = []
+        self.wake: float | None = None  # refill timer already set for this time
+
+    @property
+    def is_bucket(self) -> bool:
+        return self.cfg.kind == "token_bucket"
+
+    def _refill(self, now: float) -> None:
+        if now > self.last:
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
+            self.last = now
+
+    def available(self, amount: int, now: float) -> bool:
+        if self.is_bucket:
+            self._refill(now)
+            return self.tokens + _EPS >= amount
+        return self.in_use + amount <= self.cfg.permits
+
+    def take(self, amount: int, now: float) -> None:
+        if self.is_bucket:
+            self._refill(now)
+            self.tokens = max(0.0, self.tokens - amount)
+        else:
+            self.in_use += amount
+
+    def release(self, amount: int) -> None:
+        """End of an attempt: semaphores get their permits back; buckets refill by time only."""
+        if not self.is_bucket:
+            self.in_use -= amount
+
+    def ready_at(self, amount: int, now: float) -> float:
+        """When a bucket will hold `amount` tokens (now for a semaphore or a full enough bucket)."""
+        if not self.is_bucket:
+            return now
+        self._refill(now)
+        missing = amount - self.tokens
+        return now if missing <= _EPS else now + missing / self.rate
+
+    def level(self, now: float) -> float:
+        """Units available now (free permits or whole tokens)."""
+        if self.is_bucket:
+            self._refill(now)
+            return self.tokens
+        return float(self.cfg.permits - self.in_use)
+
+    def park(self, rec: TaskRecord) -> None:
+        rec.qgen += 1
+        heappush(self.parked, (rec.cls, rec.eligible_at, rec.seq, rec.qgen, rec))
+
+    def unpark(self, now: float) -> list[TaskRecord]:
+        """Take out the best parked tasks that the current level can serve."""
+        out: list[TaskRecord] = []
+        budget = self.level(now)
+        parked = self.parked
+        while parked:
+            _, _, _, gen, rec = parked[0]
+            if rec.qgen != gen or rec.parked is not self:
+                heappop(parked)
+                continue
+            need = resource_amount(rec, self.name)
+            if need > budget + _EPS:
+                break
+            heappop(parked)
+            budget -= need
+            out.append(rec)
+        return out
+
+    def head_need(self) -> int | None:
+        """Amount wanted by the best live parked task (None if none)."""
+        parked = self.parked
+        while parked:
+            _, _, _, gen, rec = parked[0]
+            if rec.qgen == gen and rec.parked is self:
+                return resource_amount(rec, self.name)
+            heappop(parked)
+        return None
+
+
+def resource_amount(rec: TaskRecord, name: str) -> int:
+    assert rec.extra is not None
+    amount: int = rec.extra["resources"][name]
+    return amount
