@@ -54,12 +54,6 @@ _LOOP_CLOSED = (
 _SELF_CANCELLED = "CancelledError: raised by the executor, not by cronoq"
 _SHUTDOWN = "scheduler shut down"
 
-# Library-mode-II options: validated by build_task, behaviour not built yet.
-_LATER_TASK_OPTIONS = {
-    "start_at": "fixed starts (start_in=/start_at=)",
-}
-
-
 def _later(what: str) -> NotImplementedError:
     return NotImplementedError(
         f"{what} is not available in this version of cronoq yet (see docs/library.md, "
@@ -458,10 +452,6 @@ class Scheduler:
         rec = build_task(
             payload, pools=self._core_configs, default_pool=self._default_pool, now=now, **options
         )
-        if rec.extra is not None:
-            for name, what in _LATER_TASK_OPTIONS.items():
-                if name in rec.extra:
-                    raise _later(what)
         if rec.labels:
             raise _later("labels= (worker groups)")
         return rec

@@ -2,7 +2,7 @@
 
 Covers ENGINE.md 2.1-2.8, 2.10 (plain tasks), 2.16, 2.18-2.20, 2.22 and section 3, and the
 conformance checklist items 1-5, 16, 17, 22-39, 74, 80-84, 88, 89, 95-97, 99 and 100. Options
-whose behaviour is not built yet (fixed starts, labels, stores, fair share) must raise
+whose behaviour is not built yet (labels, stores, fair share) must raise
 NotImplementedError after validation and leave nothing behind.
 
 Timing assertions are loose (a gap of x seconds must lie in [0.9x, x + 0.15)) and every wait is
@@ -1190,9 +1190,6 @@ async def test_batch_with_one_invalid_task_admits_nothing(bad: Any, exc_type: ty
 
 
 LATER_OPTIONS = [
-    {"start_in": 1.0},
-    {"start_at": time.time() + 60},
-    {"start_in": 0, "tolerance": 0, "on_miss": "skip"},
     {"labels": {"gpu": "a100"}},
 ]
 

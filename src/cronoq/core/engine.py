@@ -28,6 +28,7 @@ same decisions. Jitter is the only use of randomness.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -42,9 +43,11 @@ from .model import (
     DEFAULT_RETRY,
     FAILED,
     FIRST_TERMINAL,
+    MISSED,
     READY,
     RETRYING,
     RUNNING,
+    SCHEDULED,
     SHED,
     SKIPPED,
     STATUS_NAMES,
@@ -78,6 +81,7 @@ ABORT_SHUTDOWN = "scheduler shut down"
 MSG_CANCELLED = "cancelled"
 
 MSG_SHED = "shed under overload"
+MSG_MISSED = "fixed start missed"
 MSG_AWAIT_TIMEOUT = "timed out awaiting unknown dependency"
 
 _T_RETRY = 0
@@ -85,6 +89,9 @@ _T_TIMEOUT = 1
 _T_LEASE = 2
 _T_AWAIT = 3
 _T_TOKENS = 4
+_T_HOLD = 5
+_T_START = 6
+_T_MISS = 7
 
 DEFAULT_RETENTION = 3600.0
 DEFAULT_RETENTION_MAX = 100_000
@@ -114,11 +121,16 @@ class PoolState:
         "busy",
         "capacity",
         "cfg",
+        "due",
         "durations",
+        "holds",
+        "learned",
         "lease_ttl",
         "name",
         "pending_by_class",
         "queues",
+        "reservation_limit",
+        "reservations",
         "retry",
         "stats",
     )
@@ -134,11 +146,28 @@ class PoolState:
         self.retry = cfg.retry
         self.lease_ttl = cfg.lease_ttl
         self.durations: dict[str, float] = {}
+        self.learned: float | None = None  # mean runtime of any kind (fixed-start hold lead)
+        # Fixed starts: reserved intervals of tasks not started yet, slots held for them
+        # (counted from the hold until dispatch) and tasks at their start time.
+        self.reservations: dict[TaskRecord, tuple[float, float]] = {}
+        self.reservation_limit = max(1, math.floor(cfg.max * cfg.reservable_fraction))
+        self.holds = 0
+        self.due: list[tuple[float, int, TaskRecord]] = []
 
     def expected_duration(self, rec: TaskRecord) -> float:
         if rec.duration_hint is not None:
             return rec.duration_hint
         return self.durations.get(rec.kind, self.cfg.default_duration)
+
+    def reservation(self, rec: TaskRecord) -> tuple[float, float]:
+        """The interval a fixed-start task reserves: [start - tol, start + duration + tol)."""
+        assert rec.extra is not None
+        start, tol = rec.extra["start_at"], rec.extra["tolerance"]
+        return (start - tol, start + self.expected_duration(rec) + tol)
+
+    def free_for_queue(self) -> int:
+        """Slots ready tasks may take: held slots are kept for fixed starts."""
+        return self.capacity - self.busy - self.holds
 
 
 class Engine:
@@ -199,6 +228,8 @@ class Engine:
         self._awaiting: dict[str, list[tuple[TaskRecord, str]]] = {}
         self._cascade: deque[TaskRecord] = deque()
         self._settling = False
+        self._in_batch = False
+        self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
 
     # --- driver interface ----------------------------------------------------------------
 
@@ -267,9 +298,14 @@ class Engine:
             out.append((rec, False))
             new.append(rec)
             per_pool[rec.pool] = per_pool.get(rec.pool, 0) + 1
-        for rec in new:
-            if rec.extra is not None:
-                self._check(rec, fresh)
+        self._in_batch = True
+        try:
+            for rec in new:
+                if rec.extra is not None:
+                    self._check(rec, fresh)
+        finally:
+            self._in_batch = False
+            self._batch_reservations.clear()
         # Parents in the batch come first (ids still follow the batch order); raises on a cycle.
         order = _parents_first(new) if fresh else new
         for name, n in per_pool.items():
@@ -300,6 +336,8 @@ class Engine:
                         "resource_exceeds_capacity",
                         f"requested amount exceeds capacity of resource {name!r}",
                     )
+        if "start_at" in extra:
+            self._check_reservation(rec)
         deps = extra.get("deps")
         if not deps:
             return
@@ -326,6 +364,16 @@ class Engine:
             if _reaches(resolved, waiting):
                 raise SubmitError("cycle", "dependency cycle")
         extra["_deps"] = resolved
+
+    def _check_reservation(self, rec: TaskRecord) -> None:
+        """Fixed starts may overlap at most reservation_limit at a time (batch-mates included)."""
+        pool = self.pools[rec.pool]
+        lo, hi = pool.reservation(rec)
+        others = list(pool.reservations.values()) + self._batch_reservations.get(pool.name, [])
+        if _peak_overlap(others, lo, hi) + 1 > pool.reservation_limit:
+            raise SubmitError("reservation_conflict", "fixed-start reservation conflict")
+        if self._in_batch:
+            self._batch_reservations.setdefault(pool.name, []).append((lo, hi))
 
     def _make_room(self, rec: TaskRecord, pool: PoolState, n: int, now: float) -> None:
         """Apply the pool's overflow policy when admitting would exceed max_pending."""
@@ -387,6 +435,8 @@ class Engine:
             rec.eligible_at = now
             self._make_ready(rec, pool, now)
             return
+        if "start_at" in extra:
+            pool.reservations[rec] = pool.reservation(rec)
         waiting = 0
         dead: str | None = None
         for parent, awaited, on in extra.pop("_deps", ()):
@@ -412,11 +462,89 @@ class Engine:
             self._release(rec, pool, now)
 
     def _release(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
-        """Every dependency of a blocked task is satisfied: it may run."""
-        if rec.extra is not None:
-            rec.extra.pop("_parents", None)
+        """Every dependency of a blocked task is satisfied: it may run (or wait for its start)."""
+        extra = rec.extra
+        if extra is not None:
+            extra.pop("_parents", None)
+            if "start_at" in extra:
+                self._arrive_fixed(rec, pool, now)
+                return
         rec.eligible_at = now
         self._make_ready(rec, pool, now)
+
+    # --- fixed start times -----------------------------------------------------------------
+
+    def _arrive_fixed(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
+        """A fixed-start task may run: wait for its time, run now, or apply on_miss."""
+        assert rec.extra is not None
+        start, tol = rec.extra["start_at"], rec.extra["tolerance"]
+        if now > start + tol:
+            on_miss = rec.extra["on_miss"]
+            if on_miss == "run_late":
+                self._make_due(rec, pool, now)
+            else:
+                self._move(rec, SCHEDULED, now, None)
+                self._fixed_missed(rec, pool, now)
+        elif now >= start:
+            self._make_due(rec, pool, now)
+        else:
+            self._move(rec, SCHEDULED, now, None)
+            lead = max(tol, pool.cfg.default_duration if pool.learned is None else pool.learned)
+            self._timer(start - lead, _T_HOLD, rec, 0)
+            self._timer(start, _T_START, rec, 0)
+
+    def _hold(self, rec: TaskRecord, pool: PoolState) -> None:
+        assert rec.extra is not None
+        if not rec.extra.get("_held"):
+            rec.extra["_held"] = True
+            pool.holds += 1
+
+    def _make_due(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
+        """The start time has come: the task waits, ahead of the ready queues, for its slot."""
+        assert rec.extra is not None
+        self._move(rec, READY, now, None)
+        rec.eligible_at = rec.ready_at = now
+        self._hold(rec, pool)
+        rec.extra["_due"] = True
+        start, tol = rec.extra["start_at"], rec.extra["tolerance"]
+        heappush(pool.due, (start, rec.seq, rec))
+        if now <= start + tol:
+            self._timer(start + tol, _T_MISS, rec, 0)
+
+    def _fixed_missed(self, rec: TaskRecord, pool: PoolState, now: float) -> None:
+        """Not started within tolerance and on_miss is skip or fail."""
+        assert rec.extra is not None
+        pool.stats.on_fixed_start(now, False)
+        status = MISSED if rec.extra["on_miss"] == "skip" else FAILED
+        self._finish(rec, status, now, MSG_MISSED)
+
+    def _drop_fixed(self, rec: TaskRecord, pool: PoolState) -> None:
+        """The task started or ended: its reservation and held slot go."""
+        extra = rec.extra
+        assert extra is not None
+        pool.reservations.pop(rec, None)
+        if extra.pop("_held", False):
+            pool.holds -= 1
+        extra["_due"] = False
+        extra["_fixed_done"] = True
+
+    def _dispatch_due(self, pool: PoolState, now: float) -> None:
+        """Start tasks at their fixed start time on the slots held for them."""
+        due = pool.due
+        while due and pool.busy < pool.capacity:
+            rec = due[0][2]
+            extra = rec.extra
+            assert extra is not None
+            if rec.status != READY or not extra.get("_due"):
+                heappop(due)
+                continue
+            if not self._acquire(rec, now, park=False):
+                break  # its resource is short: due tasks wait in start order
+            heappop(due)
+            start, tol = extra["start_at"], extra["tolerance"]
+            pool.stats.on_fixed_start(now, now <= start + tol)
+            self._drop_fixed(rec, pool)
+            self._start(rec, pool, now, True)
 
     def _settle_dependents(self, now: float) -> None:
         """Apply finished tasks to the edges of their dependents (iteratively: skips cascade)."""
@@ -460,12 +588,14 @@ class Engine:
             return
         for pool in self._pool_list:
             queues = pool.queues
-            if not queues.n or pool.busy >= pool.capacity:
+            if pool.busy >= pool.capacity or not (queues.n or pool.due):
                 continue
-            free = pool.capacity - pool.busy
             stats = pool.stats
             stats.level(now, pool.busy, pool.capacity)  # close the interval before the change
-            while free and queues.n:
+            if pool.due:
+                self._dispatch_due(pool, now)
+            free = pool.free_for_queue()
+            while free > 0 and queues.n:
                 rec = queues.pop_best(now)
                 assert rec is not None
                 if rec.extra is not None and not self._acquire(rec, now):
@@ -474,8 +604,8 @@ class Engine:
                 self._start(rec, pool, now, queues.adherent)
             stats.level(now, pool.busy, pool.capacity)
 
-    def _acquire(self, rec: TaskRecord, now: float) -> bool:
-        """Take the task's resources, or park it on the first one that is short."""
+    def _acquire(self, rec: TaskRecord, now: float, park: bool = True) -> bool:
+        """Take the task's resources, or (with park) park it on the first one that is short."""
         assert rec.extra is not None
         wanted = rec.extra.get("resources")
         if not wanted:
@@ -484,6 +614,8 @@ class Engine:
         for name, amount in wanted.items():
             r = resources[name]
             if not r.available(amount, now):
+                if not park:
+                    return False
                 r.park(rec)
                 rec.parked = r
                 if r.is_bucket and r.wake is None:
@@ -535,6 +667,8 @@ class Engine:
         runtime = self._end_attempt(att, pool, now, True)
         d = pool.durations.get(rec.kind)
         pool.durations[rec.kind] = runtime if d is None else d + _EWMA_ALPHA * (runtime - d)
+        d = pool.learned
+        pool.learned = runtime if d is None else d + _EWMA_ALPHA * (runtime - d)
         rec.output = output
         self._finish(rec, SUCCEEDED, now, None)
         return True
@@ -658,6 +792,17 @@ class Engine:
             elif kind == _T_TOKENS:
                 obj.wake = None
                 self._unpark(obj, now)
+            elif kind == _T_HOLD:
+                if obj.status == SCHEDULED:
+                    self._hold(obj, self.pools[obj.pool])
+            elif kind == _T_START:
+                if obj.status == SCHEDULED:
+                    self._make_due(obj, self.pools[obj.pool], now)
+            elif kind == _T_MISS:
+                rec = obj
+                due = rec.status == READY and rec.extra.get("_due")
+                if due and rec.extra["on_miss"] != "run_late":
+                    self._fixed_missed(rec, self.pools[rec.pool], now)
             elif kind == _T_AWAIT:
                 rec = obj
                 extra = rec.extra
@@ -696,6 +841,8 @@ class Engine:
         extra = rec.extra
         if extra is not None:
             extra.pop("_parents", None)
+            if "start_at" in extra and not extra.get("_fixed_done"):
+                self._drop_fixed(rec, self.pools[rec.pool])
             if extra.get("_children"):
                 self._cascade.append(rec)
                 if not self._settling:
@@ -760,12 +907,12 @@ class Engine:
                     name=p.name,
                     capacity=p.capacity,
                     busy=p.busy,
-                    held=0,
+                    held=min(p.holds, max(0, p.capacity - p.busy)),
                     desired=p.capacity,
                     pending=sum(by_class),
                     pending_by_class=by_class,
                     ready=p.queues.n,
-                    reservations=0,
+                    reservations=len(p.reservations),
                     window=p.stats.window,
                     dispatched=int(m["dispatched"]),
                     succeeded=int(m["succeeded"]),
@@ -873,3 +1020,18 @@ def _parents_first(new: list[TaskRecord]) -> list[TaskRecord]:
                 state[id(rec)] = 2
                 order.append(rec)
     return order
+
+
+def _peak_overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> int:
+    """Most of the half-open intervals that cover one instant of [lo, hi)."""
+    points: list[tuple[float, int]] = []
+    for a, b in intervals:
+        if a < hi and b > lo:
+            points.append((max(a, lo), 1))
+            points.append((min(b, hi), -1))
+    points.sort()  # at equal times, ends (-1) before starts (+1): touching is no overlap
+    peak = level = 0
+    for _, step in points:
+        level += step
+        peak = max(peak, level)
+    return peak

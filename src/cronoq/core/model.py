@@ -54,7 +54,9 @@ _LIVE_EXITS = (CANCELLED,)
 TRANSITIONS: dict[int, frozenset[int]] = {
     BLOCKED: frozenset({SCHEDULED, READY, SKIPPED, *_LIVE_EXITS}),
     SCHEDULED: frozenset({READY, MISSED, FAILED, *_LIVE_EXITS}),
-    READY: frozenset({RUNNING, SHED, *_LIVE_EXITS}),
+    # A fixed-start task is ready from its start time; if no slot comes within its tolerance it
+    # ends missed or failed (on_miss) from there.
+    READY: frozenset({RUNNING, SHED, MISSED, FAILED, *_LIVE_EXITS}),
     RUNNING: frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, RETRYING, *_LIVE_EXITS}),
     RETRYING: frozenset({READY, *_LIVE_EXITS}),
     SUCCEEDED: frozenset(),
