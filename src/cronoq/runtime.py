@@ -330,9 +330,6 @@ class Scheduler:
             raise ValueError("codec= needs store=")
         if store is not None:
             raise _later("store= (durable state)")
-        for p in pools:
-            if p.fair_share or p.tenant_weights:
-                raise _later("fair_share / tenant_weights")
         self._resources = [r.core_config() for r in resources or ()]
         self._pool_names = [p.name for p in pools]
         self._default_pool = "default" if "default" in by_name else pools[0].name

@@ -140,7 +140,7 @@ class PoolState:
         self.name = cfg.name
         self.capacity = cfg.capacity
         self.busy = 0
-        self.queues = ReadyQueues(sc)
+        self.queues = ReadyQueues(sc, cfg.tenant_weights if cfg.fair_share else None)
         self.pending_by_class = [0, 0, 0, 0]
         self.stats = PoolStats(now, cfg.capacity)
         self.retry = cfg.retry

@@ -13,8 +13,10 @@ task simply bumps it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from heapq import heappop, heappush
 
+from .fair import FairClassQueue
 from .model import NUM_CLASSES, Scoring, TaskRecord
 
 _Entry = tuple[float, int, int, TaskRecord]
@@ -91,8 +93,13 @@ class ReadyQueues:
 
     __slots__ = ("_age", "_bound", "adherent", "classes", "n", "sc")
 
-    def __init__(self, sc: Scoring) -> None:
-        self.classes = [ClassQueue() for _ in range(NUM_CLASSES)]
+    def __init__(self, sc: Scoring, fair_weights: Mapping[str, float] | None = None) -> None:
+        # With fair share, tenants take turns within each class (classes stay strict).
+        self.classes: list[ClassQueue | FairClassQueue] = (
+            [ClassQueue() for _ in range(NUM_CLASSES)]
+            if fair_weights is None
+            else [FairClassQueue(fair_weights) for _ in range(NUM_CLASSES)]
+        )
         self.n = 0
         self.sc = sc
         # Whether the last pop_best took from the most important non-empty class.
