@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.model import (
     DEFAULT_RETRY,
     PoolConfig,
@@ -189,6 +190,21 @@ class AutoscaleConfig:
     def slo(self) -> dict[str, float]:
         """Maximum predicted queue wait per class, keyed by lower-case class name."""
         return {Priority(cls).name.lower(): seconds for cls, seconds in self._slo.items()}
+
+    def core_settings(self) -> AutoscaleSettings:
+        """The engine's view of these settings."""
+        return AutoscaleSettings(
+            interval=self._interval,
+            target_utilization=self._target_utilization,
+            drain_time=self._drain_time,
+            slo=dict(self._slo),
+            reservation_horizon=self._reservation_horizon,
+            stabilization_window=self._stabilization_window,
+            cooldown=self._cooldown,
+            max_step_up_abs=self._max_step_up_abs,
+            max_step_down=self._max_step_down,
+            cost_per_worker_second=self._cost_per_worker_second,
+        )
 
     @property
     def reservation_horizon(self) -> float:
@@ -442,6 +458,7 @@ class Pool:
             fair_share=self._fair_share or bool(self._tenant_weights),
             tenant_weights=dict(self._tenant_weights),
             cost_per_worker_second=0.0 if scaling is None else scaling.cost_per_worker_second,
+            autoscale=None if scaling is None else scaling.core_settings(),
         )
 
     def __repr__(self) -> str:

@@ -54,6 +54,7 @@ _LOOP_CLOSED = (
 _SELF_CANCELLED = "CancelledError: raised by the executor, not by cronoq"
 _SHUTDOWN = "scheduler shut down"
 
+
 def _later(what: str) -> NotImplementedError:
     return NotImplementedError(
         f"{what} is not available in this version of cronoq yet (see docs/library.md, "
@@ -378,8 +379,9 @@ class Scheduler:
             attempt_class=TaskContext,
             resources=self._resources,
         )
-        self._session = _Session(engine, loop)
+        self._session = s = _Session(engine, loop)
         self._stopping = False
+        self._pump(s)  # timers due at start (the first autoscaler evaluation) run now
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Stop admitting and dispatching, let running attempts finish for `grace` seconds,

@@ -36,6 +36,7 @@ from heapq import heappop, heappush
 from typing import Any
 
 from ..errors import SubmitError
+from .autoscale import Autoscaler
 from .model import (
     BLOCKED,
     CANCELLED,
@@ -92,6 +93,7 @@ _T_TOKENS = 4
 _T_HOLD = 5
 _T_START = 6
 _T_MISS = 7
+_T_SCALE = 8
 
 DEFAULT_RETENTION = 3600.0
 DEFAULT_RETENTION_MAX = 100_000
@@ -118,6 +120,7 @@ class PoolState:
     """Engine-side state of one pool."""
 
     __slots__ = (
+        "arrivals",
         "busy",
         "capacity",
         "cfg",
@@ -132,6 +135,8 @@ class PoolState:
         "reservation_limit",
         "reservations",
         "retry",
+        "retrying_by_class",
+        "scaler",
         "stats",
     )
 
@@ -153,6 +158,12 @@ class PoolState:
         self.reservation_limit = max(1, math.floor(cfg.max * cfg.reservable_fraction))
         self.holds = 0
         self.due: list[tuple[float, int, TaskRecord]] = []
+        # Autoscaling: arrivals since the last evaluation and retrying tasks (backlog signal).
+        self.scaler = (
+            None if cfg.autoscale is None else Autoscaler(cfg.autoscale, cfg.min, cfg.max, now)
+        )
+        self.arrivals = 0
+        self.retrying_by_class = [0, 0, 0, 0]
 
     def expected_duration(self, rec: TaskRecord) -> float:
         if rec.duration_hint is not None:
@@ -230,6 +241,9 @@ class Engine:
         self._settling = False
         self._in_batch = False
         self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
+        for pool in self._pool_list:
+            if pool.scaler is not None:  # the first evaluation happens at start
+                self._timer(pool.scaler.next_eval, _T_SCALE, pool, 0)
 
     # --- driver interface ----------------------------------------------------------------
 
@@ -420,6 +434,8 @@ class Engine:
         self.live += 1
         self.totals["submitted"] += 1
         pool.pending_by_class[rec.cls] += 1
+        if rec.extra is None or "start_at" not in rec.extra:
+            pool.arrivals += 1  # a fixed start arrives at its start time (autoscaler signal)
         if self.event_level == EVENTS_ALL:
             self._event(rec, BLOCKED, now, None)
         if key is not None and self._awaiting and key in self._awaiting:
@@ -504,6 +520,7 @@ class Engine:
         assert rec.extra is not None
         self._move(rec, READY, now, None)
         rec.eligible_at = rec.ready_at = now
+        pool.arrivals += 1
         self._hold(rec, pool)
         rec.extra["_due"] = True
         start, tol = rec.extra["start_at"], rec.extra["tolerance"]
@@ -743,6 +760,7 @@ class Engine:
         self.totals["retries"] += 1
         pool.stats.on_retry(now)
         pool.pending_by_class[rec.cls] += 1
+        pool.retrying_by_class[rec.cls] += 1
         self._move(rec, RETRYING, now, message)
         rec.message = message
         self._timer(now + delay, _T_RETRY, rec, rec.attempt)
@@ -774,6 +792,32 @@ class Engine:
         pool.stats.level(now, pool.busy, n)
         pool.capacity = n
 
+    def _autoscale(self, pool: PoolState, now: float) -> None:
+        """One autoscaler evaluation of a pool (see core/autoscale.py for the formula)."""
+        scaler = pool.scaler
+        assert scaler is not None
+        backlog = [q.n for q in pool.queues.classes]
+        for _, _, rec in pool.due:
+            if rec.status == READY:
+                backlog[rec.cls] += 1
+        for c, n in enumerate(pool.retrying_by_class):
+            backlog[c] += n
+        horizon = now + scaler.settings.reservation_horizon
+        upcoming = [iv for iv in pool.reservations.values() if iv[0] <= horizon]
+        new = scaler.evaluate(
+            now,
+            arrivals=pool.arrivals,
+            service_time=pool.cfg.default_duration if pool.learned is None else pool.learned,
+            backlog_by_class=backlog,
+            busy=pool.busy,
+            capacity=pool.capacity,
+            reserved=_peak_overlap(upcoming, now, math.inf),
+        )
+        pool.arrivals = 0
+        if new != pool.capacity:
+            self.set_capacity(pool.name, new, now)
+        self._timer(scaler.next_eval, _T_SCALE, pool, 0)
+
     # --- timers --------------------------------------------------------------------------
 
     def _timer(self, when: float, kind: int, obj: Any, tag: int) -> None:
@@ -788,7 +832,11 @@ class Engine:
             if kind == _T_RETRY:
                 rec = obj
                 if rec.status == RETRYING and rec.attempt == tag:
-                    self._make_ready(rec, self.pools[rec.pool], now)
+                    pool = self.pools[rec.pool]
+                    pool.retrying_by_class[rec.cls] -= 1
+                    self._make_ready(rec, pool, now)
+            elif kind == _T_SCALE:
+                self._autoscale(obj, now)
             elif kind == _T_TOKENS:
                 obj.wake = None
                 self._unpark(obj, now)
@@ -828,6 +876,8 @@ class Engine:
     def _finish(self, rec: TaskRecord, status: int, now: float, message: str | None) -> None:
         if rec.status != RUNNING:  # it was pending until now
             self.pools[rec.pool].pending_by_class[rec.cls] -= 1
+            if rec.status == RETRYING:
+                self.pools[rec.pool].retrying_by_class[rec.cls] -= 1
         self._move(rec, status, now, message)
         rec.message = message
         rec.finished_at = now
@@ -908,7 +958,7 @@ class Engine:
                     capacity=p.capacity,
                     busy=p.busy,
                     held=min(p.holds, max(0, p.capacity - p.busy)),
-                    desired=p.capacity,
+                    desired=p.capacity if p.scaler is None else p.scaler.desired,
                     pending=sum(by_class),
                     pending_by_class=by_class,
                     ready=p.queues.n,

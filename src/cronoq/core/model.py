@@ -9,7 +9,10 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .autoscale import AutoscaleSettings
 
 # --- statuses ----------------------------------------------------------------------------------
 
@@ -254,6 +257,7 @@ class PoolConfig:
     fair_share: bool = False
     tenant_weights: dict[str, float] = field(default_factory=dict)
     cost_per_worker_second: float = 0.0
+    autoscale: AutoscaleSettings | None = None
 
 
 # --- tasks and attempts ------------------------------------------------------------------------
