@@ -185,7 +185,7 @@ class TaskContext(Attempt):
     @property
     def group(self) -> dict[str, str]:
         """Labels of the worker group running this attempt ({} for unlabeled slots)."""
-        return {}
+        return {} if self.slot is None else dict(self.slot.labels)
 
     def is_cancelled(self) -> bool:
         """True once the engine gave up on this attempt (cancel, timeout, lease loss, shutdown)."""
@@ -451,8 +451,6 @@ class Scheduler:
         rec = build_task(
             payload, pools=self._core_configs, default_pool=self._default_pool, now=now, **options
         )
-        if rec.labels:
-            raise _later("labels= (worker groups)")
         return rec
 
     async def submit(self, payload: Any, **options: Any) -> TaskHandle:
@@ -552,6 +550,23 @@ class Scheduler:
         if n < 0:
             raise OverflowError(f"n must be >= 0 (got {n})")
         s.engine.set_capacity(pool, n, time.time())
+        self._kick(s)
+
+    async def set_group_capacity(self, pool: str, labels: Mapping[str, str], n: int) -> None:
+        """Declare or resize the worker group of `pool` carrying exactly `labels`; the pool's
+        capacity is its unlabeled slots plus every group's. n=0 removes the group's slots."""
+        s = self._live()
+        if pool not in self._core_configs:
+            raise SubmitError("unknown_pool", f"unknown pool {pool!r}")
+        if not isinstance(labels, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise TypeError(f"labels must be a mapping of str to str (got {labels!r})")
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int (got {n!r})")
+        if n < 0:
+            raise OverflowError(f"n must be >= 0 (got {n})")
+        s.engine.set_group_capacity(pool, dict(labels), n, time.time())
         self._kick(s)
 
     def events(self, on_lag: str = "skip") -> EventStream:

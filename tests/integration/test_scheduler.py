@@ -1,9 +1,8 @@
 """The asyncio Scheduler driven end to end with real executors (library mode I).
 
 Covers ENGINE.md 2.1-2.8, 2.10 (plain tasks), 2.16, 2.18-2.20, 2.22 and section 3, and the
-conformance checklist items 1-5, 16, 17, 22-39, 74, 80-84, 88, 89, 95-97, 99 and 100. Options
-whose behaviour is not built yet (labels, stores) must raise
-NotImplementedError after validation and leave nothing behind.
+conformance checklist items 1-5, 16, 17, 22-39, 74, 80-84, 88, 89, 95-97, 99 and 100. The durable
+store is not built yet: store= must raise NotImplementedError.
 
 Timing assertions are loose (a gap of x seconds must lie in [0.9x, x + 0.15)) and every wait is
 bounded, so a regression fails quickly instead of hanging.
@@ -1187,30 +1186,6 @@ async def test_batch_with_one_invalid_task_admits_nothing(bad: Any, exc_type: ty
 
 
 # --- library mode II options (not built yet) ---------------------------------------------------
-
-
-LATER_OPTIONS = [
-    {"labels": {"gpu": "a100"}},
-]
-
-
-@pytest.mark.parametrize("options", LATER_OPTIONS, ids=lambda o: "+".join(o))
-async def test_library_two_task_options_raise_not_implemented(options: dict[str, Any]) -> None:
-    sched = make()
-    async with sched:
-        with pytest.raises(NotImplementedError):
-            await sched.submit("p", key="k", **options)
-        with pytest.raises(NotImplementedError):
-            await sched.enqueue("p", key="k", **options)
-        with pytest.raises(NotImplementedError):
-            await sched.submit_batch([Task("first", key="k0"), Task("p", key="k", **options)])
-        snap = await sched.snapshot()
-        assert (snap.totals["submitted"], snap.live_tasks) == (0, 0)
-        assert await sched.status("k") is None
-        assert await sched.status("k0") is None
-        handle = await sched.submit("p", key="k")
-        assert (handle.id, handle.duplicate) == (1, False)
-        assert await outcome(handle) == "p"
 
 
 async def test_options_that_mean_nothing_yet_are_accepted() -> None:

@@ -37,6 +37,7 @@ from typing import Any
 
 from ..errors import SubmitError
 from .autoscale import Autoscaler
+from .groups import Group, Groups
 from .model import (
     BLOCKED,
     CANCELLED,
@@ -126,6 +127,7 @@ class PoolState:
         "cfg",
         "due",
         "durations",
+        "groups",
         "holds",
         "learned",
         "lease_ttl",
@@ -138,12 +140,15 @@ class PoolState:
         "retrying_by_class",
         "scaler",
         "stats",
+        "unlabeled",
     )
 
     def __init__(self, cfg: PoolConfig, sc: Scoring, now: float) -> None:
         self.cfg = cfg
         self.name = cfg.name
-        self.capacity = cfg.capacity
+        self.capacity = cfg.capacity  # unlabeled slots + the slots of every worker group
+        self.unlabeled = cfg.capacity
+        self.groups: Groups | None = None  # made when a group or a labeled task first appears
         self.busy = 0
         self.queues = ReadyQueues(sc, cfg.tenant_weights if cfg.fair_share else None)
         self.pending_by_class = [0, 0, 0, 0]
@@ -555,13 +560,16 @@ class Engine:
             if rec.status != READY or not extra.get("_due"):
                 heappop(due)
                 continue
-            if not self._acquire(rec, now, park=False):
-                break  # its resource is short: due tasks wait in start order
+            found = None
+            if pool.groups is not None or rec.labels:
+                found = self._slot_for(rec, pool, park=False)
+            if isinstance(found, bool) or not self._acquire(rec, now, park=False):
+                break  # no matching slot or resource yet: due tasks wait in start order
             heappop(due)
             start, tol = extra["start_at"], extra["tolerance"]
             pool.stats.on_fixed_start(now, now <= start + tol)
             self._drop_fixed(rec, pool)
-            self._start(rec, pool, now, True)
+            self._start(rec, pool, now, True, found)
 
     def _settle_dependents(self, now: float) -> None:
         """Apply finished tasks to the edges of their dependents (iteratively: skips cascade)."""
@@ -615,11 +623,27 @@ class Engine:
             while free > 0 and queues.n:
                 rec = queues.pop_best(now)
                 assert rec is not None
+                slot = None
+                if pool.groups is not None or rec.labels:
+                    found = self._slot_for(rec, pool, park=True)
+                    if isinstance(found, bool):
+                        continue  # parked until a matching group has a free slot
+                    slot = found
                 if rec.extra is not None and not self._acquire(rec, now):
                     continue  # parked on a resource; the next task may run
                 free -= 1
-                self._start(rec, pool, now, queues.adherent)
+                self._start(rec, pool, now, queues.adherent, slot)
             stats.level(now, pool.busy, pool.capacity)
+
+    def _slot_for(self, rec: TaskRecord, pool: PoolState, park: bool) -> Group | bool | None:
+        """The worker-group slot a task would run on (None: unlabeled), or False."""
+        groups = pool.groups
+        if groups is None:
+            groups = pool.groups = Groups()
+        slot = groups.pick(rec, pool.unlabeled)
+        if slot is False and park:
+            groups.park(rec)
+        return slot
 
     def _acquire(self, rec: TaskRecord, now: float, park: bool = True) -> bool:
         """Take the task's resources, or (with park) park it on the first one that is short."""
@@ -654,13 +678,18 @@ class Engine:
                 r.wake = r.ready_at(need, now)
                 self._timer(r.wake, _T_TOKENS, r, 0)
 
-    def _start(self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool) -> None:
+    def _start(
+        self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool, slot: Group | None
+    ) -> None:
         pool.busy += 1
         pool.pending_by_class[rec.cls] -= 1
         n = rec.attempt = rec.attempt + 1
         self._lease += 1
         ttl = pool.lease_ttl
         att = self.attempt_class(rec, n, self._lease, now, ttl)
+        if pool.groups is not None:
+            att.slot = slot
+            pool.groups.occupy(slot)
         rec.running = att
         self.running[att.lease] = att
         self._move(rec, RUNNING, now, None)
@@ -718,6 +747,12 @@ class Engine:
         att.task.running = None
         pool.stats.level(now, pool.busy - 1, pool.capacity)
         pool.busy -= 1
+        groups = pool.groups
+        if groups is not None:
+            slot = att.slot
+            groups.vacate(slot)
+            if slot is not None and groups.parked:
+                self._unpark_labeled(pool, slot)
         runtime = now - att.started_at
         pool.stats.on_attempt_end(now, att.started_at, success)
         extra = att.task.extra
@@ -788,9 +823,31 @@ class Engine:
     # --- capacity ------------------------------------------------------------------------
 
     def set_capacity(self, pool_name: str, n: int, now: float) -> None:
+        """Set the pool's unlabeled slots (worker groups keep theirs)."""
         pool = self.pools[pool_name]
-        pool.stats.level(now, pool.busy, n)
-        pool.capacity = n
+        capacity = n + (pool.groups.total() if pool.groups is not None else 0)
+        pool.stats.level(now, pool.busy, capacity)
+        pool.unlabeled = n
+        pool.capacity = capacity
+
+    def set_group_capacity(
+        self, pool_name: str, labels: dict[str, str], n: int, now: float
+    ) -> None:
+        """Declare or resize the worker group carrying exactly `labels` (0 removes its slots)."""
+        pool = self.pools[pool_name]
+        if pool.groups is None:
+            pool.groups = Groups()
+        g = pool.groups.set(labels, n)
+        capacity = pool.unlabeled + pool.groups.total()
+        pool.stats.level(now, pool.busy, capacity)
+        pool.capacity = capacity
+        self._unpark_labeled(pool, g)
+
+    def _unpark_labeled(self, pool: PoolState, g: Group) -> None:
+        assert pool.groups is not None
+        for rec in pool.groups.unpark(g):
+            rec.parked = None
+            pool.queues.push(rec)
 
     def _autoscale(self, pool: PoolState, now: float) -> None:
         """One autoscaler evaluation of a pool (see core/autoscale.py for the formula)."""
@@ -810,11 +867,11 @@ class Engine:
             service_time=pool.cfg.default_duration if pool.learned is None else pool.learned,
             backlog_by_class=backlog,
             busy=pool.busy,
-            capacity=pool.capacity,
+            capacity=pool.unlabeled,
             reserved=_peak_overlap(upcoming, now, math.inf),
         )
         pool.arrivals = 0
-        if new != pool.capacity:
+        if new != pool.unlabeled:
             self.set_capacity(pool.name, new, now)
         self._timer(scaler.next_eval, _T_SCALE, pool, 0)
 

@@ -368,6 +368,7 @@ class Attempt:
         "lease_expiry",
         "lease_ttl",
         "number",
+        "slot",
         "started_at",
         "task",
     )
@@ -375,6 +376,7 @@ class Attempt:
     def __init__(
         self, task: TaskRecord, number: int, lease: int, started_at: float, lease_ttl: float | None
     ) -> None:
+        self.slot: Any = None  # the worker group whose slot runs it (None: an unlabeled slot)
         self.task = task
         self.number = number
         self.lease = lease
