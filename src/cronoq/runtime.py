@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from ._options import Pool, Resource, Task, build_task
 from .core import engine as _engine
+from .core.cron import CronError, parse_cron, zone
 from .core.engine import Engine
 from .core.model import (
     FIRST_TERMINAL,
@@ -33,6 +34,7 @@ from .core.model import (
     TaskRecord,
     check_seconds,
 )
+from .core.recurring import Recurring
 from .errors import (
     EventsLagged,
     Permanent,
@@ -53,6 +55,12 @@ _LOOP_CLOSED = (
 )
 _SELF_CANCELLED = "CancelledError: raised by the executor, not by cronoq"
 _SHUTDOWN = "scheduler shut down"
+_OVERLAPS = ("skip", "allow", "queue", "queue_on_success")
+# submit() options a recurring schedule's template may carry (no deps, fixed start or deadline_at)
+_RECURRING_OPTIONS = frozenset(
+    {"priority", "pool", "kind", "key", "duration_hint", "timeout", "retry", "resources", "tags"}
+    | {"labels", "tenant"}
+)
 
 
 def _later(what: str) -> NotImplementedError:
@@ -551,6 +559,100 @@ class Scheduler:
             raise OverflowError(f"n must be >= 0 (got {n})")
         s.engine.set_capacity(pool, n, time.time())
         self._kick(s)
+
+    async def add_recurring(
+        self,
+        name: str,
+        cron: str,
+        payload: Any,
+        *,
+        tz: str | None = None,
+        overlap: str = "skip",
+        tolerance: float = 1.0,
+        on_miss: str = "run_late",
+        deadline_in: float | None = None,
+        **options: Any,
+    ) -> None:
+        """Run `payload` at every occurrence of a cron expression (5, 6 with leading seconds, or
+        7 fields; @aliases) in time zone `tz` (IANA name, default UTC). Adding an existing name
+        replaces that schedule. `options` are submit()'s priority, pool, kind, key,
+        duration_hint, timeout, retry, resources, tags, labels and tenant."""
+        s = self._live()
+        if not isinstance(name, str) or "\0" in name:
+            raise ValueError(f"name must be a string without NUL characters (got {name!r})")
+        if not isinstance(cron, str):
+            raise TypeError(f"cron must be a string (got {cron!r})")
+        if overlap not in _OVERLAPS:
+            raise ValueError("overlap must be 'skip', 'allow', 'queue' or 'queue_on_success'")
+        unknown = options.keys() - _RECURRING_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"add_recurring() got unexpected option(s): {', '.join(sorted(unknown))}"
+            )
+        if deadline_in is not None:
+            deadline_in = check_seconds("deadline_in", deadline_in)
+        now = time.time()
+        # The template goes through submit()'s validation (with a fixed start for tolerance and
+        # on_miss), so a schedule accepts exactly what a task accepts.
+        tpl = build_task(
+            payload,
+            pools=self._core_configs,
+            default_pool=self._default_pool,
+            now=now,
+            start_at=now,
+            tolerance=tolerance,
+            on_miss=on_miss,
+            **options,
+        )
+        assert tpl.extra is not None
+        try:
+            spec = parse_cron(cron)
+        except CronError as e:
+            raise SchedulerError(f"configuration error: invalid cron '{cron}': {e}") from None
+        try:
+            zone_info = zone(tz)
+        except CronError as e:
+            raise SchedulerError(f"configuration error: {e}") from None
+        resources = tpl.extra.get("resources")
+        for rname, amount in (resources or {}).items():
+            r = s.engine.resources.get(rname)
+            if r is None:
+                raise SubmitError("unknown_resource", f"unknown resource {rname!r}")
+            if amount > r.cfg.capacity:
+                raise SubmitError(
+                    "resource_exceeds_capacity",
+                    f"requested amount exceeds capacity of resource {rname!r}",
+                )
+        sched = Recurring(
+            name=name,
+            spec=spec,
+            tz=zone_info,
+            payload=payload,
+            pool=tpl.pool,
+            cls=tpl.cls,
+            kind=tpl.kind,
+            key=tpl.key,
+            tenant=tpl.tenant,
+            deadline_in=deadline_in,
+            duration_hint=tpl.duration_hint,
+            timeout=tpl.timeout,
+            retry=tpl.retry,
+            resources=resources,
+            tags=tpl.tags,
+            labels=tpl.labels,
+            overlap=overlap,
+            tolerance=tpl.extra["tolerance"],
+            on_miss=tpl.extra["on_miss"],
+        )
+        s.engine.add_recurring(sched, now)
+        self._kick(s)
+
+    async def remove_recurring(self, name: str) -> bool:
+        """Remove a schedule (and cancel its occurrence that has not started); False if unknown."""
+        s = self._live()
+        removed = s.engine.remove_recurring(name, time.time())
+        self._kick(s)
+        return removed
 
     async def set_group_capacity(self, pool: str, labels: Mapping[str, str], n: int) -> None:
         """Declare or resize the worker group of `pool` carrying exactly `labels`; the pool's

@@ -66,6 +66,7 @@ from .model import (
     TaskRecord,
 )
 from .queue import ReadyQueues
+from .recurring import Recurring, occurrence_key
 from .resources import ResourceConfig, ResourceState
 from .stats import PoolStats
 
@@ -95,6 +96,9 @@ _T_HOLD = 5
 _T_START = 6
 _T_MISS = 7
 _T_SCALE = 8
+_T_CRON = 9
+
+MSG_OVERLAP = "previous occurrence still running"
 
 DEFAULT_RETENTION = 3600.0
 DEFAULT_RETENTION_MAX = 100_000
@@ -246,6 +250,7 @@ class Engine:
         self._settling = False
         self._in_batch = False
         self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
+        self.recurring: dict[str, Recurring] = {}
         for pool in self._pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
                 self._timer(pool.scaler.next_eval, _T_SCALE, pool, 0)
@@ -492,6 +497,67 @@ class Engine:
                 return
         rec.eligible_at = now
         self._make_ready(rec, pool, now)
+
+    # --- recurring schedules ---------------------------------------------------------------
+
+    def add_recurring(self, sched: Recurring, now: float) -> None:
+        """Add or replace a schedule by name; a replaced schedule's pending occurrence is
+        cancelled. The first occurrence is materialized 2 x tolerance ahead of its time."""
+        self.remove_recurring(sched.name, now)
+        self.recurring[sched.name] = sched
+        self._plan_next(sched, now, now)
+
+    def remove_recurring(self, name: str, now: float) -> bool:
+        """Drop a schedule and cancel its occurrence that has not started yet."""
+        sched = self.recurring.pop(name, None)
+        if sched is None:
+            return False
+        sched.gen += 1
+        for rec in (sched.last, sched.queued):
+            if rec is not None and rec.status in (BLOCKED, SCHEDULED):
+                self.cancel(rec.id, now)
+        return True
+
+    def _plan_next(self, sched: Recurring, after: float, now: float) -> None:
+        """Find the next occurrence strictly after `after` and set the timer that creates it."""
+        t = sched.spec.next_after(after, sched.tz)
+        sched.next_time = t
+        if t is not None:
+            self._timer(max(now, t - 2 * sched.tolerance), _T_CRON, sched, sched.gen)
+
+    def _materialize(self, sched: Recurring, now: float) -> None:
+        """Create the occurrence at sched.next_time as an ordinary fixed-start task."""
+        t = sched.next_time
+        assert t is not None
+        prev = sched.last
+        prev_live = prev is not None and prev.status < FIRST_TERMINAL
+        overlap = sched.overlap
+        conflict = False
+        if overlap == "skip":
+            conflict = prev_live and prev is not None and prev.status != SCHEDULED
+        elif overlap in ("queue", "queue_on_success"):
+            queued = sched.queued
+            conflict = queued is not None and queued.status == BLOCKED
+        if conflict:
+            self.totals["recurring_conflicts"] += 1
+        else:
+            rec = sched.occurrence(t, occurrence_key(sched.key, t))
+            assert rec.extra is not None
+            if overlap == "skip" and prev_live:
+                rec.extra["_overlaps"] = prev
+            elif prev is not None and (
+                overlap == "queue_on_success" or (overlap == "queue" and prev_live)
+            ):
+                on = "success" if overlap == "queue_on_success" else "complete"
+                rec.extra["deps"] = [(prev.id, on)]
+            try:
+                got, _ = self.submit(rec, now)
+            except SubmitError:
+                self.totals["recurring_conflicts"] += 1
+            else:
+                sched.last = got
+                sched.queued = got if got.status == BLOCKED else None
+        self._plan_next(sched, t, now)
 
     # --- fixed start times -----------------------------------------------------------------
 
@@ -894,6 +960,10 @@ class Engine:
                     self._make_ready(rec, pool, now)
             elif kind == _T_SCALE:
                 self._autoscale(obj, now)
+            elif kind == _T_CRON:
+                sched: Recurring = obj
+                if self.recurring.get(sched.name) is sched and sched.gen == tag:
+                    self._materialize(sched, now)
             elif kind == _T_TOKENS:
                 obj.wake = None
                 self._unpark(obj, now)
@@ -902,7 +972,11 @@ class Engine:
                     self._hold(obj, self.pools[obj.pool])
             elif kind == _T_START:
                 if obj.status == SCHEDULED:
-                    self._make_due(obj, self.pools[obj.pool], now)
+                    prev = obj.extra.get("_overlaps")
+                    if prev is not None and prev.status < FIRST_TERMINAL:
+                        self._finish(obj, SKIPPED, now, MSG_OVERLAP)
+                    else:
+                        self._make_due(obj, self.pools[obj.pool], now)
             elif kind == _T_MISS:
                 rec = obj
                 due = rec.status == READY and rec.extra.get("_due")

@@ -56,7 +56,8 @@ def is_terminal(status: int) -> bool:
 _LIVE_EXITS = (CANCELLED,)
 TRANSITIONS: dict[int, frozenset[int]] = {
     BLOCKED: frozenset({SCHEDULED, READY, SKIPPED, *_LIVE_EXITS}),
-    SCHEDULED: frozenset({READY, MISSED, FAILED, *_LIVE_EXITS}),
+    # SKIPPED: a recurring occurrence whose previous one is still running at its start time.
+    SCHEDULED: frozenset({READY, MISSED, FAILED, SKIPPED, *_LIVE_EXITS}),
     # A fixed-start task is ready from its start time; if no slot comes within its tolerance it
     # ends missed or failed (on_miss) from there.
     READY: frozenset({RUNNING, SHED, MISSED, FAILED, *_LIVE_EXITS}),

@@ -1,0 +1,78 @@
+"""Recurring schedules: a cron expression in a time zone that materializes one fixed-start task
+per occurrence (see Engine.add_recurring for when and how overlaps are handled)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import Any
+
+from .cron import CronSpec
+from .model import RetryPolicy, TaskRecord
+
+RECURRING_TAG = "cronoq.recurring"
+
+
+def occurrence_key(key: str | None, t: float) -> str | None:
+    """`<key>@<UTC time of the occurrence>Z`, or None for a schedule without a key."""
+    if key is None:
+        return None
+    return f"{key}@{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(t))}Z"
+
+
+@dataclass(eq=False)
+class Recurring:
+    """One schedule: when (spec, tz), what (the task template) and how overlaps are handled."""
+
+    name: str
+    spec: CronSpec
+    tz: tzinfo
+    payload: Any
+    pool: str
+    cls: int = 2
+    kind: str = "default"
+    key: str | None = None
+    tenant: str | None = None
+    deadline_in: float | None = None
+    duration_hint: float | None = None
+    timeout: float | None = None
+    retry: RetryPolicy | None = None
+    resources: dict[str, int] | None = None
+    tags: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
+    overlap: str = "skip"
+    tolerance: float = 1.0
+    on_miss: str = "run_late"
+    # state
+    gen: int = 0
+    next_time: float | None = None
+    last: TaskRecord | None = None  # the latest occurrence created
+    queued: TaskRecord | None = None  # an occurrence waiting for the previous one (queue modes)
+
+    def occurrence(self, t: float, key: str | None) -> TaskRecord:
+        """A fresh task for the occurrence at Unix time t."""
+        tags = dict(self.tags or {})
+        tags[RECURRING_TAG] = self.name
+        extra: dict[str, Any] = {
+            "start_at": t,
+            "tolerance": self.tolerance,
+            "on_miss": self.on_miss,
+        }
+        if self.resources:
+            extra["resources"] = dict(self.resources)
+        return TaskRecord(
+            self.payload,
+            self.pool,
+            cls=self.cls,
+            kind=self.kind,
+            key=key,
+            tenant=self.tenant,
+            deadline=None if self.deadline_in is None else t + self.deadline_in,
+            duration_hint=self.duration_hint,
+            timeout=self.timeout,
+            retry=self.retry,
+            tags=tags,
+            labels=None if not self.labels else dict(self.labels),
+            extra=extra,
+        )
