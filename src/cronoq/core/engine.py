@@ -293,6 +293,7 @@ class Engine:
         pool = self.pools[rec.pool]
         if rec.extra is not None:
             self._check(rec, None)
+            self._check_await_cycle(rec)
         if pool.cfg.max_pending is not None:
             self._make_room(rec, pool, 1, now)
         self._admit(rec, pool, now)
@@ -327,6 +328,8 @@ class Engine:
             for rec in new:
                 if rec.extra is not None:
                     self._check(rec, fresh)
+            for rec in new:  # every batch-mate's parents are known now
+                self._check_await_cycle(rec)
         finally:
             self._in_batch = False
             self._batch_reservations.clear()
@@ -383,11 +386,20 @@ class Engine:
                 if parent is None:
                     raise SubmitError("unknown_dependency", f"unknown dependency '{target}'")
             resolved.append((parent, None, on))
-        if rec.key is not None and rec.key in self._awaiting:
-            waiting = {id(child) for child, _ in self._awaiting[rec.key]}
-            if _reaches(resolved, waiting):
-                raise SubmitError("cycle", "dependency cycle")
         extra["_deps"] = resolved
+
+    def _check_await_cycle(self, rec: TaskRecord) -> None:
+        """A task whose key others await must not depend on any of them (after _check)."""
+        key = rec.key
+        if key is None or key not in self._awaiting or rec.extra is None:
+            return
+        waiting = {
+            id(child)
+            for child, _ in self._awaiting[key]
+            if child.status == BLOCKED and child.extra and key in child.extra.get("_awaits", ())
+        }
+        if waiting and _reaches(rec.extra.get("_deps", []), waiting):
+            raise SubmitError("cycle", "dependency cycle")
 
     def _check_reservation(self, rec: TaskRecord) -> None:
         """Fixed starts may overlap at most reservation_limit at a time (batch-mates included)."""
@@ -411,15 +423,39 @@ class Engine:
         victim = None
         if policy == "shed_lowest":
             for c in range(3, rec.cls, -1):
-                victim = pool.queues.classes[c].newest()
+                victim = self._shed_candidate(pool, c, newest=True)
                 if victim is not None:
                     break
         elif policy == "shed_oldest":
-            victim = pool.queues.classes[3].oldest()
+            victim = self._shed_candidate(pool, 3, newest=False)
         if victim is None:
             raise SubmitError("overloaded", "overloaded")
-        pool.queues.discard(victim)
+        if victim.parked is not None:
+            victim.parked = None
+            victim.qgen += 1  # its parking entry dies
+        else:
+            pool.queues.discard(victim)
         self._finish(victim, SHED, now, MSG_SHED)
+
+    def _shed_candidate(self, pool: PoolState, cls: int, newest: bool) -> TaskRecord | None:
+        """The newest (or oldest) ready task of a class, queued or parked: a scan, only run
+        under overload, where max_pending bounds it."""
+        q = pool.queues.classes[cls]
+        found = [r for r in (q.newest() if newest else q.oldest(),) if r is not None]
+        waits: list[Any] = [r.parked for r in self.resources.values()]
+        if pool.groups is not None:
+            waits.append(pool.groups.parked)
+        for parked in waits:
+            found.extend(
+                e[4]
+                for e in parked
+                if e[4].qgen == e[3] and e[4].pool == pool.name and e[4].cls == cls
+            )
+        if not found:
+            return None
+        if newest:
+            return max(found, key=lambda r: r.seq)
+        return min(found, key=lambda r: (r.eligible_at, r.seq))
 
     def has_room(self, pool_name: str) -> bool:
         """Can the pool take one more pending task without its overflow policy?"""
@@ -565,13 +601,9 @@ class Engine:
         """A fixed-start task may run: wait for its time, run now, or apply on_miss."""
         assert rec.extra is not None
         start, tol = rec.extra["start_at"], rec.extra["tolerance"]
-        if now > start + tol:
-            on_miss = rec.extra["on_miss"]
-            if on_miss == "run_late":
-                self._make_due(rec, pool, now)
-            else:
-                self._move(rec, SCHEDULED, now, None)
-                self._fixed_missed(rec, pool, now)
+        if now > start + tol and rec.extra["on_miss"] != "run_late":
+            self._move(rec, SCHEDULED, now, None)
+            self._fixed_missed(rec, pool, now)
         elif now >= start:
             self._make_due(rec, pool, now)
         else:
@@ -579,6 +611,13 @@ class Engine:
             lead = max(tol, pool.cfg.default_duration if pool.learned is None else pool.learned)
             self._timer(start - lead, _T_HOLD, rec, 0)
             self._timer(start, _T_START, rec, 0)
+
+    @staticmethod
+    def _too_late(rec: TaskRecord, now: float) -> bool:
+        """Past start + tolerance with an on_miss other than run_late."""
+        extra = rec.extra
+        assert extra is not None
+        return bool(extra["on_miss"] != "run_late" and now > extra["start_at"] + extra["tolerance"])
 
     def _hold(self, rec: TaskRecord, pool: PoolState) -> None:
         assert rec.extra is not None
@@ -630,6 +669,10 @@ class Engine:
             if pool.groups is not None or rec.labels:
                 found = self._slot_for(rec, pool, park=False)
             if isinstance(found, bool) or not self._acquire(rec, now, park=False):
+                if self._too_late(rec, now):
+                    heappop(due)
+                    self._fixed_missed(rec, pool, now)
+                    continue
                 break  # no matching slot or resource yet: due tasks wait in start order
             heappop(due)
             start, tol = extra["start_at"], extra["tolerance"]
@@ -734,11 +777,21 @@ class Engine:
         return True
 
     def _unpark(self, r: ResourceState, now: float) -> None:
-        """Put the parked tasks the resource can serve now back in their ready queues."""
-        for rec in r.unpark(now):
+        """Put back in their ready queues the parked tasks the resource can serve now, best
+        first, skipping tasks whose pool has no free slot (they would only park again)."""
+        room: dict[str, int] = {}
+
+        def fits(rec: TaskRecord) -> bool:
+            pool = self.pools[rec.pool]
+            left = room.get(pool.name, pool.free_for_queue())
+            room[pool.name] = left - 1
+            return left > 0
+
+        out, short = r.unpark(now, fits)
+        for rec in out:
             rec.parked = None
             self.pools[rec.pool].queues.push(rec)
-        if r.is_bucket and r.wake is None:
+        if short and r.is_bucket and r.wake is None:
             need = r.head_need()
             if need is not None:
                 r.wake = r.ready_at(need, now)
@@ -822,14 +875,14 @@ class Engine:
         runtime = now - att.started_at
         pool.stats.on_attempt_end(now, att.started_at, success)
         extra = att.task.extra
-        if extra is not None:
-            wanted = extra.get("resources")
-            if wanted:
-                for name, amount in wanted.items():
-                    r = self.resources[name]
-                    r.release(amount)
-                    if r.parked and not r.is_bucket:
-                        self._unpark(r, now)
+        if extra is not None and extra.get("resources"):
+            for name, amount in extra["resources"].items():
+                self.resources[name].release(amount)
+        if self.resources:
+            # Permits came back, or a slot did for a task that a resource could serve.
+            for r in self.resources.values():
+                if r.parked and (not r.is_bucket or r.wake is None):
+                    self._unpark(r, now)
         return runtime
 
     def _abort(self, att: Attempt, pool: PoolState, now: float, reason: str) -> None:
@@ -973,15 +1026,20 @@ class Engine:
             elif kind == _T_START:
                 if obj.status == SCHEDULED:
                     prev = obj.extra.get("_overlaps")
+                    pool = self.pools[obj.pool]
                     if prev is not None and prev.status < FIRST_TERMINAL:
                         self._finish(obj, SKIPPED, now, MSG_OVERLAP)
+                    elif self._too_late(obj, now):  # the driver woke after the tolerance
+                        self._fixed_missed(obj, pool, now)
                     else:
-                        self._make_due(obj, self.pools[obj.pool], now)
+                        self._make_due(obj, pool, now)
             elif kind == _T_MISS:
                 rec = obj
+                pool = self.pools[rec.pool]
                 due = rec.status == READY and rec.extra.get("_due")
-                if due and rec.extra["on_miss"] != "run_late":
-                    self._fixed_missed(rec, self.pools[rec.pool], now)
+                # With a free slot the dispatch that follows this advance() starts it now.
+                if due and rec.extra["on_miss"] != "run_late" and pool.busy >= pool.capacity:
+                    self._fixed_missed(rec, pool, now)
             elif kind == _T_AWAIT:
                 rec = obj
                 extra = rec.extra

@@ -7,6 +7,7 @@ permits are released, a token bucket at the time enough tokens will have refille
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
@@ -93,23 +94,35 @@ class ResourceState:
         rec.qgen += 1
         heappush(self.parked, (rec.cls, rec.eligible_at, rec.seq, rec.qgen, rec))
 
-    def unpark(self, now: float) -> list[TaskRecord]:
-        """Take out the best parked tasks that the current level can serve."""
+    def unpark(
+        self, now: float, fits: Callable[[TaskRecord], bool]
+    ) -> tuple[list[TaskRecord], bool]:
+        """Take out the best parked tasks that the current level can serve and that `fits`
+        (their pool has a free slot). Also says whether the level ran short."""
         out: list[TaskRecord] = []
+        kept = []
         budget = self.level(now)
         parked = self.parked
+        short = False
         while parked:
-            _, _, _, gen, rec = parked[0]
-            if rec.qgen != gen or rec.parked is not self:
+            entry = parked[0]
+            rec = entry[4]
+            if rec.qgen != entry[3] or rec.parked is not self:
                 heappop(parked)
                 continue
             need = resource_amount(rec, self.name)
             if need > budget + _EPS:
+                short = True
                 break
             heappop(parked)
-            budget -= need
-            out.append(rec)
-        return out
+            if fits(rec):
+                budget -= need
+                out.append(rec)
+            else:
+                kept.append(entry)
+        for entry in kept:
+            heappush(parked, entry)
+        return out, short
 
     def head_need(self) -> int | None:
         """Amount wanted by the best live parked task (None if none)."""
