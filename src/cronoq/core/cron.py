@@ -42,7 +42,10 @@ apart by how the *hour* field is written:
   - a repeated wall time runs once, at its first occurrence (fold=0).
 
 This is the rule of classic cron implementations (real-time jobs versus time-of-day jobs),
-decided by the hour field alone so that one test answers both questions.
+decided by the hour field alone so that one test answers both questions. Occurrences are whole
+Unix seconds. Offset changes are located by bisection on `tzinfo.utcoffset`, so any tzinfo
+works; a zone is assumed not to change its offset twice within one gap or overlap, which holds
+for the tz database.
 """
 
 from __future__ import annotations

@@ -135,6 +135,7 @@ class PoolState:
         "holds",
         "learned",
         "lease_ttl",
+        "misses",
         "name",
         "pending_by_class",
         "queues",
@@ -167,6 +168,7 @@ class PoolState:
         self.reservation_limit = max(1, math.floor(cfg.max * cfg.reservable_fraction))
         self.holds = 0
         self.due: list[tuple[float, int, TaskRecord]] = []
+        self.misses: list[TaskRecord] = []  # due tasks whose tolerance ran out (skip/fail)
         # Autoscaling: arrivals since the last evaluation and retrying tasks (backlog signal).
         self.scaler = (
             None if cfg.autoscale is None else Autoscaler(cfg.autoscale, cfg.min, cfg.max, now)
@@ -251,6 +253,7 @@ class Engine:
         self._in_batch = False
         self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
         self.recurring: dict[str, Recurring] = {}
+        self._cron_due: list[Recurring] = []
         for pool in self._pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
                 self._timer(pool.scaler.next_eval, _T_SCALE, pool, 0)
@@ -537,29 +540,32 @@ class Engine:
     # --- recurring schedules ---------------------------------------------------------------
 
     def add_recurring(self, sched: Recurring, now: float) -> None:
-        """Add or replace a schedule by name; a replaced schedule's pending occurrence is
-        cancelled. The first occurrence is materialized 2 x tolerance ahead of its time."""
+        """Add or replace a schedule by name; a replaced schedule's pending occurrences are
+        cancelled. Each occurrence is created 2 x tolerance ahead of its time, or when the
+        previous one fires if that is later."""
         self.remove_recurring(sched.name, now)
         self.recurring[sched.name] = sched
         self._plan_next(sched, now, now)
 
     def remove_recurring(self, name: str, now: float) -> bool:
-        """Drop a schedule and cancel its occurrence that has not started yet."""
+        """Drop a schedule and cancel its occurrences that have not started yet (their keys are
+        freed, so a schedule added again under the same name creates them anew)."""
         sched = self.recurring.pop(name, None)
         if sched is None:
             return False
         sched.gen += 1
-        for rec in (sched.last, sched.queued):
-            if rec is not None and rec.status in (BLOCKED, SCHEDULED):
-                self.cancel(rec.id, now)
+        for rec in sched.unstarted():
+            self.cancel(rec.id, now)
+            if rec.key is not None and self.keys.get(rec.key) is rec:
+                del self.keys[rec.key]
         return True
 
-    def _plan_next(self, sched: Recurring, after: float, now: float) -> None:
+    def _plan_next(self, sched: Recurring, after: float, not_before: float) -> None:
         """Find the next occurrence strictly after `after` and set the timer that creates it."""
         t = sched.spec.next_after(after, sched.tz)
         sched.next_time = t
         if t is not None:
-            self._timer(max(now, t - 2 * sched.tolerance), _T_CRON, sched, sched.gen)
+            self._timer(max(not_before, t - 2 * sched.tolerance), _T_CRON, sched, sched.gen)
 
     def _materialize(self, sched: Recurring, now: float) -> None:
         """Create the occurrence at sched.next_time as an ordinary fixed-start task."""
@@ -569,9 +575,7 @@ class Engine:
         prev_live = prev is not None and prev.status < FIRST_TERMINAL
         overlap = sched.overlap
         conflict = False
-        if overlap == "skip":
-            conflict = prev_live and prev is not None and prev.status != SCHEDULED
-        elif overlap in ("queue", "queue_on_success"):
+        if overlap in ("queue", "queue_on_success"):
             queued = sched.queued
             conflict = queued is not None and queued.status == BLOCKED
         if conflict:
@@ -579,8 +583,8 @@ class Engine:
         else:
             rec = sched.occurrence(t, occurrence_key(sched.key, t))
             assert rec.extra is not None
-            if overlap == "skip" and prev_live:
-                rec.extra["_overlaps"] = prev
+            if overlap == "skip":
+                rec.extra["_recurring"] = sched  # checked at its start time
             elif prev is not None and (
                 overlap == "queue_on_success" or (overlap == "queue" and prev_live)
             ):
@@ -591,9 +595,8 @@ class Engine:
             except SubmitError:
                 self.totals["recurring_conflicts"] += 1
             else:
-                sched.last = got
-                sched.queued = got if got.status == BLOCKED else None
-        self._plan_next(sched, t, now)
+                sched.created(got)
+        self._plan_next(sched, t, t)
 
     # --- fixed start times -----------------------------------------------------------------
 
@@ -656,29 +659,36 @@ class Engine:
         extra["_fixed_done"] = True
 
     def _dispatch_due(self, pool: PoolState, now: float) -> None:
-        """Start tasks at their fixed start time on the slots held for them."""
+        """Start tasks at their fixed start time on the slots held for them, in start order;
+        one that lacks a matching slot or a resource lets the next one try."""
         due = pool.due
+        waiting = []
         while due and pool.busy < pool.capacity:
-            rec = due[0][2]
+            entry = heappop(due)
+            rec = entry[2]
             extra = rec.extra
             assert extra is not None
             if rec.status != READY or not extra.get("_due"):
-                heappop(due)
                 continue
             found = None
             if pool.groups is not None or rec.labels:
                 found = self._slot_for(rec, pool, park=False)
             if isinstance(found, bool) or not self._acquire(rec, now, park=False):
-                if self._too_late(rec, now):
-                    heappop(due)
-                    self._fixed_missed(rec, pool, now)
-                    continue
-                break  # no matching slot or resource yet: due tasks wait in start order
-            heappop(due)
+                waiting.append(entry)
+                continue
             start, tol = extra["start_at"], extra["tolerance"]
             pool.stats.on_fixed_start(now, now <= start + tol)
             self._drop_fixed(rec, pool)
             self._start(rec, pool, now, True, found)
+        for entry in waiting:
+            heappush(due, entry)
+
+    def _apply_misses(self, pool: PoolState, now: float) -> None:
+        """Due tasks past their tolerance (skip/fail) that dispatch could not start end now."""
+        for rec in pool.misses:
+            if rec.status == READY and rec.extra is not None and rec.extra.get("_due"):
+                self._fixed_missed(rec, pool, now)
+        pool.misses.clear()
 
     def _settle_dependents(self, now: float) -> None:
         """Apply finished tasks to the edges of their dependents (iteratively: skips cascade)."""
@@ -720,14 +730,29 @@ class Engine:
         """Start the best ready tasks on every free slot."""
         if not self.dispatching:
             return
+        self._dispatch_pools(now)
+        if self._cron_due:
+            # Recurring occurrences are created after the previous one has taken its slot, so
+            # its reservation no longer counts against the next.
+            for sched in self._cron_due:
+                if self.recurring.get(sched.name) is sched:
+                    self._materialize(sched, now)
+            self._cron_due.clear()
+            self._dispatch_pools(now)
+
+    def _dispatch_pools(self, now: float) -> None:
         for pool in self._pool_list:
             queues = pool.queues
             if pool.busy >= pool.capacity or not (queues.n or pool.due):
+                if pool.misses:
+                    self._apply_misses(pool, now)
                 continue
             stats = pool.stats
             stats.level(now, pool.busy, pool.capacity)  # close the interval before the change
             if pool.due:
                 self._dispatch_due(pool, now)
+            if pool.misses:  # due tasks that could not start by their tolerance end now
+                self._apply_misses(pool, now)
             free = pool.free_for_queue()
             while free > 0 and queues.n:
                 rec = queues.pop_best(now)
@@ -746,9 +771,7 @@ class Engine:
 
     def _slot_for(self, rec: TaskRecord, pool: PoolState, park: bool) -> Group | bool | None:
         """The worker-group slot a task would run on (None: unlabeled), or False."""
-        groups = pool.groups
-        if groups is None:
-            groups = pool.groups = Groups()
+        groups = pool.groups or self._make_groups(pool)
         slot = groups.pick(rec, pool.unlabeled)
         if slot is False and park:
             groups.park(rec)
@@ -934,7 +957,7 @@ class Engine:
             if rec.parked is not None:
                 rec.parked = None
                 rec.qgen += 1  # its entry in the resource's parking heap dies
-            else:
+            elif not (rec.extra and rec.extra.get("_due")):  # due tasks are not queued
                 pool.queues.discard(rec)
         self._finish(rec, CANCELLED, now, MSG_CANCELLED)
         return True
@@ -954,13 +977,19 @@ class Engine:
     ) -> None:
         """Declare or resize the worker group carrying exactly `labels` (0 removes its slots)."""
         pool = self.pools[pool_name]
-        if pool.groups is None:
-            pool.groups = Groups()
-        g = pool.groups.set(labels, n)
+        g = (pool.groups or self._make_groups(pool)).set(labels, n)
+        assert pool.groups is not None
         capacity = pool.unlabeled + pool.groups.total()
         pool.stats.level(now, pool.busy, capacity)
         pool.capacity = capacity
         self._unpark_labeled(pool, g)
+
+    @staticmethod
+    def _make_groups(pool: PoolState) -> Groups:
+        """First group or labeled task of a pool: every running attempt is on an unlabeled slot."""
+        groups = pool.groups = Groups()
+        groups.unlabeled_busy = pool.busy
+        return groups
 
     def _unpark_labeled(self, pool: PoolState, g: Group) -> None:
         assert pool.groups is not None
@@ -1016,7 +1045,7 @@ class Engine:
             elif kind == _T_CRON:
                 sched: Recurring = obj
                 if self.recurring.get(sched.name) is sched and sched.gen == tag:
-                    self._materialize(sched, now)
+                    self._cron_due.append(sched)  # created by the dispatch that follows
             elif kind == _T_TOKENS:
                 obj.wake = None
                 self._unpark(obj, now)
@@ -1025,9 +1054,9 @@ class Engine:
                     self._hold(obj, self.pools[obj.pool])
             elif kind == _T_START:
                 if obj.status == SCHEDULED:
-                    prev = obj.extra.get("_overlaps")
+                    sched = obj.extra.get("_recurring")
                     pool = self.pools[obj.pool]
-                    if prev is not None and prev.status < FIRST_TERMINAL:
+                    if sched is not None and sched.earlier_live(obj):
                         self._finish(obj, SKIPPED, now, MSG_OVERLAP)
                     elif self._too_late(obj, now):  # the driver woke after the tolerance
                         self._fixed_missed(obj, pool, now)
@@ -1035,11 +1064,15 @@ class Engine:
                         self._make_due(obj, pool, now)
             elif kind == _T_MISS:
                 rec = obj
+                # Without a free slot it ends now; with one, the dispatch that follows this
+                # advance() starts it or, if it cannot (resource, labels), ends it.
                 pool = self.pools[rec.pool]
                 due = rec.status == READY and rec.extra.get("_due")
-                # With a free slot the dispatch that follows this advance() starts it now.
-                if due and rec.extra["on_miss"] != "run_late" and pool.busy >= pool.capacity:
-                    self._fixed_missed(rec, pool, now)
+                if due and rec.extra["on_miss"] != "run_late":
+                    if pool.busy >= pool.capacity:
+                        self._fixed_missed(rec, pool, now)
+                    else:
+                        pool.misses.append(rec)
             elif kind == _T_AWAIT:
                 rec = obj
                 extra = rec.extra

@@ -4,12 +4,12 @@ per occurrence (see Engine.add_recurring for when and how overlaps are handled).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
 
 from .cron import CronSpec
-from .model import RetryPolicy, TaskRecord
+from .model import BLOCKED, FIRST_TERMINAL, READY, SCHEDULED, RetryPolicy, TaskRecord
 
 RECURRING_TAG = "cronoq.recurring"
 
@@ -49,6 +49,22 @@ class Recurring:
     next_time: float | None = None
     last: TaskRecord | None = None  # the latest occurrence created
     queued: TaskRecord | None = None  # an occurrence waiting for the previous one (queue modes)
+    recent: list[TaskRecord] = field(default_factory=list)  # occurrences still live
+
+    def created(self, rec: TaskRecord) -> None:
+        """Remember a new occurrence (and forget those that have ended)."""
+        self.last = rec
+        self.queued = rec if rec.status == BLOCKED else None
+        self.recent = [r for r in self.recent if r.status < FIRST_TERMINAL]
+        self.recent.append(rec)
+
+    def earlier_live(self, rec: TaskRecord) -> bool:
+        """Is an occurrence created before `rec` still live (overlap="skip" drops `rec`)?"""
+        return any(r.seq < rec.seq and r.status < FIRST_TERMINAL for r in self.recent)
+
+    def unstarted(self) -> list[TaskRecord]:
+        """Occurrences created and not started: blocked, scheduled, or ready (due)."""
+        return [r for r in self.recent if r.status in (BLOCKED, SCHEDULED, READY)]
 
     def occurrence(self, t: float, key: str | None) -> TaskRecord:
         """A fresh task for the occurrence at Unix time t."""
