@@ -225,6 +225,7 @@ class Engine:
                 raise ValueError(f"duplicate pool name {cfg.name!r}")
             self.pools[cfg.name] = PoolState(cfg, self.scoring, now)
         self._pool_list = list(self.pools.values())
+        self._bounded = any(p.cfg.max_pending is not None for p in self._pool_list)
         self.emit_transitions = emit_transitions
         self.event_level = event_level
         self.retention = retention
@@ -253,6 +254,7 @@ class Engine:
         self._in_batch = False
         self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
         self.recurring: dict[str, Recurring] = {}
+        self._reoffer = False  # an attempt ended since parked tasks were last offered resources
         self._cron_due: list[Recurring] = []
         for pool in self._pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
@@ -311,7 +313,7 @@ class Engine:
         fresh: dict[str, TaskRecord] = {}
         out: list[tuple[TaskRecord, bool]] = []
         new: list[TaskRecord] = []
-        per_pool: dict[str, int] = {}
+        special = False  # any task with options beyond the plain path
         for rec in recs:
             key = rec.key
             if key is not None:
@@ -325,28 +327,38 @@ class Engine:
                 fresh[key] = rec
             out.append((rec, False))
             new.append(rec)
-            per_pool[rec.pool] = per_pool.get(rec.pool, 0) + 1
-        self._in_batch = True
-        try:
+            if rec.extra is not None:
+                special = True
+        order = new
+        if special or fresh:
+            self._in_batch = True
+            try:
+                for rec in new:
+                    if rec.extra is not None:
+                        self._check(rec, fresh)
+                for rec in new:  # every batch-mate's parents are known now
+                    self._check_await_cycle(rec)
+            finally:
+                self._in_batch = False
+                self._batch_reservations.clear()
+            # Parents in the batch come first (ids follow the batch order); raises on a cycle.
+            order = _parents_first(new)
+        if self._bounded:
+            per_pool: dict[str, int] = {}
             for rec in new:
-                if rec.extra is not None:
-                    self._check(rec, fresh)
-            for rec in new:  # every batch-mate's parents are known now
-                self._check_await_cycle(rec)
-        finally:
-            self._in_batch = False
-            self._batch_reservations.clear()
-        # Parents in the batch come first (ids still follow the batch order); raises on a cycle.
-        order = _parents_first(new) if fresh else new
-        for name, n in per_pool.items():
-            pool = self.pools[name]
-            cap = pool.cfg.max_pending
-            if cap is not None and sum(pool.pending_by_class) + n > cap:
-                raise SubmitError("overloaded", "overloaded")
-        for rec in new:
-            self._assign_id(rec)
+                per_pool[rec.pool] = per_pool.get(rec.pool, 0) + 1
+            for name, n in per_pool.items():
+                pool = self.pools[name]
+                cap = pool.cfg.max_pending
+                if cap is not None and sum(pool.pending_by_class) + n > cap:
+                    raise SubmitError("overloaded", "overloaded")
+        if order is not new:
+            for rec in new:
+                self._assign_id(rec)
+        pools = self.pools
+        admit = self._admit
         for rec in order:
-            self._admit(rec, self.pools[rec.pool], now)
+            admit(rec, pools[rec.pool], now)
         return out
 
     # --- admission -----------------------------------------------------------------------
@@ -722,6 +734,20 @@ class Engine:
         rec.ready_at = now
         if rec.deadline is not None:
             rec.latest_start = rec.deadline - pool.expected_duration(rec)
+        extra = rec.extra
+        wanted = None if extra is None else extra.get("resources")
+        if wanted:
+            # A task whose resource is short, or already has tasks waiting, waits there at once
+            # in priority order (dispatch would only pop it to park it).
+            if self._park_if_short(rec, wanted, now):
+                return
+            for name in wanted:
+                r = self.resources[name]
+                if r.parked:
+                    r.park(rec)
+                    rec.parked = r
+                    self._reoffer = True  # the next dispatch offers what is free, best first
+                    return
         pool.queues.push(rec)
 
     # --- dispatch ------------------------------------------------------------------------
@@ -730,6 +756,11 @@ class Engine:
         """Start the best ready tasks on every free slot."""
         if not self.dispatching:
             return
+        if self._reoffer:
+            self._reoffer = False
+            for r in self.resources.values():
+                if r.parked and (not r.is_bucket or r.wake is None):
+                    self._unpark(r, now)
         self._dispatch_pools(now)
         if self._cron_due:
             # Recurring occurrences are created after the previous one has taken its slot, so
@@ -783,21 +814,27 @@ class Engine:
         wanted = rec.extra.get("resources")
         if not wanted:
             return True
-        resources = self.resources
+        if self._park_if_short(rec, wanted, now, park):
+            return False
         for name, amount in wanted.items():
-            r = resources[name]
-            if not r.available(amount, now):
-                if not park:
-                    return False
-                r.park(rec)
-                rec.parked = r
-                if r.is_bucket and r.wake is None:
-                    r.wake = r.ready_at(amount, now)
-                    self._timer(r.wake, _T_TOKENS, r, 0)
-                return False
-        for name, amount in wanted.items():
-            resources[name].take(amount, now)
+            self.resources[name].take(amount, now)
         return True
+
+    def _park_if_short(
+        self, rec: TaskRecord, wanted: dict[str, int], now: float, park: bool = True
+    ) -> bool:
+        """Is one of the task's resources short now? Then (with park) park it there."""
+        for name, amount in wanted.items():
+            r = self.resources[name]
+            if not r.available(amount, now):
+                if park:
+                    r.park(rec)
+                    rec.parked = r
+                    if r.is_bucket and r.wake is None:
+                        r.wake = r.ready_at(amount, now)
+                        self._timer(r.wake, _T_TOKENS, r, 0)
+                return True
+        return False
 
     def _unpark(self, r: ResourceState, now: float) -> None:
         """Put back in their ready queues the parked tasks the resource can serve now, best
@@ -902,10 +939,9 @@ class Engine:
             for name, amount in extra["resources"].items():
                 self.resources[name].release(amount)
         if self.resources:
-            # Permits came back, or a slot did for a task that a resource could serve.
-            for r in self.resources.values():
-                if r.parked and (not r.is_bucket or r.wake is None):
-                    self._unpark(r, now)
+            # Permits came back, or a slot did for a task that a resource could serve: the next
+            # dispatch re-offers them (once for all the attempts that ended meanwhile).
+            self._reoffer = True
         return runtime
 
     def _abort(self, att: Attempt, pool: PoolState, now: float, reason: str) -> None:

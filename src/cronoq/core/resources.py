@@ -35,11 +35,25 @@ class ResourceConfig:
 class ResourceState:
     """One resource's level plus the tasks parked on it, best first."""
 
-    __slots__ = ("burst", "cfg", "in_use", "last", "name", "parked", "rate", "tokens", "wake")
+    __slots__ = (
+        "burst",
+        "cfg",
+        "in_use",
+        "is_bucket",
+        "last",
+        "name",
+        "parked",
+        "permits",
+        "rate",
+        "tokens",
+        "wake",
+    )
 
     def __init__(self, cfg: ResourceConfig, now: float) -> None:
         self.cfg = cfg
         self.name = cfg.name
+        self.is_bucket = cfg.kind == "token_bucket"
+        self.permits = cfg.permits
         self.in_use = 0
         self.rate = cfg.rate
         self.burst = float(cfg.burst)
@@ -47,10 +61,6 @@ class ResourceState:
         self.last = now
         self.parked: list[tuple[int, float, int, int, TaskRecord]] = []
         self.wake: float | None = None  # refill timer already set for this time
-
-    @property
-    def is_bucket(self) -> bool:
-        return self.cfg.kind == "token_bucket"
 
     def _refill(self, now: float) -> None:
         if now > self.last:
@@ -61,7 +71,7 @@ class ResourceState:
         if self.is_bucket:
             self._refill(now)
             return self.tokens + _EPS >= amount
-        return self.in_use + amount <= self.cfg.permits
+        return self.in_use + amount <= self.permits
 
     def take(self, amount: int, now: float) -> None:
         if self.is_bucket:
@@ -88,7 +98,7 @@ class ResourceState:
         if self.is_bucket:
             self._refill(now)
             return self.tokens
-        return float(self.cfg.permits - self.in_use)
+        return float(self.permits - self.in_use)
 
     def park(self, rec: TaskRecord) -> None:
         rec.qgen += 1
@@ -110,7 +120,8 @@ class ResourceState:
             if rec.qgen != entry[3] or rec.parked is not self:
                 heappop(parked)
                 continue
-            need = resource_amount(rec, self.name)
+            assert rec.extra is not None
+            need = rec.extra["resources"][self.name]
             if need > budget + _EPS:
                 short = True
                 break
