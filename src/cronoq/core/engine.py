@@ -667,6 +667,7 @@ class Engine:
         pool.reservations.pop(rec, None)
         if extra.pop("_held", False):
             pool.holds -= 1
+            self._reoffer = bool(self.resources)  # a held slot is free for others again
         extra["_due"] = False
         extra["_fixed_done"] = True
 
@@ -759,7 +760,7 @@ class Engine:
         if self._reoffer:
             self._reoffer = False
             for r in self.resources.values():
-                if r.parked and (not r.is_bucket or r.wake is None):
+                if r.parked:
                     self._unpark(r, now)
         self._dispatch_pools(now)
         if self._cron_due:
@@ -1007,6 +1008,7 @@ class Engine:
         pool.stats.level(now, pool.busy, capacity)
         pool.unlabeled = n
         pool.capacity = capacity
+        self._reoffer = bool(self.resources)  # new slots for tasks waiting on a resource
 
     def set_group_capacity(
         self, pool_name: str, labels: dict[str, str], n: int, now: float
@@ -1019,6 +1021,7 @@ class Engine:
         pool.stats.level(now, pool.busy, capacity)
         pool.capacity = capacity
         self._unpark_labeled(pool, g)
+        self._reoffer = bool(self.resources)
 
     @staticmethod
     def _make_groups(pool: PoolState) -> Groups:

@@ -107,8 +107,9 @@ class ResourceState:
     def unpark(
         self, now: float, fits: Callable[[TaskRecord], bool]
     ) -> tuple[list[TaskRecord], bool]:
-        """Take out the best parked tasks that the current level can serve and that `fits`
-        (their pool has a free slot). Also says whether the level ran short."""
+        """Take out, best first, the parked tasks that the current level can serve and that
+        `fits` (their pool has a free slot); one that wants more than is left lets smaller
+        ones behind it go (work conserving). Also says whether the level ran short."""
         out: list[TaskRecord] = []
         kept = []
         budget = self.level(now)
@@ -124,7 +125,10 @@ class ResourceState:
             need = rec.extra["resources"][self.name]
             if need > budget + _EPS:
                 short = True
-                break
+                if budget + _EPS < 1:  # nothing smaller can be served either
+                    break
+                kept.append(heappop(parked))
+                continue
             heappop(parked)
             if fits(rec):
                 budget -= need
