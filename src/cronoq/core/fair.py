@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping
 from heapq import heapify, heappop, heappush
 from typing import TypeVar
 
+from .heaps import live_head
 from .model import TaskRecord
 
 _TaskEntry = tuple[float, int, int, TaskRecord]
@@ -250,14 +251,7 @@ class FairClassQueue:
 
     def dl_head(self) -> TaskRecord | None:
         """The queued task with the earliest latest start (ties by seq), or None."""
-        dl = self.dl
-        while dl:
-            e = dl[0]
-            r = e[3]
-            if r.qgen == e[2]:
-                return r
-            heappop(dl)
-        return None
+        return live_head(self.dl)
 
     def oldest(self) -> TaskRecord | None:
         """The queued task with the smallest (eligible_at, seq), whatever its tenant."""
@@ -265,13 +259,7 @@ class FairClassQueue:
         if age is None:
             age = self._age = [e for grp in self._groups.values() for e in grp.heap]
             _compact(age, _live_task)
-        while age:
-            e = age[0]
-            r = e[3]
-            if r.qgen == e[2]:
-                return r
-            heappop(age)
-        return None
+        return live_head(age)
 
     def newest(self) -> TaskRecord | None:
         """The most recently submitted queued task (largest seq), whatever its tenant."""

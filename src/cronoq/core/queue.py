@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from heapq import heappop, heappush
 
 from .fair import FairClassQueue
+from .heaps import live_head
 from .model import NUM_CLASSES, Scoring, TaskRecord
 
 _Entry = tuple[float, int, int, TaskRecord]
@@ -59,24 +60,10 @@ class ClassQueue:
         return max(live, key=lambda e: e[3].seq)[3] if live else None
 
     def fifo_head(self) -> TaskRecord | None:
-        fifo = self.fifo
-        while fifo:
-            e = fifo[0]
-            r = e[3]
-            if r.qgen == e[2]:
-                return r
-            heappop(fifo)
-        return None
+        return live_head(self.fifo)
 
     def dl_head(self) -> TaskRecord | None:
-        dl = self.dl
-        while dl:
-            e = dl[0]
-            r = e[3]
-            if r.qgen == e[2]:
-                return r
-            heappop(dl)
-        return None
+        return live_head(self.dl)
 
 
 def urgency(latest_start: float, now: float, sc: Scoring) -> float:
