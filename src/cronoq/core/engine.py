@@ -516,7 +516,8 @@ class Engine:
             pool.reservations[rec] = pool.reservation(rec)
         waiting = 0
         dead: str | None = None
-        for parent, awaited, on in extra.pop("_deps", ()):
+        # "_deps" stays while the task is blocked: the cycle check walks it to find ancestors.
+        for parent, awaited, on in extra.get("_deps", ()):
             if parent is None:
                 assert awaited is not None
                 self._awaiting.setdefault(awaited, []).append((rec, on))
@@ -527,7 +528,6 @@ class Engine:
                 waiting += 1
             elif parent.status < FIRST_TERMINAL:
                 _children(parent).append((rec, on))
-                extra.setdefault("_parents", []).append(parent)
                 waiting += 1
             elif not _edge_met(parent.status, on):
                 dead = STATUS_NAMES[parent.status]
@@ -542,6 +542,7 @@ class Engine:
         """Every dependency of a blocked task is satisfied: it may run (or wait for its start)."""
         extra = rec.extra
         if extra is not None:
+            extra.pop("_deps", None)
             extra.pop("_parents", None)
             if "start_at" in extra:
                 self._arrive_fixed(rec, pool, now)
@@ -737,18 +738,10 @@ class Engine:
             rec.latest_start = rec.deadline - pool.expected_duration(rec)
         extra = rec.extra
         wanted = None if extra is None else extra.get("resources")
-        if wanted:
-            # A task whose resource is short, or already has tasks waiting, waits there at once
-            # in priority order (dispatch would only pop it to park it).
-            if self._park_if_short(rec, wanted, now):
-                return
-            for name in wanted:
-                r = self.resources[name]
-                if r.parked:
-                    r.park(rec)
-                    rec.parked = r
-                    self._reoffer = True  # the next dispatch offers what is free, best first
-                    return
+        # A task whose resource is short, or already has tasks waiting, waits there at once in
+        # priority order (dispatch would only pop it to park it).
+        if wanted and self._park_if_short(rec, wanted, now, behind_waiters=True):
+            return
         pool.queues.push(rec)
 
     # --- dispatch ------------------------------------------------------------------------
@@ -822,16 +815,25 @@ class Engine:
         return True
 
     def _park_if_short(
-        self, rec: TaskRecord, wanted: dict[str, int], now: float, park: bool = True
+        self,
+        rec: TaskRecord,
+        wanted: dict[str, int],
+        now: float,
+        park: bool = True,
+        behind_waiters: bool = False,
     ) -> bool:
-        """Is one of the task's resources short now? Then (with park) park it there."""
+        """Is one of the task's resources short now (or, with behind_waiters, does one have
+        tasks waiting)? Then (with park) park it there."""
         for name, amount in wanted.items():
             r = self.resources[name]
-            if not r.available(amount, now):
+            short = not r.available(amount, now)
+            if short or (behind_waiters and r.parked):
                 if park:
                     r.park(rec)
                     rec.parked = r
-                    if r.is_bucket and r.wake is None:
+                    if not short:
+                        self._reoffer = True  # the next dispatch offers what is free
+                    elif r.is_bucket and r.wake is None:
                         r.wake = r.ready_at(amount, now)
                         self._timer(r.wake, _T_TOKENS, r, 0)
                 return True
@@ -1151,6 +1153,7 @@ class Engine:
             self._forget(self._retained.popleft())
         extra = rec.extra
         if extra is not None:
+            extra.pop("_deps", None)
             extra.pop("_parents", None)
             if "start_at" in extra and not extra.get("_fixed_done"):
                 self._drop_fixed(rec, self.pools[rec.pool])
@@ -1272,7 +1275,8 @@ def _children(rec: TaskRecord) -> list[tuple[TaskRecord, str]]:
 
 
 def _parents(rec: TaskRecord) -> list[TaskRecord]:
-    """Known parents of a task that is being admitted or is blocked."""
+    """Known parents of a task that is being admitted or is blocked: those resolved at
+    admission ("_deps") and awaited keys resolved since ("_parents")."""
     extra = rec.extra
     if not extra:
         return []
