@@ -255,6 +255,7 @@ class Engine:
         self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
         self.recurring: dict[str, Recurring] = {}
         self._reoffer = False  # an attempt ended since parked tasks were last offered resources
+        self._reparked = False  # a task popped by this dispatch parked again (see dispatch)
         self._cron_due: list[Recurring] = []
         for pool in self._pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
@@ -750,12 +751,7 @@ class Engine:
         """Start the best ready tasks on every free slot."""
         if not self.dispatching:
             return
-        if self._reoffer:
-            self._reoffer = False
-            for r in self.resources.values():
-                if r.parked:
-                    self._unpark(r, now)
-        self._dispatch_pools(now)
+        self._offer_and_dispatch(now)
         if self._cron_due:
             # Recurring occurrences are created after the previous one has taken its slot, so
             # its reservation no longer counts against the next.
@@ -763,22 +759,46 @@ class Engine:
                 if self.recurring.get(sched.name) is sched:
                     self._materialize(sched, now)
             self._cron_due.clear()
+            self._offer_and_dispatch(now)
+
+    def _offer_and_dispatch(self, now: float) -> None:
+        """Offer resources to their parked tasks (when something was freed), then fill slots.
+
+        Offer again when the dispatch itself freed something (a missed fixed start let its
+        held slot go) or when an offered task parked again when popped: it counted against
+        the resource's level and its pool's room, so it may have held back others. Each extra
+        round follows a start or the end of a task since the last offer, so the loop ends."""
+        offer = self._reoffer
+        while True:
+            if offer:
+                self._reoffer = False
+                for r in self.resources.values():
+                    if r.parked:
+                        self._unpark(r, now)
+            self._reparked = False
             self._dispatch_pools(now)
+            if not (self._reoffer or (offer and self._reparked)):
+                return
+            offer = True
 
     def _dispatch_pools(self, now: float) -> None:
-        for pool in self._pool_list:
+        pools = self._pool_list
+        # Fixed starts first, in every pool: one that could not start by its tolerance ends
+        # now, and its dependents (in any pool) join the ready queues before those are served.
+        for pool in pools:
+            if pool.due and pool.busy < pool.capacity:
+                pool.stats.level(now, pool.busy, pool.capacity)
+                self._dispatch_due(pool, now)
+                pool.stats.level(now, pool.busy, pool.capacity)
+            if pool.misses:
+                self._apply_misses(pool, now)
+        for pool in pools:
             queues = pool.queues
-            if pool.busy >= pool.capacity or not (queues.n or pool.due):
-                if pool.misses:
-                    self._apply_misses(pool, now)
+            free = pool.free_for_queue()
+            if free <= 0 or not queues.n:
                 continue
             stats = pool.stats
             stats.level(now, pool.busy, pool.capacity)  # close the interval before the change
-            if pool.due:
-                self._dispatch_due(pool, now)
-            if pool.misses:  # due tasks that could not start by their tolerance end now
-                self._apply_misses(pool, now)
-            free = pool.free_for_queue()
             while free > 0 and queues.n:
                 rec = queues.pop_best(now)
                 assert rec is not None
@@ -786,9 +806,13 @@ class Engine:
                 if pool.groups is not None or rec.labels:
                     found = self._slot_for(rec, pool, park=True)
                     if isinstance(found, bool):
+                        self._reparked = True
                         continue  # parked until a matching group has a free slot
                     slot = found
                 if rec.extra is not None and not self._acquire(rec, now):
+                    self._reparked = True
+                    if slot is not None and pool.groups is not None and pool.groups.parked:
+                        self._unpark_labeled(pool, slot)  # the group slot it found is free
                     continue  # parked on a resource; the next task may run
                 free -= 1
                 self._start(rec, pool, now, queues.adherent, slot)
@@ -833,11 +857,18 @@ class Engine:
                     rec.parked = r
                     if not short:
                         self._reoffer = True  # the next dispatch offers what is free
-                    elif r.is_bucket and r.wake is None:
-                        r.wake = r.ready_at(amount, now)
-                        self._timer(r.wake, _T_TOKENS, r, 0)
+                    elif r.is_bucket:
+                        self._bucket_wake(r, amount, now)
                 return True
         return False
+
+    def _bucket_wake(self, r: ResourceState, amount: int, now: float) -> None:
+        """Wake when the bucket holds `amount` tokens, unless an earlier wake is set (a
+        superseded later timer is ignored when it fires: its time is no longer `r.wake`)."""
+        when = r.ready_at(amount, now)
+        if r.wake is None or when < r.wake:
+            r.wake = when
+            self._timer(when, _T_TOKENS, r, 0)
 
     def _unpark(self, r: ResourceState, now: float) -> None:
         """Put back in their ready queues the parked tasks the resource can serve now, best
@@ -845,6 +876,10 @@ class Engine:
         room: dict[str, int] = {}
 
         def fits(rec: TaskRecord) -> bool:
+            assert rec.extra is not None
+            wanted = rec.extra["resources"]
+            if len(wanted) > 1 and self._park_if_short(rec, wanted, now):
+                return False  # another of its resources is short: it now waits there
             pool = self.pools[rec.pool]
             left = room.get(pool.name, pool.free_for_queue())
             room[pool.name] = left - 1
@@ -854,11 +889,8 @@ class Engine:
         for rec in out:
             rec.parked = None
             self.pools[rec.pool].queues.push(rec)
-        if short and r.is_bucket and r.wake is None:
-            need = r.head_need()
-            if need is not None:
-                r.wake = r.ready_at(need, now)
-                self._timer(r.wake, _T_TOKENS, r, 0)
+        if short is not None and r.is_bucket:
+            self._bucket_wake(r, short, now)
 
     def _start(
         self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool, slot: Group | None
@@ -1074,7 +1106,7 @@ class Engine:
         """Fire every timer due at or before `now` and prune expired retained tasks."""
         timers = self._timers
         while timers and timers[0][0] <= now:
-            _, _, kind, obj, tag = heappop(timers)
+            when, _, kind, obj, tag = heappop(timers)
             if kind == _T_RETRY:
                 rec = obj
                 if rec.status == RETRYING and rec.attempt == tag:
@@ -1088,8 +1120,9 @@ class Engine:
                 if self.recurring.get(sched.name) is sched and sched.gen == tag:
                     self._cron_due.append(sched)  # created by the dispatch that follows
             elif kind == _T_TOKENS:
-                obj.wake = None
-                self._unpark(obj, now)
+                if obj.wake == when:
+                    obj.wake = None
+                    self._unpark(obj, now)
             elif kind == _T_HOLD:
                 if obj.status == SCHEDULED:
                     self._hold(obj, self.pools[obj.pool])

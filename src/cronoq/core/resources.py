@@ -106,27 +106,29 @@ class ResourceState:
 
     def unpark(
         self, now: float, fits: Callable[[TaskRecord], bool]
-    ) -> tuple[list[TaskRecord], bool]:
+    ) -> tuple[list[TaskRecord], int | None]:
         """Take out, best first, the parked tasks that the current level can serve and that
         `fits` (their pool has a free slot); one that wants more than is left lets smaller
-        ones behind it go (work conserving). Also says whether the level ran short."""
+        ones behind it go (work conserving). Also returns the smallest amount still waiting
+        for the level to rise (a lower bound: 1 when the level ran out before the scan ended),
+        or None."""
         out: list[TaskRecord] = []
         kept = []
         budget = self.level(now)
         parked = self.parked
-        short = False
+        short: int | None = None
         while parked:
             entry = parked[0]
             rec = entry[4]
             if rec.qgen != entry[3] or rec.parked is not self:
                 heappop(parked)
                 continue
-            assert rec.extra is not None
-            need = rec.extra["resources"][self.name]
+            need = resource_amount(rec, self.name)
             if need > budget + _EPS:
-                short = True
                 if budget + _EPS < 1:  # nothing smaller can be served either
+                    short = 1
                     break
+                short = need if short is None else min(short, need)
                 kept.append(heappop(parked))
                 continue
             heappop(parked)
@@ -138,16 +140,6 @@ class ResourceState:
         for entry in kept:
             heappush(parked, entry)
         return out, short
-
-    def head_need(self) -> int | None:
-        """Amount wanted by the best live parked task (None if none)."""
-        parked = self.parked
-        while parked:
-            _, _, _, gen, rec = parked[0]
-            if rec.qgen == gen and rec.parked is self:
-                return resource_amount(rec, self.name)
-            heappop(parked)
-        return None
 
 
 def resource_amount(rec: TaskRecord, name: str) -> int:
