@@ -70,6 +70,9 @@ from .recurring import Recurring, occurrence_key
 from .resources import ResourceConfig, ResourceState
 from .stats import PoolStats
 
+# A task's resources resolved at submit: (resource, amount) pairs.
+Wanted = tuple[tuple[ResourceState, int], ...]
+
 # event_level values
 EVENTS_NONE = 0
 EVENTS_TERMINAL = 1
@@ -255,7 +258,7 @@ class Engine:
         self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
         self.recurring: dict[str, Recurring] = {}
         self._reoffer = False  # an attempt ended since parked tasks were last offered resources
-        self._reparked = False  # a task popped by this dispatch parked again (see dispatch)
+        self._offered: list[TaskRecord] = []  # put back in a queue by a resource since dispatch
         self._cron_due: list[Recurring] = []
         for pool in self._pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
@@ -370,6 +373,7 @@ class Engine:
         assert extra is not None
         res = extra.get("resources")
         if res:
+            wanted = []
             for name, amount in res.items():
                 r = self.resources.get(name)
                 if r is None:
@@ -379,6 +383,8 @@ class Engine:
                         "resource_exceeds_capacity",
                         f"requested amount exceeds capacity of resource {name!r}",
                     )
+                wanted.append((r, amount))
+            extra["_res"] = tuple(wanted)  # resolved once: dispatch and release use these
         if "start_at" in extra:
             self._check_reservation(rec)
         deps = extra.get("deps")
@@ -496,7 +502,9 @@ class Engine:
         self.live += 1
         self.totals["submitted"] += 1
         pool.pending_by_class[rec.cls] += 1
-        if rec.extra is None or "start_at" not in rec.extra:
+        extra = rec.extra
+        fixed = extra is not None and "start_at" in extra
+        if not fixed:
             pool.arrivals += 1  # a fixed start arrives at its start time (autoscaler signal)
         if self.event_level == EVENTS_ALL:
             self._event(rec, BLOCKED, now, None)
@@ -508,12 +516,11 @@ class Engine:
                     assert child_extra is not None
                     child_extra["_awaits"].discard(key)
                     child_extra.setdefault("_parents", []).append(rec)
-        extra = rec.extra
-        if extra is None:
+        if extra is None or not (fixed or "_deps" in extra):
             rec.eligible_at = now
             self._make_ready(rec, pool, now)
             return
-        if "start_at" in extra:
+        if fixed:
             pool.reservations[rec] = pool.reservation(rec)
         waiting = 0
         dead: str | None = None
@@ -738,7 +745,7 @@ class Engine:
         if rec.deadline is not None:
             rec.latest_start = rec.deadline - pool.expected_duration(rec)
         extra = rec.extra
-        wanted = None if extra is None else extra.get("resources")
+        wanted = None if extra is None else extra.get("_res")
         # A task whose resource is short, or already has tasks waiting, waits there at once in
         # priority order (dispatch would only pop it to park it).
         if wanted and self._park_if_short(rec, wanted, now, behind_waiters=True):
@@ -764,20 +771,23 @@ class Engine:
     def _offer_and_dispatch(self, now: float) -> None:
         """Offer resources to their parked tasks (when something was freed), then fill slots.
 
-        Offer again when the dispatch itself freed something (a missed fixed start let its
-        held slot go) or when an offered task parked again when popped: it counted against
-        the resource's level and its pool's room, so it may have held back others. Each extra
-        round follows a start or the end of a task since the last offer, so the loop ends."""
+        An offered task counts against the resource's level and its pool's room; one that did
+        not start (outranked in its queue, or parked again on a group or another resource) may
+        have held back others, so offer again, as when the dispatch itself freed something (a
+        missed fixed start let its held slot go). Offered tasks that did not start are no
+        longer parked, so each round offers fewer tasks or follows a start: the loop ends."""
         offer = self._reoffer
+        offered = self._offered
         while True:
             if offer:
                 self._reoffer = False
                 for r in self.resources.values():
                     if r.parked:
                         self._unpark(r, now)
-            self._reparked = False
             self._dispatch_pools(now)
-            if not (self._reoffer or (offer and self._reparked)):
+            again = self._reoffer or any(rec.status == READY for rec in offered)
+            offered.clear()
+            if not again:
                 return
             offer = True
 
@@ -806,11 +816,9 @@ class Engine:
                 if pool.groups is not None or rec.labels:
                     found = self._slot_for(rec, pool, park=True)
                     if isinstance(found, bool):
-                        self._reparked = True
                         continue  # parked until a matching group has a free slot
                     slot = found
                 if rec.extra is not None and not self._acquire(rec, now):
-                    self._reparked = True
                     if slot is not None and pool.groups is not None and pool.groups.parked:
                         self._unpark_labeled(pool, slot)  # the group slot it found is free
                     continue  # parked on a resource; the next task may run
@@ -829,31 +837,30 @@ class Engine:
     def _acquire(self, rec: TaskRecord, now: float, park: bool = True) -> bool:
         """Take the task's resources, or (with park) park it on the first one that is short."""
         assert rec.extra is not None
-        wanted = rec.extra.get("resources")
+        wanted = rec.extra.get("_res")
         if not wanted:
             return True
         if self._park_if_short(rec, wanted, now, park):
             return False
-        for name, amount in wanted.items():
-            self.resources[name].take(amount, now)
+        for r, amount in wanted:
+            r.take(amount, now)
         return True
 
     def _park_if_short(
         self,
         rec: TaskRecord,
-        wanted: dict[str, int],
+        wanted: Wanted,
         now: float,
         park: bool = True,
         behind_waiters: bool = False,
     ) -> bool:
         """Is one of the task's resources short now (or, with behind_waiters, does one have
         tasks waiting)? Then (with park) park it there."""
-        for name, amount in wanted.items():
-            r = self.resources[name]
+        for r, amount in wanted:
             short = not r.available(amount, now)
             if short or (behind_waiters and r.parked):
                 if park:
-                    r.park(rec)
+                    r.park(rec, amount)
                     rec.parked = r
                     if not short:
                         self._reoffer = True  # the next dispatch offers what is free
@@ -877,7 +884,7 @@ class Engine:
 
         def fits(rec: TaskRecord) -> bool:
             assert rec.extra is not None
-            wanted = rec.extra["resources"]
+            wanted = rec.extra["_res"]
             if len(wanted) > 1 and self._park_if_short(rec, wanted, now):
                 return False  # another of its resources is short: it now waits there
             pool = self.pools[rec.pool]
@@ -889,6 +896,7 @@ class Engine:
         for rec in out:
             rec.parked = None
             self.pools[rec.pool].queues.push(rec)
+        self._offered += out
         if short is not None and r.is_bucket:
             self._bucket_wake(r, short, now)
 
@@ -970,9 +978,10 @@ class Engine:
         runtime = now - att.started_at
         pool.stats.on_attempt_end(now, att.started_at, success)
         extra = att.task.extra
-        if extra is not None and extra.get("resources"):
-            for name, amount in extra["resources"].items():
-                self.resources[name].release(amount)
+        wanted = None if extra is None else extra.get("_res")
+        if wanted:
+            for r, amount in wanted:
+                r.release(amount)
         if self.resources:
             # Permits came back, or a slot did for a task that a resource could serve: the next
             # dispatch re-offers them (once for all the attempts that ended meanwhile).

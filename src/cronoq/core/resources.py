@@ -59,7 +59,8 @@ class ResourceState:
         self.burst = float(cfg.burst)
         self.tokens = float(cfg.burst)  # buckets start full
         self.last = now
-        self.parked: list[tuple[int, float, int, int, TaskRecord]] = []
+        # (class, eligible_at, seq, generation, task, amount wanted): best first
+        self.parked: list[tuple[int, float, int, int, TaskRecord, int]] = []
         self.wake: float | None = None  # refill timer already set for this time
 
     def _refill(self, now: float) -> None:
@@ -100,9 +101,9 @@ class ResourceState:
             return self.tokens
         return float(self.permits - self.in_use)
 
-    def park(self, rec: TaskRecord) -> None:
+    def park(self, rec: TaskRecord, amount: int) -> None:
         rec.qgen += 1
-        heappush(self.parked, (rec.cls, rec.eligible_at, rec.seq, rec.qgen, rec))
+        heappush(self.parked, (rec.cls, rec.eligible_at, rec.seq, rec.qgen, rec, amount))
 
     def unpark(
         self, now: float, fits: Callable[[TaskRecord], bool]
@@ -123,7 +124,7 @@ class ResourceState:
             if rec.qgen != entry[3] or rec.parked is not self:
                 heappop(parked)
                 continue
-            need = resource_amount(rec, self.name)
+            need = entry[5]
             if need > budget + _EPS:
                 if budget + _EPS < 1:  # nothing smaller can be served either
                     short = 1
@@ -141,8 +142,3 @@ class ResourceState:
             heappush(parked, entry)
         return out, short
 
-
-def resource_amount(rec: TaskRecord, name: str) -> int:
-    assert rec.extra is not None
-    amount: int = rec.extra["resources"][name]
-    return amount
