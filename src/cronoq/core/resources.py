@@ -141,4 +141,3 @@ class ResourceState:
         for entry in kept:
             heappush(parked, entry)
         return out, short
-
