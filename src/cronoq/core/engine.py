@@ -258,7 +258,7 @@ class Engine:
         self._batch_reservations: dict[str, list[tuple[float, float]]] = {}
         self.recurring: dict[str, Recurring] = {}
         self._reoffer = False  # an attempt ended since parked tasks were last offered resources
-        self._offered: list[TaskRecord] = []  # put back in a queue by a resource since dispatch
+        self._offered: list[TaskRecord] = []  # put back in a queue by a resource or group
         self._cron_due: list[Recurring] = []
         for pool in self._pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
@@ -769,27 +769,37 @@ class Engine:
             self._offer_and_dispatch(now)
 
     def _offer_and_dispatch(self, now: float) -> None:
-        """Offer resources to their parked tasks (when something was freed), then fill slots.
+        """Offer freed resources and group slots to the tasks parked on them, then fill slots.
 
-        An offered task counts against the resource's level and its pool's room; one that did
-        not start (outranked in its queue, or parked again on a group or another resource) may
-        have held back others, so offer again, as when the dispatch itself freed something (a
-        missed fixed start let its held slot go). Offered tasks that did not start are no
-        longer parked, so each round offers fewer tasks or follows a start: the loop ends."""
+        An offered task counts against the resource's level, its pool's room or its group's
+        free slots; one that did not start (outranked in its queue, cancelled meanwhile, or
+        parked again on a group or another resource) may have held back others, so offer
+        again, as when the dispatch itself freed something (a missed fixed start let its held
+        slot go). Offered tasks that did not start are no longer parked, so each round offers
+        fewer tasks or follows a start: the loop ends."""
         offer = self._reoffer
         offered = self._offered
         while True:
             if offer:
                 self._reoffer = False
-                for r in self.resources.values():
-                    if r.parked:
-                        self._unpark(r, now)
+                self._offer(now)
             self._dispatch_pools(now)
-            again = self._reoffer or any(rec.status == READY for rec in offered)
+            again = self._reoffer or any(rec.status != RUNNING for rec in offered)
             offered.clear()
             if not again:
                 return
             offer = True
+
+    def _offer(self, now: float) -> None:
+        for r in self.resources.values():
+            if r.parked:
+                self._unpark(r, now)
+        for pool in self._pool_list:
+            groups = pool.groups
+            if groups is not None and groups.parked:
+                for g in list(groups.by_key.values()):
+                    if g.busy < g.capacity:
+                        self._unpark_labeled(pool, g)
 
     def _dispatch_pools(self, now: float) -> None:
         pools = self._pool_list
@@ -1075,9 +1085,11 @@ class Engine:
 
     def _unpark_labeled(self, pool: PoolState, g: Group) -> None:
         assert pool.groups is not None
-        for rec in pool.groups.unpark(g):
+        out = pool.groups.unpark(g)
+        for rec in out:
             rec.parked = None
             pool.queues.push(rec)
+        self._offered += out
 
     def _autoscale(self, pool: PoolState, now: float) -> None:
         """One autoscaler evaluation of a pool (see core/autoscale.py for the formula)."""
