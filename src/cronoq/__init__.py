@@ -19,15 +19,18 @@ from .errors import (
     TaskFailed,
 )
 from .runtime import EventStream, Scheduler, TaskContext, TaskHandle
+from .store import Codec, JsonCodec, SqliteStore
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AutoscaleConfig",
+    "Codec",
     "CronoqError",
     "Dep",
     "EventStream",
     "EventsLagged",
+    "JsonCodec",
     "Permanent",
     "Pool",
     "PoolSnapshot",
@@ -38,6 +41,7 @@ __all__ = [
     "Scheduler",
     "SchedulerError",
     "Snapshot",
+    "SqliteStore",
     "StatusEvent",
     "SubmitError",
     "Task",

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mappin
 from types import TracebackType
 from typing import Any, cast
 
+from ._durable import Durable, encode_payload
 from ._options import Pool, Resource, Task, build_task
 from .core import engine as _engine
 from .core.cron import CronError, parse_cron, zone
@@ -43,6 +44,8 @@ from .errors import (
     SubmitError,
     TaskFailed,
 )
+from .store.codec import Codec, JsonCodec, check_codec
+from .store.sqlite import SqliteStore, first_id
 
 __all__ = ["EventStream", "Scheduler", "TaskContext", "TaskHandle"]
 
@@ -63,22 +66,17 @@ _RECURRING_OPTIONS = frozenset(
 )
 
 
-def _later(what: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"{what} is not available in this version of cronoq yet (see docs/library.md, "
-        "'Not yet available')"
-    )
-
-
 class _Session:
     """One start()..shutdown() run: the engine, the waiters and the running asyncio tasks."""
 
     __slots__ = (
         "closed",
+        "durable",
         "engine",
         "idle",
         "loop",
         "pump_due",
+        "reason",
         "room",
         "streams",
         "tasks",
@@ -100,6 +98,8 @@ class _Session:
         self.pump_due = False
         self.wake_handle: asyncio.TimerHandle | None = None
         self.wake_at = math.inf
+        self.durable: Durable | None = None
+        self.reason = _SHUTDOWN  # why unfinished handles fail once the session is closed
 
     def update_event_level(self) -> None:
         """Build event objects only while a stream listens."""
@@ -162,7 +162,7 @@ class TaskHandle:
             if not self._session.closed:
                 yield from self._session.waiter(rec).__await__()
             if rec.status < FIRST_TERMINAL:
-                raise TaskFailed("shutdown", _SHUTDOWN, rec.id)
+                raise TaskFailed("shutdown", self._session.reason, rec.id)
         return _outcome(rec)
 
     def __repr__(self) -> str:
@@ -337,8 +337,13 @@ class Scheduler:
             raise ValueError("retention_max must be >= 0")
         if codec is not None and store is None:
             raise ValueError("codec= needs store=")
-        if store is not None:
-            raise _later("store= (durable state)")
+        if store is not None and not isinstance(store, SqliteStore):
+            raise TypeError(f"store must be a cronoq.SqliteStore (got {type(store).__name__})")
+        self._store: SqliteStore | None = store
+        self._codec: Codec | None = (
+            None if store is None else JsonCodec() if codec is None else check_codec(codec)
+        )
+        self._ended: str | None = None  # why the last session stopped on its own
         self._resources = [r.core_config() for r in resources or ()]
         self._pool_names = [p.name for p in pools]
         self._default_pool = "default" if "default" in by_name else pools[0].name
@@ -375,11 +380,30 @@ class Scheduler:
             self._session = None
         if self._starting:
             raise RuntimeError("scheduler is already starting")
-        loop = asyncio.get_running_loop()
+        self._starting = True
+        try:
+            await self._begin(asyncio.get_running_loop())
+        finally:
+            self._starting = False
+
+    async def _begin(self, loop: asyncio.AbstractEventLoop) -> None:
+        store = self._store
+        stored = None
+        first = 1
+        if store is not None:
+            await store.open()
+            try:
+                # A standby waits here until the file's leader stops or its lease runs out.
+                first = first_id(await store.lead())
+                stored = await store.load()
+            except BaseException:
+                await store.close()
+                raise
         now = time.time()
         engine = Engine(
             list(self._core_configs.values()),
             now,
+            first_id=first,
             rng=random.Random(),
             emit_transitions=self._emit_transitions,
             retention=self._retention,
@@ -389,6 +413,19 @@ class Scheduler:
         )
         self._session = s = _Session(engine, loop)
         self._stopping = False
+        self._ended = None
+        if store is not None:
+            assert self._codec is not None and stored is not None
+            s.durable = d = Durable(
+                store,
+                self._codec,
+                engine,
+                loop,
+                lambda starts, finished, events: self._release(s, starts, finished, events),
+                lambda reason: self._lose(s, reason),
+            )
+            d.recover(stored, now)
+            d.start()
         self._pump(s)  # timers due at start (the first autoscaler evaluation) run now
 
     async def shutdown(self, grace: float | None = None) -> None:
@@ -410,6 +447,14 @@ class Scheduler:
         self._apply(s)
         if pending:
             await asyncio.wait(pending, timeout=0.1)
+        if s.durable is not None:
+            # What was decided before the stop is written; tasks still pending (those aborted
+            # by this shutdown included) stay in the file and resume at the next start.
+            await s.durable.close(release_lease=True)
+        self._close_session(s)
+        self._stopping = False
+
+    def _close_session(self, s: _Session) -> None:
         s.closed = True
         for fut in [*s.waiters.values(), *(f for fs in s.room.values() for f in fs)]:
             if not fut.done():
@@ -420,8 +465,26 @@ class Scheduler:
             s.wake_handle.cancel()
         for st in s.streams:
             st._end()
-        self._session = None
-        self._stopping = False
+        if self._session is s:
+            self._session = None
+
+    def _lose(self, s: _Session, reason: str) -> None:
+        """The store failed or another process took the leadership: stop at once (nothing
+        more may be written), abort the running executors and fail the waiting handles."""
+        if s.closed:
+            return
+        log.error("scheduler stopped: %s", reason)
+        s.reason = self._ended = reason
+        eng = s.engine
+        eng.halt()
+        eng.abort_running(time.time())
+        for att in eng.take().aborts:
+            t = s.tasks.pop(att.lease, None)
+            if t is not None:
+                t.cancel()
+        self._close_session(s)
+        if s.durable is not None:
+            s.loop.create_task(s.durable.close(release_lease=False))
 
     async def __aenter__(self) -> Scheduler:
         await self.start()
@@ -438,6 +501,8 @@ class Scheduler:
     def _live(self) -> _Session:
         s = self._session
         if s is None:
+            if self._ended is not None:
+                raise SchedulerError(self._ended)
             raise RuntimeError(_NOT_STARTED)
         if s.loop.is_closed():
             self._session = None
@@ -462,8 +527,12 @@ class Scheduler:
         return rec
 
     async def submit(self, payload: Any, **options: Any) -> TaskHandle:
-        """Submit one task; returns its handle (for a live or retained key: the existing one)."""
+        """Submit one task; returns its handle (for a live or retained key: the existing one).
+        With a store it returns once the task is on disk."""
         s = self._admitting()
+        if s.durable is not None:
+            rec, dup = await self._submit_durable(s, payload, options)
+            return TaskHandle(self, s, rec, dup)
         now = time.time()
         try:
             rec, dup = s.engine.submit(self._build(payload, options, now), now)
@@ -477,6 +546,8 @@ class Scheduler:
     async def enqueue(self, payload: Any, **options: Any) -> int:
         """Submit one task and return only its id (cheapest path)."""
         s = self._admitting()
+        if s.durable is not None:
+            return (await self._submit_durable(s, payload, options))[0].id
         now = time.time()
         try:
             rec = s.engine.submit(self._build(payload, options, now), now)[0]
@@ -486,6 +557,25 @@ class Scheduler:
             s, rec, _ = await self._submit_when_room(s, payload, options)
         self._kick(s)
         return rec.id
+
+    async def _submit_durable(
+        self, s: _Session, payload: Any, options: Mapping[str, Any]
+    ) -> tuple[TaskRecord, bool]:
+        d = s.durable
+        assert d is not None
+        data = encode_payload(d.codec, payload)
+        now = time.time()
+        try:
+            rec, dup = s.engine.submit(self._build(payload, options, now), now)
+        except SubmitError as e:
+            if e.code != "full":
+                raise
+            s, rec, dup = await self._submit_when_room(s, payload, options)
+        if not dup:
+            d.encoded[rec.id] = data
+        self._kick(s)
+        await d.ack()
+        return rec, dup
 
     async def _submit_when_room(
         self, s: _Session, payload: Any, options: Mapping[str, Any]
@@ -512,19 +602,32 @@ class Scheduler:
         now = time.time()
         build = self._build
         recs = []
+        d = s.durable
+        encoded = []
         for t in tasks:
             if not isinstance(t, Task):
                 raise TypeError(f"submit_batch takes cronoq.Task objects (got {type(t).__name__})")
             recs.append(build(t.payload, t.options, now))
+            if d is not None:
+                encoded.append(encode_payload(d.codec, t.payload))
         admitted = s.engine.submit_batch(recs, now)
         self._kick(s)
+        if d is not None:
+            for (rec, dup), data in zip(admitted, encoded, strict=True):
+                if not dup:
+                    d.encoded[rec.id] = data
+            await d.ack()
         return [TaskHandle(self, s, rec, dup) for rec, dup in admitted]
 
     # --- lookups and control ---------------------------------------------------------------
 
     async def cancel(self, id_or_key: int | str) -> bool:
         """Cancel a live task in any state; False if unknown or already finished."""
-        return self._cancel_now(self._live(), _check_ref(id_or_key))
+        s = self._live()
+        ok = self._cancel_now(s, _check_ref(id_or_key))
+        if ok and s.durable is not None:
+            await s.durable.ack()
+        return ok
 
     def _cancel_now(self, s: _Session, ref: int | str) -> bool:
         if s.closed:
@@ -643,15 +746,27 @@ class Scheduler:
             overlap=overlap,
             tolerance=tpl.extra["tolerance"],
             on_miss=tpl.extra["on_miss"],
+            cron=cron,
+            tz_name=tz,
         )
+        d = s.durable
+        if d is not None:
+            d.templates[name] = encode_payload(d.codec, payload)
         s.engine.add_recurring(sched, now)
         self._kick(s)
+        if d is not None:
+            await d.ack()
 
     async def remove_recurring(self, name: str) -> bool:
         """Remove a schedule (and cancel its occurrence that has not started); False if unknown."""
         s = self._live()
         removed = s.engine.remove_recurring(name, time.time())
         self._kick(s)
+        d = s.durable
+        if removed and d is not None:
+            d.templates.pop(name, None)
+            d.removed.append(name)
+            await d.ack()
         return removed
 
     async def set_group_capacity(self, pool: str, labels: Mapping[str, str], n: int) -> None:
@@ -711,7 +826,7 @@ class Scheduler:
         self._pump(s)
 
     def _apply(self, s: _Session) -> None:
-        """Carry out the engine's actions."""
+        """Carry out the engine's actions (with a store: aborts now, the rest once written)."""
         out = s.engine.take()
         if out.aborts:
             tasks = s.tasks
@@ -719,14 +834,10 @@ class Scheduler:
                 t = tasks.pop(att.lease, None)
                 if t is not None:
                     t.cancel()
-        if out.starts:
-            self._launch(s, out.starts)
-        if out.finished and s.waiters:
-            self._resolve(s, out.finished)
-        if out.events:
-            for st in s.streams:
-                for ev in out.events:
-                    st._push(ev)
+        if s.durable is not None:
+            s.durable.hold(out)
+        else:
+            self._release(s, out.starts, out.finished, out.events)
         if s.idle is not None and not s.engine.running and not s.idle.done():
             s.idle.set_result(None)
         if s.room:
@@ -734,6 +845,22 @@ class Scheduler:
                 for fut in s.room.pop(pool):
                     if not fut.done():
                         fut.set_result(None)
+
+    def _release(
+        self,
+        s: _Session,
+        starts: list[Attempt],
+        finished: list[TaskRecord],
+        events: list[StatusEvent],
+    ) -> None:
+        if starts:
+            self._launch(s, starts)
+        if finished and s.waiters:
+            self._resolve(s, finished)
+        if events:
+            for st in s.streams:
+                for ev in events:
+                    st._push(ev)
 
     @staticmethod
     def _resolve(s: _Session, finished: list[TaskRecord]) -> None:
@@ -750,7 +877,8 @@ class Scheduler:
         run = self._run_attempt
         # The engine builds its attempts with attempt_class=TaskContext.
         for att in cast("list[TaskContext]", starts):
-            tasks[att.lease] = create_task(run(s, att, *executors[att.task.pool]))
+            if not att.ended:  # with a store, it may have been aborted while being written
+                tasks[att.lease] = create_task(run(s, att, *executors[att.task.pool]))
 
     async def _run_attempt(
         self, s: _Session, att: TaskContext, executor: Callable[..., Any], is_async: bool
@@ -779,7 +907,7 @@ class Scheduler:
             eng.complete(att, time.time(), result)
         finally:
             s.tasks.pop(att.lease, None)
-        if s.waiters:  # wake the task's awaiters now rather than one loop turn later
+        if s.waiters and s.durable is None:  # wake awaiters now rather than one turn later
             self._resolve(s, s.engine.out.finished)
         self._kick(s)
 

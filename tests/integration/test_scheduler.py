@@ -1196,18 +1196,9 @@ async def test_options_that_mean_nothing_yet_are_accepted() -> None:
         assert await outcome(handle) == "p"
 
 
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: Scheduler([fixed_pool("a", echo)], store=object()),
-    ],
-    ids=["store"],
-)
-def test_library_two_scheduler_options_raise_not_implemented(
-    build: Callable[[], Scheduler],
-) -> None:
-    with pytest.raises(NotImplementedError):
-        build()
+def test_store_must_be_a_sqlite_store() -> None:
+    with pytest.raises(TypeError, match=r"store must be a cronoq\.SqliteStore"):
+        Scheduler([fixed_pool("a", echo)], store=object())
 
 
 # --- leases and heartbeats (checklist 74; ENGINE.md 2.16) --------------------------------------

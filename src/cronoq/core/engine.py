@@ -66,12 +66,13 @@ from .model import (
     TaskRecord,
 )
 from .queue import ReadyQueues
-from .recurring import Recurring, occurrence_key
+from .recurring import RECURRING_TAG, Recurring, occurrence_key
 from .resources import ResourceConfig, ResourceState
 from .stats import PoolStats
 
 # A task's resources resolved at submit: (resource, amount) pairs.
 Wanted = tuple[tuple[ResourceState, int], ...]
+_WANTED_CACHE = 1024  # distinct resource requests remembered
 
 # event_level values
 EVENTS_NONE = 0
@@ -102,6 +103,7 @@ _T_SCALE = 8
 _T_CRON = 9
 
 MSG_OVERLAP = "previous occurrence still running"
+MSG_LOST = "attempt lost in failover; retries exhausted"
 
 DEFAULT_RETENTION = 3600.0
 DEFAULT_RETENTION_MAX = 100_000
@@ -195,6 +197,21 @@ class PoolState:
         return self.capacity - self.busy - self.holds
 
 
+class Journal:
+    """What changed since the driver last persisted: tasks admitted (whole rows to write),
+    tasks whose status changed, and schedules whose next occurrence moved."""
+
+    __slots__ = ("added", "changed", "schedules")
+
+    def __init__(self) -> None:
+        self.added: list[TaskRecord] = []
+        self.changed: dict[int, TaskRecord] = {}
+        self.schedules: dict[str, Recurring] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.schedules)
+
+
 class Engine:
     """The scheduling state machine. See the module docstring for how a driver uses it."""
 
@@ -259,7 +276,9 @@ class Engine:
         self.recurring: dict[str, Recurring] = {}
         self._reoffer = False  # an attempt ended since parked tasks were last offered resources
         self._offered: list[TaskRecord] = []  # put back in a queue by a resource or group
+        self._wanted: dict[tuple[tuple[str, int], ...], Wanted] = {}
         self._cron_due: list[Recurring] = []
+        self.journal: Journal | None = None  # kept only for a driver with a store
         for pool in self._pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
                 self._timer(pool.scaler.next_eval, _T_SCALE, pool, 0)
@@ -281,11 +300,116 @@ class Engine:
                 t = r
         return t
 
+    @property
+    def next_id(self) -> int:
+        """The id the next admitted task will get."""
+        return self._next_id
+
     def lookup(self, ref: int | str) -> TaskRecord | None:
         """A live or retained task by id (int) or key (str)."""
         if isinstance(ref, str):
             return self.keys.get(ref)
         return self.tasks.get(ref)
+
+    # --- restoring what a store kept ------------------------------------------------------
+
+    def restore(self, recs: Iterable[TaskRecord], now: float) -> None:
+        """Take back the tasks a store kept, before anything is submitted.
+
+        Each record carries its stored id, seq, status, attempt, times and `extra` (deps as
+        submitted, resources, fixed start); a retrying task's `ready_at` is when it retries.
+        Terminal tasks are retained (lookups, results, key deduplication); live ones resume:
+        blocked tasks wait for their parents again, scheduled and never-started fixed starts
+        arrive again (a start that passed meanwhile follows its on_miss), retrying tasks keep
+        their retry time. An attempt that was running when the last holder stopped is counted
+        as used: the task runs again with the next attempt number, or is dead-lettered when
+        that was its last attempt. Tasks of a pool or resource that no longer exists fail.
+        Totals count only what happens from here (the lost attempts included)."""
+        ordered = sorted(recs, key=lambda r: r.id)
+        for rec in ordered:
+            self._seq = max(self._seq, rec.seq)
+        done = sorted((r for r in ordered if r.status >= FIRST_TERMINAL), key=_finished_at)
+        for rec in done:
+            self._retain(rec)
+        lost: list[TaskRecord] = []
+        for rec in ordered:
+            if rec.status < FIRST_TERMINAL:
+                problem = self._readmit(rec, now)
+                if problem is not None:
+                    rec.status, rec.message, rec.finished_at = FAILED, problem, now
+                    rec.extra = None
+                    self._retain(rec)
+                    if self.journal is not None:
+                        self.journal.changed[rec.id] = rec
+                elif rec.extra is not None and rec.extra.pop("_lost", False):
+                    lost.append(rec)
+                    if not rec.extra:
+                        rec.extra = None
+        self.totals = dict.fromkeys(TOTALS_KEYS, 0)
+        for pool in self._pool_list:
+            pool.arrivals = 0
+        for rec in lost:
+            pool = self.pools[rec.pool]
+            policy = rec.retry or pool.retry or DEFAULT_RETRY
+            if rec.attempt >= policy.max_attempts and rec.status == READY:
+                if rec.parked is not None:
+                    rec.parked = None
+                    rec.qgen += 1
+                else:
+                    pool.queues.discard(rec)
+                self._finish(rec, DEAD_LETTERED, now, MSG_LOST)
+
+    def _retain(self, rec: TaskRecord) -> None:
+        self.tasks[rec.id] = rec
+        if rec.key is not None:
+            self.keys[rec.key] = rec
+        self._retained.append(rec)
+
+    def _readmit(self, rec: TaskRecord, now: float) -> str | None:
+        """Admit one stored live task again; returns why it cannot run, or None."""
+        pool = self.pools.get(rec.pool)
+        if pool is None:
+            return f"pool {rec.pool!r} is no longer configured"
+        status, extra = rec.status, rec.extra
+        rec.status = BLOCKED
+        if extra is not None:
+            try:
+                self._resolve_resources(extra)
+            except SubmitError as e:
+                return f"cannot resume: {e.message}"
+            started = rec.attempt > 0
+            if status != BLOCKED:
+                extra.pop("deps", None)  # satisfied before it was stored
+            if started:
+                extra.pop("start_at", None)  # its fixed start happened: it runs as any task
+            if status == RUNNING:
+                extra["_lost"] = True
+            elif status == RETRYING:
+                self._resume_retry(rec, pool)
+                return None
+            try:
+                self._resolve_deps(rec, extra, None)
+            except SubmitError as e:
+                return f"cannot resume: {e.message}"
+            if not extra:
+                rec.extra = None
+        elif status == RUNNING:
+            rec.extra = {"_lost": True}
+        elif status == RETRYING:
+            self._resume_retry(rec, pool)
+            return None
+        self._admit(rec, pool, now)
+        return None
+
+    def _resume_retry(self, rec: TaskRecord, pool: PoolState) -> None:
+        self.tasks[rec.id] = rec
+        if rec.key is not None:
+            self.keys[rec.key] = rec
+        self.live += 1
+        pool.pending_by_class[rec.cls] += 1
+        pool.retrying_by_class[rec.cls] += 1
+        rec.status = RETRYING
+        self._timer(rec.ready_at, _T_RETRY, rec, rec.attempt)
 
     # --- submission ----------------------------------------------------------------------
 
@@ -371,10 +495,22 @@ class Engine:
         """Resources and dependencies of a task about to be admitted; raises SubmitError."""
         extra = rec.extra
         assert extra is not None
+        self._resolve_resources(extra)
+        if "start_at" in extra:
+            self._check_reservation(rec)
+        self._resolve_deps(rec, extra, batch)
+
+    def _resolve_resources(self, extra: dict[str, Any]) -> None:
+        """Check the amounts and keep the (resource, amount) pairs dispatch and release use;
+        tasks asking for the same amounts share one tuple (few distinct requests exist)."""
         res = extra.get("resources")
-        if res:
-            wanted = []
-            for name, amount in res.items():
+        if not res:
+            return
+        sig = tuple(res.items())
+        wanted = self._wanted.get(sig)
+        if wanted is None:
+            pairs = []
+            for name, amount in sig:
                 r = self.resources.get(name)
                 if r is None:
                     raise SubmitError("unknown_resource", f"unknown resource {name!r}")
@@ -383,10 +519,16 @@ class Engine:
                         "resource_exceeds_capacity",
                         f"requested amount exceeds capacity of resource {name!r}",
                     )
-                wanted.append((r, amount))
-            extra["_res"] = tuple(wanted)  # resolved once: dispatch and release use these
-        if "start_at" in extra:
-            self._check_reservation(rec)
+                pairs.append((r, amount))
+            wanted = tuple(pairs)
+            if len(self._wanted) >= _WANTED_CACHE:
+                self._wanted.clear()
+            self._wanted[sig] = wanted
+        extra["_res"] = wanted
+
+    def _resolve_deps(
+        self, rec: TaskRecord, extra: dict[str, Any], batch: dict[str, TaskRecord] | None
+    ) -> None:
         deps = extra.get("deps")
         if not deps:
             return
@@ -497,11 +639,14 @@ class Engine:
         key = rec.key
         if key is not None:
             self.keys[key] = rec
-        rec.submitted_at = now
+        if not rec.submitted_at:  # kept when a store restores the task
+            rec.submitted_at = now
         self.tasks[rec.id] = rec
         self.live += 1
         self.totals["submitted"] += 1
         pool.pending_by_class[rec.cls] += 1
+        if self.journal is not None:
+            self.journal.added.append(rec)
         extra = rec.extra
         fixed = extra is not None and "start_at" in extra
         if not fixed:
@@ -517,7 +662,8 @@ class Engine:
                     child_extra["_awaits"].discard(key)
                     child_extra.setdefault("_parents", []).append(rec)
         if extra is None or not (fixed or "_deps" in extra):
-            rec.eligible_at = now
+            if not rec.eligible_at:  # a restored task keeps its place in the queue
+                rec.eligible_at = now
             self._make_ready(rec, pool, now)
             return
         if fixed:
@@ -532,7 +678,7 @@ class Engine:
                 extra.setdefault("_awaits", set()).add(awaited)
                 timeout = self.pools[rec.pool].cfg.await_timeout
                 if timeout is not None:
-                    self._timer(now + max(0.0, timeout), _T_AWAIT, rec, 0)
+                    self._timer(rec.submitted_at + max(0.0, timeout), _T_AWAIT, rec, 0)
                 waiting += 1
             elif parent.status < FIRST_TERMINAL:
                 _children(parent).append((rec, on))
@@ -555,7 +701,8 @@ class Engine:
             if "start_at" in extra:
                 self._arrive_fixed(rec, pool, now)
                 return
-        rec.eligible_at = now
+        if not rec.eligible_at:
+            rec.eligible_at = now
         self._make_ready(rec, pool, now)
 
     # --- recurring schedules ---------------------------------------------------------------
@@ -567,6 +714,22 @@ class Engine:
         self.remove_recurring(sched.name, now)
         self.recurring[sched.name] = sched
         self._plan_next(sched, now, now)
+
+    def resume_recurring(
+        self, sched: Recurring, next_time: float | None, last_id: int | None, now: float
+    ) -> None:
+        """Take back a stored schedule (after restore): its next occurrence is the stored one,
+        created at once if its time passed meanwhile (then its on_miss applies); the
+        occurrences that passed after it are not created."""
+        self.recurring[sched.name] = sched
+        tag = sched.name
+        for rec in sorted(self.tasks.values(), key=lambda r: r.seq):
+            if rec.tags and rec.tags.get(RECURRING_TAG) == tag:
+                sched.created(rec)
+        if last_id is not None and last_id in self.tasks:
+            sched.last = self.tasks[last_id]
+        if next_time is not None:
+            self._plan_next(sched, next_time - 0.5, now)
 
     def remove_recurring(self, name: str, now: float) -> bool:
         """Drop a schedule and cancel its occurrences that have not started yet (their keys are
@@ -585,6 +748,8 @@ class Engine:
         """Find the next occurrence strictly after `after` and set the timer that creates it."""
         t = sched.spec.next_after(after, sched.tz)
         sched.next_time = t
+        if self.journal is not None:
+            self.journal.schedules[sched.name] = sched
         if t is not None:
             self._timer(max(not_before, t - 2 * sched.tolerance), _T_CRON, sched, sched.gen)
 
@@ -617,7 +782,9 @@ class Engine:
                 self.totals["recurring_conflicts"] += 1
             else:
                 sched.created(got)
-        self._plan_next(sched, t, t)
+        # Occurrences whose time passed before this one was created (a stalled or stopped
+        # driver) are not created: the schedule goes on from now.
+        self._plan_next(sched, max(t, now), t)
 
     # --- fixed start times -----------------------------------------------------------------
 
@@ -784,8 +951,13 @@ class Engine:
                 self._reoffer = False
                 self._offer(now)
             self._dispatch_pools(now)
-            again = self._reoffer or any(rec.status != RUNNING for rec in offered)
-            offered.clear()
+            again = self._reoffer
+            if offered:
+                for rec in offered:
+                    if rec.status != RUNNING:
+                        again = True
+                        break
+                offered.clear()
             if not again:
                 return
             offer = True
@@ -867,7 +1039,8 @@ class Engine:
         """Is one of the task's resources short now (or, with behind_waiters, does one have
         tasks waiting)? Then (with park) park it there."""
         for r, amount in wanted:
-            short = not r.available(amount, now)
+            # a semaphore inline: this runs twice per resource task (admission, dispatch)
+            short = not r.available(amount, now) if r.is_bucket else r.in_use + amount > r.permits
             if short or (behind_waiters and r.parked):
                 if park:
                     r.park(rec, amount)
@@ -1028,9 +1201,10 @@ class Engine:
         pool.stats.on_retry(now)
         pool.pending_by_class[rec.cls] += 1
         pool.retrying_by_class[rec.cls] += 1
-        self._move(rec, RETRYING, now, message)
         rec.message = message
-        self._timer(now + delay, _T_RETRY, rec, rec.attempt)
+        rec.ready_at = now + delay  # when it will be ready again (a store keeps it)
+        self._move(rec, RETRYING, now, message)
+        self._timer(rec.ready_at, _T_RETRY, rec, rec.attempt)
 
     # --- cancellation --------------------------------------------------------------------
 
@@ -1236,6 +1410,8 @@ class Engine:
                 f"task {rec.id}: {STATUS_NAMES[rec.status]} -> {STATUS_NAMES[new]}"
             )
         rec.status = new
+        if self.journal is not None:
+            self.journal.changed[rec.id] = rec
         level = self.event_level
         if level == EVENTS_ALL or (level == EVENTS_TERMINAL and new >= FIRST_TERMINAL):
             self._event(rec, new, now, message)
@@ -1389,6 +1565,10 @@ def _parents_first(new: list[TaskRecord]) -> list[TaskRecord]:
                 state[id(rec)] = 2
                 order.append(rec)
     return order
+
+
+def _finished_at(rec: TaskRecord) -> float:
+    return rec.finished_at
 
 
 def _peak_overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> int:

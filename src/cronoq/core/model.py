@@ -60,7 +60,8 @@ TRANSITIONS: dict[int, frozenset[int]] = {
     SCHEDULED: frozenset({READY, MISSED, FAILED, SKIPPED, *_LIVE_EXITS}),
     # A fixed-start task is ready from its start time; if no slot comes within its tolerance it
     # ends missed or failed (on_miss) from there.
-    READY: frozenset({RUNNING, SHED, MISSED, FAILED, *_LIVE_EXITS}),
+    # DEAD_LETTERED: restored from a store, its last attempt was lost with the process.
+    READY: frozenset({RUNNING, SHED, MISSED, FAILED, DEAD_LETTERED, *_LIVE_EXITS}),
     RUNNING: frozenset({SUCCEEDED, FAILED, DEAD_LETTERED, RETRYING, *_LIVE_EXITS}),
     RETRYING: frozenset({READY, *_LIVE_EXITS}),
     SUCCEEDED: frozenset(),

@@ -44,6 +44,8 @@ class Recurring:
     overlap: str = "skip"
     tolerance: float = 1.0
     on_miss: str = "run_late"
+    cron: str = ""  # the expression and zone as given (stores and listings show them)
+    tz_name: str | None = None
     # state
     gen: int = 0
     next_time: float | None = None

@@ -1,0 +1,220 @@
+"""Task records and schedules to store rows and back: the one place where the engine's types
+meet the file's columns (see `sqlite.TASK_COLUMNS`; times are Unix nanoseconds, options JSON)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..core.model import (
+    FIRST_TERMINAL,
+    RETRYING,
+    STATUS_NAMES,
+    RetryPolicy,
+    TaskRecord,
+)
+from ..core.recurring import Recurring
+from .codec import Codec
+from .sqlite import from_ns, to_ns
+
+_STATUS = {name: i for i, name in enumerate(STATUS_NAMES)}
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _ns(t: float | None) -> int | None:
+    return None if t is None else to_ns(t)
+
+
+def _sec(ns: int | None) -> float | None:
+    return None if ns is None else from_ns(ns)
+
+
+def retry_json(policy: RetryPolicy | None) -> str | None:
+    if policy is None:
+        return None
+    return _json(
+        [
+            policy.max_attempts,
+            policy.initial_backoff,
+            policy.multiplier,
+            policy.max_backoff,
+            policy.jitter,
+        ]
+    )
+
+
+def retry_from(text: str | None) -> RetryPolicy | None:
+    if text is None:
+        return None
+    attempts, initial, multiplier, maximum, jitter = json.loads(text)
+    return RetryPolicy(attempts, initial, multiplier, maximum, jitter)
+
+
+def _state(rec: TaskRecord, output: bytes | None, now: float) -> tuple[Any, ...]:
+    """The columns that change over a task's life (UPDATE_COLUMNS order)."""
+    terminal = rec.status >= FIRST_TERMINAL
+    return (
+        STATUS_NAMES[rec.status],
+        1 if terminal else 0,
+        rec.attempt,
+        to_ns(rec.finished_at if terminal else now),
+        rec.message,
+        output,
+        to_ns(rec.eligible_at) if rec.eligible_at else None,
+        to_ns(rec.ready_at) if rec.status == RETRYING else None,
+    )
+
+
+def insert_row(
+    rec: TaskRecord, payload: bytes | None, output: bytes | None, now: float
+) -> tuple[Any, ...]:
+    """A new task's full row (TASK_COLUMNS order)."""
+    extra = rec.extra or {}
+    start = extra.get("start_at")
+    deps = extra.get("deps")
+    return (
+        rec.id,
+        rec.seq,
+        to_ns(rec.submitted_at),
+        rec.pool,
+        rec.kind,
+        rec.cls,
+        rec.key,
+        payload,
+        _ns(rec.deadline),
+        _ns(start),
+        None if start is None else extra["tolerance"],
+        None if start is None else extra["on_miss"],
+        rec.duration_hint,
+        rec.timeout,
+        retry_json(rec.retry),
+        None if not deps else _json([list(d) for d in deps]),
+        _json(extra.get("resources")),
+        _json(rec.tags),
+        _json(rec.labels),
+        rec.tenant,
+        *_state(rec, output, now),
+    )
+
+
+def update_row(rec: TaskRecord, output: bytes | None, now: float) -> tuple[Any, ...]:
+    """A known task's changed columns followed by its id (sqlite._UPDATE_TASK order)."""
+    return (*_state(rec, output, now), rec.id)
+
+
+def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str | None]:
+    """The engine record of a stored task, and why it cannot run (a payload the codec cannot
+    decode) or None. Results of finished tasks are decoded too; one that cannot be is None."""
+    (
+        tid,
+        seq,
+        arrival,
+        pool,
+        kind,
+        priority,
+        key,
+        payload,
+        deadline,
+        fixed_start,
+        tolerance,
+        on_miss,
+        duration_hint,
+        timeout,
+        retry,
+        deps,
+        resources,
+        tags,
+        labels,
+        tenant,
+        status,
+        _terminal,
+        attempt,
+        updated,
+        message,
+        output,
+        eligible,
+        not_before,
+    ) = row
+    extra: dict[str, Any] = {}
+    if fixed_start is not None:
+        extra["start_at"] = from_ns(fixed_start)
+        extra["tolerance"] = tolerance
+        extra["on_miss"] = on_miss
+    if deps:
+        extra["deps"] = [tuple(d) for d in json.loads(deps)]
+    if resources:
+        extra["resources"] = json.loads(resources)
+    rec = TaskRecord(
+        None,
+        pool,
+        cls=priority,
+        kind=kind,
+        key=key,
+        tenant=tenant,
+        deadline=_sec(deadline),
+        duration_hint=duration_hint,
+        timeout=timeout,
+        retry=retry_from(retry),
+        tags=None if tags is None else json.loads(tags),
+        labels=None if labels is None else json.loads(labels),
+        extra=extra or None,
+    )
+    rec.id = tid
+    rec.seq = seq
+    rec.status = _STATUS[status]
+    rec.attempt = attempt
+    rec.submitted_at = from_ns(arrival)
+    rec.message = message
+    rec.eligible_at = 0.0 if eligible is None else from_ns(eligible)
+    problem = None
+    if rec.status >= FIRST_TERMINAL:
+        rec.finished_at = from_ns(updated)
+        if output is not None:
+            try:
+                rec.output = codec.decode(output)
+            except Exception:  # an undecodable result reads as unavailable
+                rec.output = None
+    else:
+        if not_before is not None:
+            rec.ready_at = from_ns(not_before)
+        elif rec.status == RETRYING:
+            rec.ready_at = rec.submitted_at  # a file without retry times: retry at once
+        try:
+            rec.payload = None if payload is None else codec.decode(payload)
+        except Exception as e:
+            problem = f"payload cannot be decoded by the scheduler's codec: {type(e).__name__}: {e}"
+    return rec, problem
+
+
+def schedule_row(sched: Recurring, payload: bytes) -> tuple[Any, ...]:
+    """A schedule's row: its definition as JSON, its template payload, next time, last task."""
+    spec = {
+        "cron": sched.cron,
+        "tz": sched.tz_name,
+        "pool": sched.pool,
+        "priority": sched.cls,
+        "kind": sched.kind,
+        "key": sched.key,
+        "tenant": sched.tenant,
+        "deadline_in": sched.deadline_in,
+        "duration_hint": sched.duration_hint,
+        "timeout": sched.timeout,
+        "retry": retry_json(sched.retry),
+        "resources": sched.resources,
+        "tags": sched.tags,
+        "labels": sched.labels,
+        "overlap": sched.overlap,
+        "tolerance": sched.tolerance,
+        "on_miss": sched.on_miss,
+    }
+    last = sched.last
+    return (
+        sched.name,
+        _json(spec),
+        payload,
+        _ns(sched.next_time),
+        None if last is None else last.id,
+    )

@@ -1,0 +1,458 @@
+"""SqliteStore: durable state in one SQLite file, shared by a leader and its standbys.
+
+How it is driven: a scheduler (library mode) or the server calls the async methods below from
+its event loop; every call runs on one dedicated thread that owns the connection, so the loop
+never waits on disk. `open()` validates (and creates or migrates) the file, `lead()` waits until
+this process holds the leadership lease, `load()` returns what the previous leaders left,
+`commit()` writes one group of changes in one transaction (and renews the lease in it),
+`renew()` keeps the lease while idle, `prune()` drops old terminal rows, `close()` ends, giving
+the lease up at once after a clean stop.
+
+Fencing: every transaction that writes tasks first updates the leader row *where the epoch and
+holder are still ours*; if another process took over meanwhile that update matches no row, the
+transaction is rolled back and `LeadershipLost` is raised, so a deposed leader never writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import secrets
+import socket
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ..errors import SchedulerError
+
+SCHEMA_VERSION = 2
+APPLICATION = "cronoq"
+FENCED = "fenced: leadership lost"
+
+# Version 1: the tables every cronoq store has.
+_SCHEMA_V1 = (
+    "CREATE TABLE cronoq_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE cronoq_leader (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        epoch INTEGER NOT NULL,
+        max_id INTEGER NOT NULL,
+        holder TEXT,
+        expires_unix_ns INTEGER NOT NULL)""",
+    "INSERT INTO cronoq_leader (id, epoch, max_id, holder, expires_unix_ns) "
+    "VALUES (1, 0, 0, NULL, 0)",
+    """CREATE TABLE cronoq_tasks (
+        id INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        arrival INTEGER NOT NULL,
+        pool TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        key TEXT,
+        payload BLOB,
+        deadline INTEGER,
+        fixed_start INTEGER,
+        tolerance REAL,
+        on_miss TEXT,
+        duration_hint REAL,
+        timeout REAL,
+        retry TEXT,
+        deps TEXT,
+        resources TEXT,
+        tags TEXT,
+        labels TEXT,
+        tenant TEXT,
+        status TEXT NOT NULL,
+        terminal INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        updated INTEGER NOT NULL,
+        message TEXT,
+        output BLOB)""",
+    "CREATE UNIQUE INDEX cronoq_tasks_live_key ON cronoq_tasks (key) WHERE terminal = 0",
+    "CREATE INDEX cronoq_tasks_terminal ON cronoq_tasks (terminal, updated)",
+    """CREATE TABLE cronoq_recurring (
+        name TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        template_payload BLOB,
+        next_unix_ns INTEGER,
+        last_task_id INTEGER)""",
+)
+
+# MIGRATIONS[v] takes a file from version v to v + 1.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 2: a ready task's place in its queue (aging) and a retrying task's retry time survive.
+    1: (
+        "ALTER TABLE cronoq_tasks ADD COLUMN eligible INTEGER",
+        "ALTER TABLE cronoq_tasks ADD COLUMN not_before INTEGER",
+    ),
+}
+
+TASK_COLUMNS = (
+    "id, seq, arrival, pool, kind, priority, key, payload, deadline, fixed_start, tolerance, "
+    "on_miss, duration_hint, timeout, retry, deps, resources, tags, labels, tenant, status, "
+    "terminal, attempt, updated, message, output, eligible, not_before"
+)
+_INSERT_TASK = f"INSERT INTO cronoq_tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 28)})"
+UPDATE_COLUMNS = "status, terminal, attempt, updated, message, output, eligible, not_before"
+_UPDATE_TASK = (
+    "UPDATE cronoq_tasks SET status = ?, terminal = ?, attempt = ?, updated = ?, message = ?, "
+    "output = ?, eligible = ?, not_before = ? WHERE id = ?"
+)
+_UPSERT_RECURRING = (
+    "INSERT INTO cronoq_recurring (name, spec, template_payload, next_unix_ns, last_task_id) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
+    "template_payload = excluded.template_payload, next_unix_ns = excluded.next_unix_ns, "
+    "last_task_id = excluded.last_task_id"
+)
+
+T = TypeVar("T")
+
+
+class LeadershipLost(SchedulerError):
+    """Another process holds the file's leadership now: stop writing and stand down."""
+
+    def __init__(self, message: str = FENCED) -> None:
+        super().__init__(message)
+
+
+@dataclass
+class Batch:
+    """One group of changes, written in one transaction.
+
+    `inserts` are full task rows (TASK_COLUMNS order), `updates` rows of UPDATE_COLUMNS followed
+    by the id, `schedules` rows of cronoq_recurring, `removed_schedules` names to delete, and
+    `max_id` the highest task id issued so far (the file keeps the high-water mark)."""
+
+    inserts: list[tuple[Any, ...]] = field(default_factory=list)
+    updates: list[tuple[Any, ...]] = field(default_factory=list)
+    schedules: list[tuple[Any, ...]] = field(default_factory=list)
+    removed_schedules: list[str] = field(default_factory=list)
+    max_id: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.inserts or self.updates or self.schedules or self.removed_schedules)
+
+
+@dataclass
+class Stored:
+    """What `load()` returns: task rows (TASK_COLUMNS order, by id) and schedule rows."""
+
+    tasks: list[tuple[Any, ...]]
+    schedules: list[tuple[Any, ...]]
+    max_id: int
+
+
+def to_ns(t: float) -> int:
+    return round(t * 1e9)
+
+
+def from_ns(ns: int) -> float:
+    return ns / 1e9
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (got {value!r})")
+    v = float(value)
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a finite number of seconds > 0 (got {value!r})")
+    return v
+
+
+class SqliteStore:
+    """Durable scheduler state in a SQLite file (WAL mode); one leader per file at a time."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        lease_ttl: float = 10.0,
+        lease_renew: float = 2.0,
+        lock_poll: float = 0.5,
+        retention: float = 3600.0,
+        full_sync: bool = True,
+    ) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike (got {type(path).__name__})")
+        self.path = os.fspath(path)
+        if not self.path or "\0" in self.path:
+            raise ValueError("path must be a non-empty file name without NUL characters")
+        self.lease_ttl = _positive("lease_ttl", lease_ttl)
+        if (
+            isinstance(lease_renew, bool)
+            or not isinstance(lease_renew, (int, float))
+            or not (0 < lease_renew < self.lease_ttl)
+        ):
+            raise ValueError("lease_renew must be > 0 and shorter than lease_ttl")
+        self.lease_renew = float(lease_renew)
+        self.lock_poll = _positive("lock_poll", lock_poll)
+        if isinstance(retention, bool) or not isinstance(retention, (int, float)):
+            raise TypeError(f"retention must be a number of seconds (got {retention!r})")
+        if math.isnan(retention) or retention < 0:
+            raise ValueError(f"retention must be >= 0 seconds (got {retention!r})")
+        self.retention = float(retention)
+        if not isinstance(full_sync, bool):
+            raise TypeError(f"full_sync must be a bool (got {full_sync!r})")
+        self.full_sync = full_sync
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.epoch = 0
+        self._db: sqlite3.Connection | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._expires = 0  # our lease's expiry (Unix ns) as last written
+
+    def __repr__(self) -> str:
+        return (
+            f"SqliteStore({self.path!r}, lease_ttl={self.lease_ttl}, "
+            f"lease_renew={self.lease_renew}, lock_poll={self.lock_poll}, "
+            f"retention={self.retention}, full_sync={self.full_sync})"
+        )
+
+    # --- the driver's interface (async, one caller at a time) --------------------------------
+
+    async def open(self) -> None:
+        """Open the file, check it is a cronoq store of a version we know, create or migrate
+        it. A bad file raises SchedulerError and is left exactly as it was."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="cronoq-sqlite")
+        try:
+            await self._call(self._open)
+        except BaseException:
+            await self.close(release=False)
+            raise
+
+    async def lead(self) -> int:
+        """Wait until this process holds the lease (a standby polls every lock_poll seconds);
+        returns the new epoch. Task ids of this leadership are `epoch << 48 | n`."""
+        while True:
+            epoch = await self._call(self._try_lead)
+            if epoch is not None:
+                self.epoch = epoch
+                return epoch
+            await asyncio.sleep(self.lock_poll)
+
+    async def load(self) -> Stored:
+        return await self._call(self._load)
+
+    async def commit(self, batch: Batch) -> None:
+        """Write one group in one transaction (renewing the lease); LeadershipLost if fenced."""
+        await self._call(self._commit, batch)
+
+    async def renew(self) -> None:
+        await self._call(self._commit, Batch())
+
+    async def prune(self, now: float) -> int:
+        """Delete terminal rows that ended more than `retention` seconds ago."""
+        return await self._call(self._prune, to_ns(now - self.retention))
+
+    async def close(self, release: bool = True) -> None:
+        """Close the file; with release, give up the lease so a standby takes over at once."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(thread, self._close, release)
+        finally:
+            thread.shutdown(wait=False)
+
+    # --- on the store's thread ---------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._thread is None:
+            raise SchedulerError(f"store {self.path!r} is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    def _fail(self, reason: str) -> SchedulerError:
+        return SchedulerError(f"store {self.path!r}: {reason}")
+
+    def _open(self) -> None:
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=self.lease_ttl)
+        except sqlite3.Error as e:
+            raise self._fail(f"cannot open: {e}") from None
+        try:
+            version = self._inspect(db)  # before anything that could write to the file
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if self.full_sync else 'NORMAL'}")
+            if version is None:
+                self._create(db)
+            elif version < SCHEMA_VERSION:
+                self._migrate(db)
+        except sqlite3.Error as e:
+            db.close()
+            raise self._fail(f"cannot use it: {e}") from None
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    def _inspect(self, db: sqlite3.Connection) -> int | None:
+        """The file's schema version (None for an empty file); reads only."""
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.DatabaseError as e:
+            raise self._fail(f"not a cronoq database ({e})") from None
+        if not tables:
+            return None
+        if "cronoq_meta" not in tables:
+            raise self._fail("not a cronoq database (no cronoq_meta table)")
+        meta = dict(db.execute("SELECT key, value FROM cronoq_meta").fetchall())
+        if meta.get("application") != APPLICATION or not meta.get("schema_version", "").isdigit():
+            raise self._fail("not a cronoq database (cronoq_meta has no cronoq schema version)")
+        version = int(meta["schema_version"])
+        if version > SCHEMA_VERSION:
+            raise self._fail(
+                f"schema version {version} is newer than this cronoq supports ({SCHEMA_VERSION})"
+            )
+        return version
+
+    @staticmethod
+    def _create(db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                db.execute("ROLLBACK")  # another process created it first
+                return
+            for stmt in _SCHEMA_V1:
+                db.execute(stmt)
+            db.execute(
+                "INSERT INTO cronoq_meta (key, value) VALUES ('application', ?), "
+                "('schema_version', '1')",
+                (APPLICATION,),
+            )
+            SqliteStore._upgrade(db, 1)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            current = int(
+                db.execute("SELECT value FROM cronoq_meta WHERE key='schema_version'").fetchone()[0]
+            )
+            if current < SCHEMA_VERSION:  # not done by another process meanwhile
+                SqliteStore._upgrade(db, current)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _upgrade(db: sqlite3.Connection, version: int) -> None:
+        for v in range(version, SCHEMA_VERSION):
+            for stmt in MIGRATIONS[v]:
+                db.execute(stmt)
+        db.execute(
+            "UPDATE cronoq_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+        )
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise self._fail("not open")
+        return self._db
+
+    def _try_lead(self) -> int | None:
+        db = self._conn()
+        now = time.time_ns()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            epoch, holder, expires = db.execute(
+                "SELECT epoch, holder, expires_unix_ns FROM cronoq_leader WHERE id = 1"
+            ).fetchone()
+            if holder and expires > now:
+                db.execute("ROLLBACK")
+                return None
+            epoch += 1
+            self._expires = now + to_ns(self.lease_ttl)
+            db.execute(
+                "UPDATE cronoq_leader SET epoch = ?, holder = ?, expires_unix_ns = ? WHERE id = 1",
+                (epoch, self.holder, self._expires),
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return int(epoch)
+
+    def _load(self) -> Stored:
+        db = self._conn()
+        tasks = db.execute(f"SELECT {TASK_COLUMNS} FROM cronoq_tasks ORDER BY id").fetchall()
+        schedules = db.execute(
+            "SELECT name, spec, template_payload, next_unix_ns, last_task_id FROM cronoq_recurring"
+        ).fetchall()
+        max_id = db.execute("SELECT max_id FROM cronoq_leader WHERE id = 1").fetchone()[0]
+        return Stored(tasks, schedules, int(max_id))
+
+    def _commit(self, batch: Batch) -> None:
+        db = self._conn()
+        now = time.time_ns()
+        if now > self._expires:
+            # The lease ran out before we could renew it: another process may lead already.
+            raise LeadershipLost()
+        expires = now + to_ns(self.lease_ttl)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = db.execute(
+                "UPDATE cronoq_leader SET expires_unix_ns = ?, max_id = max(max_id, ?) "
+                "WHERE id = 1 AND epoch = ? AND holder = ?",
+                (expires, batch.max_id, self.epoch, self.holder),
+            )
+            if cur.rowcount != 1:
+                raise LeadershipLost()
+            if batch.inserts:
+                db.executemany(_INSERT_TASK, batch.inserts)
+            if batch.updates:
+                db.executemany(_UPDATE_TASK, batch.updates)
+            if batch.schedules:
+                db.executemany(_UPSERT_RECURRING, batch.schedules)
+            if batch.removed_schedules:
+                db.executemany(
+                    "DELETE FROM cronoq_recurring WHERE name = ?",
+                    [(n,) for n in batch.removed_schedules],
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self._expires = expires
+
+    def _prune(self, before_ns: int) -> int:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            cur = db.execute(
+                "DELETE FROM cronoq_tasks WHERE terminal = 1 AND updated < ?", (before_ns,)
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return cur.rowcount
+
+    def _close(self, release: bool) -> None:
+        db, self._db = self._db, None
+        if db is None:
+            return
+        try:
+            if release and self.epoch:
+                db.execute(
+                    "UPDATE cronoq_leader SET holder = NULL, expires_unix_ns = 0 "
+                    "WHERE id = 1 AND epoch = ? AND holder = ?",
+                    (self.epoch, self.holder),
+                )
+        except sqlite3.Error:
+            pass  # the lease then simply expires
+        finally:
+            db.close()
+            self.epoch = 0
+
+
+def first_id(epoch: int) -> int:
+    """The first task id of a leadership epoch (unsharded): epoch << 48 | 1."""
+    return epoch << 48 | 1
