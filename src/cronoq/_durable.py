@@ -30,15 +30,21 @@ log = logging.getLogger("cronoq")
 
 Release = Callable[[list[Attempt], list[TaskRecord], list[StatusEvent]], None]
 
+# How long a commit nobody waits for (results nobody awaits yet) may wait for company.
+DEFER = 0.002
+
 
 def encode_payload(codec: Codec, payload: Any) -> bytes:
     """Encode a payload at submission; what the codec cannot store is the caller's TypeError."""
     try:
-        return encode_with(codec, payload)
+        data = codec.encode(payload)
     except Exception as e:
         raise TypeError(
             f"payload cannot be stored by the scheduler's codec: {type(e).__name__}: {e}"
         ) from None
+    if not isinstance(data, bytes):
+        raise TypeError("codec.encode must return bytes")
+    return data
 
 
 class _Group:
@@ -78,8 +84,10 @@ class Durable:
         self.removed: list[str] = []  # schedules removed since the last commit
         self.group = _Group()
         self.failed: str | None = None
-        self._writer: asyncio.Task[None] | None = None
+        self._inflight: asyncio.Future[None] | None = None  # the commit being written
+        self._urgent = False  # something decided during that commit waits for the next
         self._keeper: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         engine.journal = Journal()
 
     # --- start-up ------------------------------------------------------------------------
@@ -118,9 +126,11 @@ class Durable:
 
     # --- each turn -----------------------------------------------------------------------
 
-    def hold(self, out: Actions) -> None:
+    def hold(self, out: Actions, urgent: bool) -> None:
         """Keep a turn's actions (aborts excepted: the driver carries them out at once) until
-        its changes are committed."""
+        its changes are committed. Not urgent (nobody waits for what it released: no attempt
+        to start, no awaited result, no event listener) means the commit may wait DEFER
+        seconds to share a transaction with what comes next."""
         g = self.group
         if out.starts:
             g.starts += out.starts
@@ -128,41 +138,63 @@ class Durable:
             g.finished += out.finished
         if out.events:
             g.events += out.events
-        self.flush()
+        self.flush(urgent)
 
     def ack(self) -> asyncio.Future[None]:
-        """A future that completes when everything decided so far is on disk."""
+        """A future that completes when everything decided so far is on disk. (The write
+        starts after the callbacks already queued: the driver's pump, kicked by the caller,
+        then adds what it decides, such as the start of a task just submitted.)"""
         fut = self.loop.create_future()
         self.group.acks.append(fut)
-        self.flush()
+        self.loop.call_soon(self.flush, True)
         return fut
 
-    def flush(self) -> None:
-        if self._writer is None and self.failed is None:
-            self._writer = self.loop.create_task(self._write())
+    def flush(self, urgent: bool) -> None:
+        if self._inflight is not None or self.failed is not None:
+            self._urgent = self._urgent or urgent  # taken when the commit in flight ends
+            return
+        if urgent:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._commit_next()
+        elif self._timer is None:
+            self._timer = self.loop.call_later(DEFER, self._deferred)
 
-    async def _write(self) -> None:
+    def _deferred(self) -> None:
+        self._timer = None
+        self.flush(True)
+
+    def _commit_next(self) -> None:
+        """Hand everything decided so far to the store thread now (not at the next loop
+        turn: the thread then writes while the loop goes on deciding the next group)."""
         eng = self.engine
-        try:
-            while True:
-                journal = eng.journal
-                assert journal is not None
-                group = self.group
-                g_busy = group.starts or group.finished or group.events or group.acks
-                if not (journal or self.removed or g_busy):
-                    return
+        journal = eng.journal
+        assert journal is not None
+        group = self.group
+        self._urgent = False
+        if not (journal or self.removed):
+            if group.starts or group.finished or group.events or group.acks:
                 self.group = _Group()
-                if journal or self.removed:
-                    eng.journal = Journal()
-                    batch = self._batch(journal, time.time())
-                    try:
-                        await self.store.commit(batch)
-                    except Exception as e:
-                        self._fail(e, group)
-                        return
                 self._release(group)
-        finally:
-            self._writer = None
+            return
+        self.group = _Group()
+        eng.journal = Journal()
+        fut = self.store.commit_nowait(self._batch(journal, time.time()))
+        self._inflight = fut
+        fut.add_done_callback(lambda f: self._committed(f, group))
+
+    def _committed(self, fut: asyncio.Future[None], group: _Group) -> None:
+        self._inflight = None
+        error = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or error is not None:
+            self._fail(error or SchedulerError("store write cancelled"), group)
+            return
+        self._release(group)
+        if self._urgent:
+            self._commit_next()
+        elif self.engine.journal or self.removed:
+            self.flush(False)
 
     def _release(self, group: _Group) -> None:
         self.release(group.starts, group.finished, group.events)
@@ -181,8 +213,10 @@ class Durable:
             if payload is None:  # a recurring occurrence: its template was checked when added
                 payload = encode_with(codec, rec.payload)
             batch.inserts.append(insert_row(rec, payload, self._output(rec), now))
+        updates, finishes = batch.updates, batch.finishes
         for rec in changed.values():
-            batch.updates.append(update_row(rec, self._output(rec), now))
+            row, done = update_row(rec, self._output(rec))
+            (finishes if done else updates).append(row)
         recurring = self.engine.recurring
         for name, sched in journal.schedules.items():
             if recurring.get(name) is sched:
@@ -200,7 +234,7 @@ class Durable:
             log.warning("result of task %d not stored: cannot encode it: %s", rec.id, e)
             return None
 
-    def _fail(self, e: Exception, group: _Group) -> None:
+    def _fail(self, e: BaseException, group: _Group) -> None:
         message = str(e) if isinstance(e, SchedulerError) else f"store write failed: {e}"
         self.failed = message
         log.error("scheduler stops: %s", message)
@@ -216,7 +250,7 @@ class Durable:
         next_prune = time.monotonic()
         while self.failed is None:
             try:
-                if self._writer is None:
+                if self._inflight is None:
                     await store.renew()
                 if time.monotonic() >= next_prune:
                     await store.prune(time.time())
@@ -231,12 +265,18 @@ class Durable:
     async def close(self, release_lease: bool) -> None:
         """Finish the writes in flight, stop renewing and close the file."""
         keeper, self._keeper = self._keeper, None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self.flush(True)
         if keeper is not None:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-        while self._writer is not None and self.failed is None:
-            await asyncio.shield(self._writer)
+        while (fut := self._inflight) is not None and self.failed is None:
+            # wait() never raises (a failure is reported by _committed); a done future's
+            # callback, which may start the next commit, runs on the next loop turn.
+            await (asyncio.wait([fut]) if not fut.done() else asyncio.sleep(0))
         await self.store.close(release=release_lease and self.failed is None)
 
 

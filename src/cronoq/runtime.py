@@ -835,7 +835,13 @@ class Scheduler:
                 if t is not None:
                     t.cancel()
         if s.durable is not None:
-            s.durable.hold(out)
+            waiters = s.waiters
+            urgent = bool(
+                out.starts
+                or (out.events and s.streams)
+                or (waiters and any(rec.id in waiters for rec in out.finished))
+            )
+            s.durable.hold(out, urgent)
         else:
             self._release(s, out.starts, out.finished, out.events)
         if s.idle is not None and not s.engine.running and not s.idle.done():

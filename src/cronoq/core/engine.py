@@ -742,6 +742,7 @@ class Engine:
             self.cancel(rec.id, now)
             if rec.key is not None and self.keys.get(rec.key) is rec:
                 del self.keys[rec.key]
+            rec.key = None  # for good: a store writes the cancelled task without it
         return True
 
     def _plan_next(self, sched: Recurring, after: float, not_before: float) -> None:

@@ -20,16 +20,21 @@ class Codec(Protocol):
     def decode(self, data: bytes) -> Any: ...
 
 
+# One encoder for every call: json.dumps() with options builds a new one each time.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_decode = json.JSONDecoder().decode
+
+
 class JsonCodec:
     """Compact UTF-8 JSON. Decoding builds only plain data, so it never runs code from the file."""
 
     __slots__ = ()
 
     def encode(self, obj: Any) -> bytes:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        return _encode(obj).encode()
 
     def decode(self, data: bytes) -> Any:
-        return json.loads(data)
+        return _decode(data.decode())
 
     def __repr__(self) -> str:
         return "JsonCodec()"

@@ -20,8 +20,11 @@ from .sqlite import from_ns, to_ns
 _STATUS = {name: i for i, name in enumerate(STATUS_NAMES)}
 
 
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    return None if value is None else _dumps(value)
 
 
 def _ns(t: float | None) -> int | None:
@@ -53,19 +56,12 @@ def retry_from(text: str | None) -> RetryPolicy | None:
     return RetryPolicy(attempts, initial, multiplier, maximum, jitter)
 
 
-def _state(rec: TaskRecord, output: bytes | None, now: float) -> tuple[Any, ...]:
-    """The columns that change over a task's life (UPDATE_COLUMNS order)."""
-    terminal = rec.status >= FIRST_TERMINAL
-    return (
-        STATUS_NAMES[rec.status],
-        1 if terminal else 0,
-        rec.attempt,
-        to_ns(rec.finished_at if terminal else now),
-        rec.message,
-        output,
-        to_ns(rec.eligible_at) if rec.eligible_at else None,
-        to_ns(rec.ready_at) if rec.status == RETRYING else None,
-    )
+def _eligible(rec: TaskRecord) -> int | None:
+    return to_ns(rec.eligible_at) if rec.eligible_at else None
+
+
+def _not_before(rec: TaskRecord) -> int | None:
+    return to_ns(rec.ready_at) if rec.status == RETRYING else None
 
 
 def insert_row(
@@ -73,6 +69,7 @@ def insert_row(
 ) -> tuple[Any, ...]:
     """A new task's full row (TASK_COLUMNS order)."""
     extra = rec.extra or {}
+    terminal = rec.status >= FIRST_TERMINAL
     start = extra.get("start_at")
     deps = extra.get("deps")
     return (
@@ -96,13 +93,33 @@ def insert_row(
         _json(rec.tags),
         _json(rec.labels),
         rec.tenant,
-        *_state(rec, output, now),
+        STATUS_NAMES[rec.status],
+        1 if terminal else 0,
+        rec.attempt,
+        to_ns(rec.finished_at if terminal else now),
+        rec.message,
+        output,
+        _eligible(rec),
+        _not_before(rec),
     )
 
 
-def update_row(rec: TaskRecord, output: bytes | None, now: float) -> tuple[Any, ...]:
-    """A known task's changed columns followed by its id (sqlite._UPDATE_TASK order)."""
-    return (*_state(rec, output, now), rec.id)
+def update_row(rec: TaskRecord, output: bytes | None) -> tuple[tuple[Any, ...], bool]:
+    """A known task's changed columns and whether it ended (sqlite._UPDATE_DONE's row) or not
+    (sqlite._UPDATE_LIVE's row)."""
+    if rec.status >= FIRST_TERMINAL:
+        done = (
+            STATUS_NAMES[rec.status],
+            rec.attempt,
+            to_ns(rec.finished_at),
+            rec.message,
+            output,
+            rec.key,  # None once freed (a removed schedule's cancelled occurrence)
+            rec.id,
+        )
+        return done, True
+    live = (STATUS_NAMES[rec.status], rec.attempt, rec.message, _eligible(rec), _not_before(rec))
+    return (*live, rec.id), False
 
 
 def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str | None]:

@@ -16,15 +16,17 @@ transaction is rolled back and `LeadershipLost` is raised, so a deposed leader n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import secrets
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from queue import SimpleQueue
 from typing import Any, TypeVar
 
 from ..errors import SchedulerError
@@ -71,8 +73,10 @@ _SCHEMA_V1 = (
         updated INTEGER NOT NULL,
         message TEXT,
         output BLOB)""",
-    "CREATE UNIQUE INDEX cronoq_tasks_live_key ON cronoq_tasks (key) WHERE terminal = 0",
-    "CREATE INDEX cronoq_tasks_terminal ON cronoq_tasks (terminal, updated)",
+    # Partial indexes: tasks without a key, and live tasks, cost no index entry.
+    "CREATE UNIQUE INDEX cronoq_tasks_live_key ON cronoq_tasks (key) "
+    "WHERE terminal = 0 AND key IS NOT NULL",
+    "CREATE INDEX cronoq_tasks_done ON cronoq_tasks (updated) WHERE terminal = 1",
     """CREATE TABLE cronoq_recurring (
         name TEXT PRIMARY KEY,
         spec TEXT NOT NULL,
@@ -96,11 +100,24 @@ TASK_COLUMNS = (
     "terminal, attempt, updated, message, output, eligible, not_before"
 )
 _INSERT_TASK = f"INSERT INTO cronoq_tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 28)})"
-UPDATE_COLUMNS = "status, terminal, attempt, updated, message, output, eligible, not_before"
-_UPDATE_TASK = (
-    "UPDATE cronoq_tasks SET status = ?, terminal = ?, attempt = ?, updated = ?, message = ?, "
-    "output = ?, eligible = ?, not_before = ? WHERE id = ?"
+# A live task's changes touch no column the indexes use (key, terminal, updated): updating
+# those costs about twice as much.
+_UPDATE_LIVE = (
+    "UPDATE cronoq_tasks SET status = ?, attempt = ?, message = ?, eligible = ?, not_before = ? "
+    "WHERE id = ?"
 )
+_UPDATE_DONE = (
+    "UPDATE cronoq_tasks SET status = ?, terminal = 1, attempt = ?, updated = ?, message = ?, "
+    "output = ?, key = ? WHERE id = ?"
+)
+# Terminal rows that ended before a time, except parents of blocked tasks: restoring a blocked
+# task resolves its dependencies again, by id or key (deps are [[target, on], ...]).
+_PRUNE = """
+DELETE FROM cronoq_tasks WHERE terminal = 1 AND updated < ?1 AND NOT EXISTS (
+    SELECT 1 FROM cronoq_tasks AS child, json_each(child.deps) AS edge
+    WHERE child.status = 'blocked'
+      AND json_extract(edge.value, '$[0]') IN (cronoq_tasks.id, cronoq_tasks.key))
+"""
 _UPSERT_RECURRING = (
     "INSERT INTO cronoq_recurring (name, spec, template_payload, next_unix_ns, last_task_id) "
     "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
@@ -122,18 +139,26 @@ class LeadershipLost(SchedulerError):
 class Batch:
     """One group of changes, written in one transaction.
 
-    `inserts` are full task rows (TASK_COLUMNS order), `updates` rows of UPDATE_COLUMNS followed
-    by the id, `schedules` rows of cronoq_recurring, `removed_schedules` names to delete, and
-    `max_id` the highest task id issued so far (the file keeps the high-water mark)."""
+    `inserts` are full task rows (TASK_COLUMNS order), `updates` changes of live tasks and
+    `finishes` of tasks that became terminal (see rows.update_row), `schedules` rows of
+    cronoq_recurring, `removed_schedules` names to delete, and `max_id` the highest task id
+    issued so far (the file keeps the high-water mark)."""
 
     inserts: list[tuple[Any, ...]] = field(default_factory=list)
     updates: list[tuple[Any, ...]] = field(default_factory=list)
+    finishes: list[tuple[Any, ...]] = field(default_factory=list)
     schedules: list[tuple[Any, ...]] = field(default_factory=list)
     removed_schedules: list[str] = field(default_factory=list)
     max_id: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.updates or self.schedules or self.removed_schedules)
+        return bool(
+            self.inserts
+            or self.updates
+            or self.finishes
+            or self.schedules
+            or self.removed_schedules
+        )
 
 
 @dataclass
@@ -146,7 +171,7 @@ class Stored:
 
 
 def to_ns(t: float) -> int:
-    return round(t * 1e9)
+    return int(t * 1e9)
 
 
 def from_ns(ns: int) -> float:
@@ -200,7 +225,7 @@ class SqliteStore:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.epoch = 0
         self._db: sqlite3.Connection | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._jobs: SimpleQueue[_Job | None] | None = None  # the store thread's inbox
         self._expires = 0  # our lease's expiry (Unix ns) as last written
 
     def __repr__(self) -> str:
@@ -215,8 +240,11 @@ class SqliteStore:
     async def open(self) -> None:
         """Open the file, check it is a cronoq store of a version we know, create or migrate
         it. A bad file raises SchedulerError and is left exactly as it was."""
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="cronoq-sqlite")
+        if self._jobs is None:
+            self._jobs = SimpleQueue()
+            threading.Thread(
+                target=_serve, args=(self._jobs,), name="cronoq-sqlite", daemon=True
+            ).start()
         try:
             await self._call(self._open)
         except BaseException:
@@ -236,9 +264,10 @@ class SqliteStore:
     async def load(self) -> Stored:
         return await self._call(self._load)
 
-    async def commit(self, batch: Batch) -> None:
-        """Write one group in one transaction (renewing the lease); LeadershipLost if fenced."""
-        await self._call(self._commit, batch)
+    def commit_nowait(self, batch: Batch) -> asyncio.Future[None]:
+        """Queue one group for writing in one transaction (renewing the lease) at once; the
+        future ends when it is committed, with LeadershipLost if fenced."""
+        return self._submit(self._commit, batch)
 
     async def renew(self) -> None:
         await self._call(self._commit, Batch())
@@ -249,21 +278,28 @@ class SqliteStore:
 
     async def close(self, release: bool = True) -> None:
         """Close the file; with release, give up the lease so a standby takes over at once."""
-        thread, self._thread = self._thread, None
-        if thread is None:
+        if self._jobs is None:
             return
-        loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(thread, self._close, release)
+            await self._call(self._close, release)
         finally:
-            thread.shutdown(wait=False)
+            jobs, self._jobs = self._jobs, None
+            jobs.put(None)  # the thread ends
 
     # --- on the store's thread ---------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._thread is None:
+        return await self._submit(fn, *args)
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue fn(*args) for the store thread. (A plain queue and call_soon_threadsafe: a
+        round trip costs a fraction of run_in_executor's, and every commit makes one.)"""
+        if self._jobs is None:
             raise SchedulerError(f"store {self.path!r} is not open")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((loop, fut, fn, args))
+        return fut
 
     def _fail(self, reason: str) -> SchedulerError:
         return SchedulerError(f"store {self.path!r}: {reason}")
@@ -408,7 +444,9 @@ class SqliteStore:
             if batch.inserts:
                 db.executemany(_INSERT_TASK, batch.inserts)
             if batch.updates:
-                db.executemany(_UPDATE_TASK, batch.updates)
+                db.executemany(_UPDATE_LIVE, batch.updates)
+            if batch.finishes:
+                db.executemany(_UPDATE_DONE, batch.finishes)
             if batch.schedules:
                 db.executemany(_UPSERT_RECURRING, batch.schedules)
             if batch.removed_schedules:
@@ -426,9 +464,7 @@ class SqliteStore:
         db = self._conn()
         db.execute("BEGIN IMMEDIATE")
         try:
-            cur = db.execute(
-                "DELETE FROM cronoq_tasks WHERE terminal = 1 AND updated < ?", (before_ns,)
-            )
+            cur = db.execute(_PRUNE, (before_ns,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -451,6 +487,33 @@ class SqliteStore:
         finally:
             db.close()
             self.epoch = 0
+
+
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+def _serve(jobs: SimpleQueue[_Job | None]) -> None:
+    """The store thread: run jobs in order until told to stop."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        loop, fut, fn, args = job
+        try:
+            result, error = fn(*args), None
+        except BaseException as e:
+            result, error = None, e
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_settle, fut, result, error)
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.cancelled():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
 
 
 def first_id(epoch: int) -> int:
