@@ -495,10 +495,12 @@ class Engine:
         """Resources and dependencies of a task about to be admitted; raises SubmitError."""
         extra = rec.extra
         assert extra is not None
-        self._resolve_resources(extra)
+        if "resources" in extra:
+            self._resolve_resources(extra)
         if "start_at" in extra:
             self._check_reservation(rec)
-        self._resolve_deps(rec, extra, batch)
+        if "deps" in extra:
+            self._resolve_deps(rec, extra, batch)
 
     def _resolve_resources(self, extra: dict[str, Any]) -> None:
         """Check the amounts and keep the (resource, amount) pairs dispatch and release use;
@@ -1023,8 +1025,11 @@ class Engine:
         wanted = rec.extra.get("_res")
         if not wanted:
             return True
-        if self._park_if_short(rec, wanted, now, park):
-            return False
+        for r, amount in wanted:
+            if r.in_use + amount > r.permits if not r.is_bucket else not r.available(amount, now):
+                if park:
+                    self._park_if_short(rec, wanted, now)
+                return False
         for r, amount in wanted:
             r.take(amount, now)
         return True
