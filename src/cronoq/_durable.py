@@ -82,6 +82,9 @@ class Durable:
         self.encoded: dict[int, bytes] = {}  # payloads of admitted tasks not yet written
         self.templates: dict[str, bytes] = {}  # encoded template payloads of schedules
         self.removed: list[str] = []  # schedules removed since the last commit
+        # Tasks terminal in memory whose terminal row is not committed yet: their handles
+        # wait (and fail if the session is lost before the write).
+        self.unwritten: set[int] = set()
         self.group = _Group()
         self.failed: str | None = None
         self._inflight: asyncio.Future[None] | None = None  # the commit being written
@@ -121,6 +124,11 @@ class Durable:
             self.templates[name] = payload
             eng.resume_recurring(sched, None if next_ns is None else from_ns(next_ns), last_id, now)
 
+    def written(self, rec: TaskRecord) -> bool:
+        """Is the task's current state committed (not in the journal, held or in flight)?"""
+        journal = self.engine.journal
+        return rec.id not in self.unwritten and (journal is None or rec.id not in journal.changed)
+
     def start(self) -> None:
         self._keeper = self.loop.create_task(self._keep())
 
@@ -136,6 +144,7 @@ class Durable:
             g.starts += out.starts
         if out.finished:
             g.finished += out.finished
+            self.unwritten.update(rec.id for rec in out.finished)
         if out.events:
             g.events += out.events
         self.flush(urgent)
@@ -197,6 +206,8 @@ class Durable:
             self.flush(False)
 
     def _release(self, group: _Group) -> None:
+        if group.finished:
+            self.unwritten.difference_update(rec.id for rec in group.finished)
         self.release(group.starts, group.finished, group.events)
         for fut in group.acks:
             if not fut.done():

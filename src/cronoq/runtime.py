@@ -120,7 +120,17 @@ class _Session:
         fut = self.waiters.get(rec.id)
         if fut is None:
             fut = self.waiters[rec.id] = self.loop.create_future()
+            d = self.durable
+            if d is not None and rec.id in d.unwritten:
+                d.flush(True)  # its end waited for company: now someone waits for it
         return fut
+
+    def settled(self, rec: TaskRecord) -> bool:
+        """Has the task ended, as far as anyone may see (with a store: on disk)?"""
+        if rec.status < FIRST_TERMINAL:
+            return False
+        d = self.durable
+        return d is None or d.written(rec)
 
 
 def _outcome(rec: TaskRecord) -> Any:
@@ -145,7 +155,7 @@ class TaskHandle:
 
     def done(self) -> bool:
         """True once the task is terminal (or the scheduler shut down before it ended)."""
-        return self._rec.status >= FIRST_TERMINAL or self._session.closed
+        return self._session.settled(self._rec) or self._session.closed
 
     def cancel(self) -> None:
         """Ask for cancellation without waiting (fire and forget)."""
@@ -158,11 +168,12 @@ class TaskHandle:
 
     def __await__(self) -> Generator[Any, None, Any]:
         rec = self._rec
-        if rec.status < FIRST_TERMINAL:
-            if not self._session.closed:
-                yield from self._session.waiter(rec).__await__()
-            if rec.status < FIRST_TERMINAL:
-                raise TaskFailed("shutdown", self._session.reason, rec.id)
+        s = self._session
+        if not s.settled(rec):
+            if not s.closed:
+                yield from s.waiter(rec).__await__()
+            if not s.settled(rec):
+                raise TaskFailed("shutdown", s.reason, rec.id)
         return _outcome(rec)
 
     def __repr__(self) -> str:

@@ -460,10 +460,22 @@ class SqliteStore:
             raise
         self._expires = expires
 
+    def _check_lease(self, db: sqlite3.Connection) -> None:
+        """Inside a write transaction: is the lease still ours? (Fencing for writes that do
+        not renew it.)"""
+        row = db.execute(
+            "SELECT 1 FROM cronoq_leader WHERE id = 1 AND epoch = ? AND holder = ? "
+            "AND expires_unix_ns > ?",
+            (self.epoch, self.holder, time.time_ns()),
+        ).fetchone()
+        if row is None:
+            raise LeadershipLost()
+
     def _prune(self, before_ns: int) -> int:
         db = self._conn()
         db.execute("BEGIN IMMEDIATE")
         try:
+            self._check_lease(db)
             cur = db.execute(_PRUNE, (before_ns,))
             db.execute("COMMIT")
         except BaseException:
