@@ -169,6 +169,8 @@ class TaskHandle:
     def __await__(self) -> Generator[Any, None, Any]:
         rec = self._rec
         s = self._session
+        if rec.status >= FIRST_TERMINAL and s.durable is None:
+            return _outcome(rec)  # the common case, without a call
         if not s.settled(rec):
             if not s.closed:
                 yield from s.waiter(rec).__await__()

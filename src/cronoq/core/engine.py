@@ -672,7 +672,10 @@ class Engine:
             pool.reservations[rec] = pool.reservation(rec)
         waiting = 0
         dead: str | None = None
-        # "_deps" stays while the task is blocked: the cycle check walks it to find ancestors.
+        # "_deps" stays while the task is blocked if some task awaits a key: the await-cycle
+        # check walks it to find ancestors. Without awaits it goes at once (fewer objects for
+        # the garbage collector): a path from a task submitted later to one that awaits a key
+        # only passes through tasks admitted after that one started waiting.
         for parent, awaited, on in extra.get("_deps", ()):
             if parent is None:
                 assert awaited is not None
@@ -691,6 +694,8 @@ class Engine:
             self._finish(rec, SKIPPED, now, f"dependency ended as {dead}")
         elif waiting:
             extra["_waiting"] = waiting
+            if not self._awaiting:
+                del extra["_deps"]
         else:
             self._release(rec, pool, now)
 
