@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 from typing import Any
 
@@ -1152,6 +1152,17 @@ class Engine:
         self._end_attempt(att, pool, now, False)
         self._after_failure(att.task, pool, now, message, permanent, retry_after)
         return True
+
+    def move_attempt(self, att: Attempt, labels: Mapping[str, str]) -> None:
+        """A running attempt changed slots: a remote worker of another label set took it over
+        (a hand-back). Keeps the worker groups' busy counts right."""
+        groups = self.pools[att.task.pool].groups
+        if groups is None:  # no labeled slots at all: every slot is alike
+            return
+        slot = groups.by_key.get(frozenset(labels.items())) if labels else None
+        groups.vacate(att.slot)
+        groups.occupy(slot)
+        att.slot = slot
 
     def heartbeat(self, att: Attempt, now: float) -> bool:
         """Extend the attempt's lease; False if it already ended."""
