@@ -1,0 +1,1207 @@
+"""The server's configuration: TOML in, validated frozen dataclasses out (SERVER.md section 2).
+
+Loading has the three steps of SERVER.md 1.3, one function each so that the command line can
+run them in that order: `read_config` parses the TOML without judging it, `apply_overrides`
+writes `--insecure-no-auth` and `--shard` into the raw tables, and `validate` checks everything
+and builds a `ServerConfig`. `load_config` runs all three. An empty file, like no file at all,
+gives the embedded default of SERVER.md 1.2.
+
+Validation never stops at the first problem. Every reader records a complaint as one line
+`<key path>: <rule>` and carries on with the key's default, and `ConfigError` lists every line.
+Rules that the library's option types already enforce (pool bounds, overflow policies, retry
+policies, autoscaler settings, resources) are checked by building those types, so the server
+and the library cannot disagree about what a valid pool is; `core_pools` and `core_resources`
+build the same types to get the engine's view.
+
+Secrets: a bearer token is kept only as its SHA-256 digest. The two secrets the server has to
+pass on (a webhook token, a PostgreSQL URL) are kept as given but left out of every repr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import ipaddress
+import json
+import logging
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from urllib.parse import urlsplit
+
+from cronoq._options import AutoscaleConfig, Pool, Resource
+from cronoq.core.autoscale import AutoscaleSettings
+from cronoq.core.model import DEFAULT_RETRY, PoolConfig, RetryPolicy
+from cronoq.core.resources import ResourceConfig
+from cronoq.errors import SchedulerError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = [
+    "AuthSettings",
+    "CertSettings",
+    "ConfigError",
+    "Grant",
+    "GrpcWebSettings",
+    "LimitsSettings",
+    "OutputsSettings",
+    "PeerTlsSettings",
+    "PoolSettings",
+    "ResourceSettings",
+    "RetrySettings",
+    "ScalerSettings",
+    "SemaphoreSettings",
+    "ServerConfig",
+    "ServerSettings",
+    "ShardSettings",
+    "SocketAddress",
+    "StoreSettings",
+    "TlsSettings",
+    "TokenBucketSettings",
+    "TokenSettings",
+    "apply_overrides",
+    "core_pools",
+    "core_resources",
+    "load_config",
+    "read_config",
+    "validate",
+]
+
+_log = logging.getLogger(__name__)
+
+YEAR = 31_536_000.0  # the longest duration any key may hold (SERVER.md 2, 7)
+MIN_TOKEN_LEN = 16  # shorter is an error (SERVER.md 6.5)
+SHORT_TOKEN_LEN = 32  # shorter logs a warning
+ROLES = ("client", "worker", "metrics", "admin")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+STORE_KINDS = ("memory", "sqlite", "postgres")
+SCALER_KINDS = ("external", "webhook")
+RESOURCE_KINDS = ("semaphore", "token_bucket")
+# Pool and shard names travel in metrics labels and gRPC metadata: keep them plain.
+_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_NAME_RULE = "must be 1-64 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-'"
+# The schema name is put into SQL statements, so only a plain identifier will do.
+_SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")  # urlsplit drops the brackets of [::1]
+
+_T = TypeVar("_T")
+_Settings = TypeVar("_Settings", bound="DataclassInstance")
+
+
+class ConfigError(SchedulerError):
+    """The configuration is invalid; `errors` holds one `<key path>: <rule>` line per problem.
+
+    A SchedulerError rather than a ValueError: the server cannot start, just as when its store
+    cannot open (SchedulerError's own purpose), and callers catching cronoq's errors catch it.
+    It reports a file an operator wrote, not a bad argument of some Python call.
+    """
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("\n".join(self.errors))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.errors,))
+
+
+# --- the validated configuration ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SocketAddress:
+    """A listener address: an IP literal (no host names, so loopback is known) and a port."""
+
+    host: str
+    port: int
+
+    @property
+    def is_loopback(self) -> bool:
+        return ipaddress.ip_address(self.host).is_loopback
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """`[server.tls]`: PEM files; with `client_ca`, clients must present a certificate (mTLS)."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
+@dataclass(frozen=True)
+class PeerTlsSettings:
+    """`[server.peer_tls]`: how this server calls other shards' https:// endpoints."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class GrpcWebSettings:
+    """`[server.grpc_web]`: browser origins allowed to call the gRPC API through gRPC-Web."""
+
+    allowed_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """`[server]`: listeners, TLS, shutdown and the shard this server serves."""
+
+    grpc_addr: SocketAddress = SocketAddress("127.0.0.1", 7070)
+    http_addr: SocketAddress = SocketAddress("127.0.0.1", 7071)
+    metrics_addr: SocketAddress | None = None
+    tls: TlsSettings | None = None
+    grpc_web: GrpcWebSettings | None = None
+    insecure_no_auth: bool = False
+    shutdown_grace_s: float = 30.0
+    shard: str | None = None
+    peer_tls: PeerTlsSettings | None = None
+    insecure_peer_http: bool = False
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a credential allows: a role, optionally narrowed to pools, labels and a tenant.
+
+    `pools` None means every pool; `labels` None means any label; `tenant` None lets the caller
+    name the tenant.
+    """
+
+    role: str
+    pools: tuple[str, ...] | None = None
+    labels: tuple[tuple[str, str], ...] | None = None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenSettings:
+    """`[[auth.tokens]]`: a bearer token, kept only as its SHA-256 digest (SERVER.md 6.5)."""
+
+    digest: bytes
+    grant: Grant
+
+
+@dataclass(frozen=True)
+class CertSettings:
+    """`[[auth.certs]]`: a client certificate, recognised by a DNS subject alternative name."""
+
+    dns: str
+    grant: Grant
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    tokens: tuple[TokenSettings, ...] = ()
+    certs: tuple[CertSettings, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        """Without any credential, authentication is off and every caller is an admin."""
+        return bool(self.tokens or self.certs)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """`[store]`: which keys apply depends on `kind` (memory, sqlite or postgres)."""
+
+    kind: str = "memory"
+    path: str | None = None  # sqlite
+    keep_finished_s: float | None = None  # sqlite, postgres
+    url: str | None = field(default=None, repr=False)  # postgres; may hold a password
+    url_env: str | None = None  # postgres: where `url` came from, if from the environment
+    schema: str | None = None  # postgres
+
+
+@dataclass(frozen=True)
+class LimitsSettings:
+    """`[limits]`: every key of SERVER.md 2.4; counts are > 0, durations > 0 (seconds)."""
+
+    max_tasks_per_batch: int = 1000
+    max_pending_total: int = 1_000_000
+    max_pending_per_pool: int = 100_000
+    # grpcio takes message limits as a C int
+    max_message_bytes: int = field(default=4_194_304, metadata={"max": 2**31 - 1})
+    max_http_body_bytes: int = 4_194_304
+    max_key_len: int = 256
+    max_kind_len: int = 128
+    max_tags: int = 32
+    max_tag_len: int = 256
+    max_deps: int = 64
+    max_resources: int = 16
+    max_wait_s: float = 300.0
+    request_timeout_s: float = 30.0
+    max_concurrent_requests: int = 1024
+    max_concurrent_streams: int = 256
+    max_slots_per_worker: int = 256
+    keepalive_interval_s: float = 20.0
+    keepalive_timeout_s: float = 20.0
+    key_retention_s: float = 86_400.0
+    key_retention_max: int = 100_000
+    max_list: int = 1000
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    """A pool's `retry` table; the defaults are the engine's (SERVER.md 2.5)."""
+
+    max_attempts: int = DEFAULT_RETRY.max_attempts
+    initial_backoff_s: float = DEFAULT_RETRY.initial_backoff
+    multiplier: float = DEFAULT_RETRY.multiplier
+    max_backoff_s: float = DEFAULT_RETRY.max_backoff
+    jitter: bool = DEFAULT_RETRY.jitter
+
+
+@dataclass(frozen=True)
+class ScalerSettings:
+    """A pool's `scaler`: export the desired capacity (external) or POST it to a webhook."""
+
+    kind: str = "external"
+    url: str | None = None
+    token_env: str | None = None
+    token: str | None = field(default=None, repr=False)  # sent as a bearer token
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """`[[pools]]`: the defaults of the engine's PoolConfig and AutoscaleSettings where it has
+    them, otherwise SERVER.md 1.2 (`min` 0, `max` 64, `lease_ttl_s` 30)."""
+
+    name: str
+    min: int = 0
+    max: int = 64
+    autoscale: bool = False
+    scaler: ScalerSettings = ScalerSettings()
+    lease_ttl_s: float = 30.0
+    max_pending: int = LimitsSettings.max_pending_per_pool  # limits.max_pending_per_pool
+    overflow: str = "wait"
+    retry: RetrySettings = RetrySettings()
+    default_duration_s: float = PoolConfig.default_duration
+    reservable_fraction: float = PoolConfig.reservable_fraction
+    await_unknown_dependencies_s: float | None = None
+    target_utilization: float = AutoscaleSettings.target_utilization
+    drain_time_s: float = AutoscaleSettings.drain_time
+    cooldown_s: float = AutoscaleSettings.cooldown
+    cost_per_worker_second: float = 0.0
+    max_slots_per_worker: int | None = None
+    fair_share: bool = False
+    tenant_weights: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SemaphoreSettings:
+    """`[[resources]]` of kind semaphore: at most `permits` units held at once."""
+
+    name: str
+    permits: int
+    shard: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenBucketSettings:
+    """`[[resources]]` of kind token_bucket: `rate` units per second, up to `burst` at once."""
+
+    name: str
+    rate: float
+    burst: int
+    shard: str | None = None
+
+
+ResourceSettings = SemaphoreSettings | TokenBucketSettings
+
+
+@dataclass(frozen=True)
+class OutputsSettings:
+    """`[outputs]`: what finished tasks leave in memory for Get and Wait; 0 keeps nothing."""
+
+    cache_entries: int = field(default=10_000, metadata={"min": 0})
+    cache_bytes: int = field(default=268_435_456, metadata={"min": 0})
+    info_entries: int = field(default=100_000, metadata={"min": 0})
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """`[[shards]]`: a shard's name, id prefix (`number`), pools and leader endpoint."""
+
+    name: str
+    number: int
+    pools: tuple[str, ...]
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The whole validated configuration."""
+
+    server: ServerSettings = ServerSettings()
+    auth: AuthSettings = AuthSettings()
+    store: StoreSettings = StoreSettings()
+    limits: LimitsSettings = LimitsSettings()
+    pools: tuple[PoolSettings, ...] = (PoolSettings("default"),)
+    resources: tuple[ResourceSettings, ...] = ()
+    outputs: OutputsSettings = OutputsSettings()
+    shards: tuple[ShardSettings, ...] = ()
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+
+def load_config(
+    text_or_path: str | os.PathLike[str] | None,
+    *,
+    env: Mapping[str, str] = os.environ,
+    insecure_no_auth: bool = False,
+    shard: str | None = None,
+) -> ServerConfig:
+    """Read, override and validate a configuration (SERVER.md 1.3); ConfigError if invalid.
+
+    `text_or_path` is TOML text (str), a file (a path object) or None for the embedded default.
+    `env` supplies the variables named by `token_env` and `url_env`. Reading CRONOQ_CONFIG
+    and CRONOQ_SHARD is the command line's business, like the flags they stand for.
+    """
+    raw = read_config(text_or_path)
+    return validate(apply_overrides(raw, insecure_no_auth=insecure_no_auth, shard=shard), env=env)
+
+
+def read_config(text_or_path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """The raw TOML tables, not yet validated; ConfigError if the file is unreadable or not TOML."""
+    if text_or_path is None:
+        return {}
+    if isinstance(text_or_path, str):
+        source, text = "config", text_or_path
+    else:
+        source = os.fspath(text_or_path)
+        try:
+            with open(source, encoding="utf-8") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([f"{source}: cannot read the file ({exc})"]) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{source}: not valid TOML ({exc})"]) from None
+
+
+def apply_overrides(
+    raw: Mapping[str, Any], *, insecure_no_auth: bool = False, shard: str | None = None
+) -> dict[str, Any]:
+    """A copy of `raw` with the command line's settings in `[server]`, where they override."""
+    out = dict(raw)
+    server = out.get("server", {})
+    if not isinstance(server, dict) or (not insecure_no_auth and shard is None):
+        return out  # nothing to override, or a `server` that validation will reject anyway
+    server = dict(server)
+    if insecure_no_auth:
+        server["insecure_no_auth"] = True
+    if shard is not None:
+        server["shard"] = shard
+    out["server"] = server
+    return out
+
+
+def validate(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> ServerConfig:
+    """Check every table and key of SERVER.md section 2; ConfigError lists every problem.
+
+    Sections are read in dependency order (pools before the shards, resources and tokens that
+    name them), so the errors come section by section in that order.
+    """
+    errors: list[str] = []
+    top = _Table(errors, "", raw)
+    server = _server(top.table("server"))
+    store = _store(top.table("store"), env)
+    limits = _counts(top.table("limits"), LimitsSettings)
+    pools = _pools(top, limits, env)
+    shards = _shards(top.tables("shards"), pools, server.shard, errors)
+    resources = _resources(top.tables("resources"), shards)
+    outputs = _counts(top.table("outputs"), OutputsSettings)
+    known_pools = {p.name for p in pools} | {name for s in shards for name in s.pools}
+    auth = _auth(top.table("auth"), env, known_pools, server)
+    top.close()
+    _check_listeners(errors, server, auth)
+    if errors:
+        raise ConfigError(errors)
+    return ServerConfig(server, auth, store, limits, pools, resources, outputs, shards)
+
+
+# --- converting to the engine's types ----------------------------------------------------------
+
+
+def core_pools(cfg: ServerConfig) -> list[PoolConfig]:
+    """The engine's view of each pool, built through the library's Pool.
+
+    Capacity starts at 0: a server pool's capacity is the sum of the slots granted to its
+    connected workers (SERVER.md 1.1), which the runtime sets as they come and go. `min` and
+    `max` stay the autoscaler's bounds even without autoscaling (a library pool without
+    autoscaling is fixed at `max`), and the cost rate applies either way.
+    """
+    return [
+        dataclasses.replace(
+            _library_pool(p).core_config(),
+            capacity=0,
+            min=p.min,
+            max=p.max,
+            cost_per_worker_second=p.cost_per_worker_second,
+        )
+        for p in cfg.pools
+    ]
+
+
+def core_resources(cfg: ServerConfig) -> list[ResourceConfig]:
+    """The engine's view of each resource, built through the library's Resource."""
+    return [_library_resource(r).core_config() for r in cfg.resources]
+
+
+def _remote(ctx: object, payload: object) -> NoReturn:
+    """The executor of every server pool: attempts run on remote workers, never in-process."""
+    raise RuntimeError("server pools run on remote workers")
+
+
+def _library_pool(p: PoolSettings) -> Pool:
+    retry = p.retry
+    scaling = AutoscaleConfig(
+        target_utilization=p.target_utilization,
+        drain_time=p.drain_time_s,
+        cooldown=p.cooldown_s,
+        cost_per_worker_second=p.cost_per_worker_second,
+    )
+    waits = p.await_unknown_dependencies_s
+    return Pool(
+        p.name,
+        _remote,
+        min=p.min,
+        max=p.max,
+        autoscale=scaling if p.autoscale else False,
+        lease_ttl=p.lease_ttl_s,
+        max_pending=p.max_pending,
+        overflow=p.overflow,
+        retry=RetryPolicy(
+            retry.max_attempts,
+            retry.initial_backoff_s,
+            retry.multiplier,
+            retry.max_backoff_s,
+            retry.jitter,
+        ),
+        unknown_dependency="reject" if waits is None else "await",
+        await_timeout=waits,
+        default_duration=p.default_duration_s,
+        reservable_fraction=p.reservable_fraction,
+        tenant_weights=p.tenant_weights,
+        fair_share=p.fair_share,
+    )
+
+
+def _library_resource(r: ResourceSettings) -> Resource:
+    if isinstance(r, SemaphoreSettings):
+        return Resource.semaphore(r.name, r.permits)
+    return Resource.token_bucket(r.name, r.rate, r.burst)
+
+
+# --- reading tables ----------------------------------------------------------------------------
+
+
+class _Absent:
+    """A key that is missing or was rejected: the getter falls back to the default."""
+
+
+_ABSENT = _Absent()
+
+
+def _toml_type(value: object) -> str:
+    """The TOML name of a value's type, for 'must be X (got Y)'."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return "a date or time"
+
+
+def _quote(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+class _Table:
+    """One TOML table being read, with the path that names it in error messages.
+
+    Each getter returns the key's value, or the default when the key is missing or wrong. A
+    wrong value is recorded as `<path>.<key>: <rule>` and its key put in `bad`, so that later
+    checks can leave it out instead of reporting consequences of the same mistake. `close`
+    reports each key that no getter asked for: that is how unknown keys are rejected.
+    """
+
+    def __init__(self, errors: list[str], path: str, data: Mapping[str, Any]) -> None:
+        self.errors = errors
+        self.path = path
+        self.data = data
+        self.bad: set[str] = set()
+        self._asked: set[str] = set()
+
+    def path_of(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, key: str, rule: str) -> None:
+        self.bad.add(key)
+        self.errors.append(f"{self.path_of(key)}: {rule}")
+
+    def error(self, rule: str) -> None:
+        """A problem of the table as a whole (a missing pair of keys, a conflict)."""
+        self.errors.append(f"{self.path}: {rule}")
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def require(self, *keys: str) -> None:
+        for key in keys:
+            if key not in self.data:
+                self.fail(key, "is required")
+
+    def close(self) -> None:
+        for key in self.data:
+            if key not in self._asked:
+                self.errors.append(f"{self.path_of(key)}: unknown key")
+
+    def _raw(self, key: str, types: tuple[type, ...], what: str) -> Any:
+        self._asked.add(key)
+        if key not in self.data:
+            return _ABSENT
+        value = self.data[key]
+        # bool is an int subclass in Python, but TOML's true is no integer
+        if isinstance(value, types) and (bool in types or not isinstance(value, bool)):
+            return value
+        self.fail(key, f"must be {what} (got {_toml_type(value)})")
+        return _ABSENT
+
+    def string(self, key: str, default: _T, *, choices: Sequence[str] | None = None) -> str | _T:
+        value = self._raw(key, (str,), "a string")
+        if value is _ABSENT:
+            return default
+        if not value:
+            self.fail(key, "must not be empty")
+            return default
+        if choices is not None and value not in choices:
+            listed = ", ".join(_quote(c) for c in choices)
+            self.fail(key, f"must be one of {listed} (got {_quote(value)})")
+            return default
+        return str(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._raw(key, (bool,), "a boolean")
+        return default if value is _ABSENT else bool(value)
+
+    def integer(
+        self, key: str, default: _T, *, low: int | None = None, high: int | None = None
+    ) -> int | _T:
+        value = self._raw(key, (int,), "an integer")
+        if value is _ABSENT:
+            return default
+        if (low is not None and value < low) or (high is not None and value > high):
+            rule = f"must be >= {low}" if high is None else f"must be from {low} to {high}"
+            self.fail(key, f"{rule} (got {value})")
+            return default
+        return int(value)
+
+    def number(self, key: str, default: _T) -> float | _T:
+        value = self._raw(key, (int, float), "a number")
+        if value is _ABSENT:
+            return default
+        if not math.isfinite(value):
+            self.fail(key, f"must be a finite number (got {value})")
+            return default
+        return float(value)
+
+    def duration(self, key: str, default: _T, *, positive: bool = True) -> float | _T:
+        """Seconds: finite, > 0 (or >= 0 where 0 has a meaning) and at most one year."""
+        value = self._raw(key, (int, float), "a number of seconds")
+        if value is _ABSENT:
+            return default
+        # NaN fails both comparisons, infinity the second
+        if not ((value > 0 if positive else value >= 0) and value <= YEAR):
+            low = "> 0" if positive else ">= 0"
+            self.fail(key, f"must be {low} and at most one year (got {value})")
+            return default
+        return float(value)
+
+    def strings(self, key: str) -> tuple[str, ...] | None:
+        value = self._raw(key, (list,), "an array of strings")
+        if value is _ABSENT:
+            return None
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                self.fail(f"{key}[{i}]", f"must be a string (got {_toml_type(item)})")
+            elif not item:
+                self.fail(f"{key}[{i}]", "must not be empty")
+        if any(k.startswith(f"{key}[") for k in self.bad):
+            self.bad.add(key)
+            return None
+        return tuple(value)
+
+    def table(self, key: str) -> _Table:
+        """The sub-table `key`; an empty one (all defaults) when it is missing or not a table."""
+        return self.optional_table(key) or _Table(self.errors, self.path_of(key), {})
+
+    def optional_table(self, key: str) -> _Table | None:
+        """The sub-table `key`; None when it is missing or not a table."""
+        value = self._raw(key, (dict,), "a table")
+        return None if value is _ABSENT else _Table(self.errors, self.path_of(key), value)
+
+    def tables(self, key: str) -> list[_Table] | None:
+        """The array of tables `key`, None when it is missing."""
+        value = self._raw(key, (list,), "an array of tables")
+        if value is _ABSENT:
+            return None if key not in self.data else []
+        out = []
+        for i, item in enumerate(value):
+            path = f"{self.path_of(key)}[{i}]"
+            if isinstance(item, dict):
+                out.append(_Table(self.errors, path, item))
+            else:
+                self.errors.append(f"{path}: must be a table (got {_toml_type(item)})")
+        return out
+
+
+def _library_rules(table: _Table, build: Callable[..., object], args: dict[str, Any]) -> None:
+    """Check values against the rules of the library type that `build` constructs.
+
+    The library raises at its first complaint, phrased `<argument> must ...`, where every
+    argument is named like its key. That argument is reported, dropped (the library default
+    takes its place) and the rest checked again, until the library accepts what is left.
+    Values that already failed the server's own checks are not passed at all.
+    """
+    args = {key: value for key, value in args.items() if key not in table.bad}
+    while True:
+        try:
+            build(**args)
+            return
+        except (TypeError, ValueError, OverflowError) as exc:
+            message = str(exc)
+            subject, sep, rule = message.partition(" must ")
+            key = subject.replace(" ", "_")  # "tenant weights must ..." names tenant_weights
+            if not sep or key not in args:
+                table.error(message)
+                return
+            table.fail(key, f"must {rule}")
+            del args[key]
+
+
+# --- [server] ----------------------------------------------------------------------------------
+
+
+def _socket_address(text: str) -> SocketAddress | None:
+    """ "host:port" or "[v6 host]:port" with an IP literal host and a port 0-65535."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5):
+        return None
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
+        host = host[1:-1]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if (ip.version == 6) != bracketed or int(port) > 65535:
+        return None
+    return SocketAddress(str(ip), int(port))
+
+
+def _address(t: _Table, key: str, default: _T) -> SocketAddress | _T:
+    text = t.string(key, None)
+    if text is None:
+        return default
+    address = _socket_address(text)
+    if address is None:
+        t.fail(key, f"not a socket address ({_quote(text)})")
+        return default
+    return address
+
+
+def _url_problem(text: str, *, bare: bool = False, needs_port: bool = False) -> str | None:
+    """Why `text` is not a usable http(s) URL, or None; `bare` forbids a path, query and
+    fragment (origins, endpoints)."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return "not a valid URL"
+    if parts.scheme not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if not parts.hostname:
+        return "must name a host"
+    if parts.username is not None or parts.password is not None:
+        return "must not contain a user name or password"
+    if bare and (parts.path or parts.query or parts.fragment):
+        return "must not have a path, query or fragment"
+    if needs_port and port is None:
+        return "must include a port"
+    return None
+
+
+def _file(t: _Table, key: str) -> str | None:
+    """A path to a PEM file; checked here so that --check catches a missing certificate."""
+    path = t.string(key, None)
+    if path is not None and not os.path.isfile(path):
+        t.fail(key, f"no such file ({_quote(path)})")
+    return path
+
+
+def _server(t: _Table) -> ServerSettings:
+    default = ServerSettings()
+    grpc_addr = _address(t, "grpc_addr", default.grpc_addr)
+    http_addr = _address(t, "http_addr", default.http_addr)
+    metrics_addr = _address(t, "metrics_addr", None)
+
+    tls = None
+    sub = t.optional_table("tls")
+    if sub is not None:
+        sub.require("cert", "key")
+        cert = _file(sub, "cert") or ""
+        key = _file(sub, "key") or ""
+        tls = TlsSettings(cert, key, _file(sub, "client_ca"))
+        sub.close()
+
+    grpc_web = None
+    sub = t.optional_table("grpc_web")
+    if sub is not None:
+        sub.require("allowed_origins")
+        origins = sub.strings("allowed_origins") or ()
+        for i, origin in enumerate(origins):
+            problem = _url_problem(origin, bare=True)
+            if problem is not None:
+                sub.fail(f"allowed_origins[{i}]", f"{problem} (got {_quote(origin)})")
+        grpc_web = GrpcWebSettings(origins)
+        sub.close()
+
+    peer_tls = None
+    sub = t.optional_table("peer_tls")
+    if sub is not None:
+        peer_tls = PeerTlsSettings(_file(sub, "ca"), _file(sub, "cert"), _file(sub, "key"))
+        if sub.has("cert") != sub.has("key"):
+            sub.error("give both cert and key (the client identity for mTLS), or neither")
+        sub.close()
+
+    settings = ServerSettings(
+        grpc_addr=grpc_addr,
+        http_addr=http_addr,
+        metrics_addr=metrics_addr,
+        tls=tls,
+        grpc_web=grpc_web,
+        insecure_no_auth=t.boolean("insecure_no_auth", default.insecure_no_auth),
+        shutdown_grace_s=t.duration("shutdown_grace_s", default.shutdown_grace_s, positive=False),
+        shard=t.string("shard", None),
+        peer_tls=peer_tls,
+        insecure_peer_http=t.boolean("insecure_peer_http", default.insecure_peer_http),
+        log_level=t.string("log_level", default.log_level, choices=LOG_LEVELS),
+    )
+    listeners = {"grpc_addr": grpc_addr, "http_addr": http_addr, "metrics_addr": metrics_addr}
+    taken: dict[SocketAddress, str] = {}
+    for key, address in listeners.items():
+        if address is None or key in t.bad or address.port == 0:
+            continue
+        if address in taken:
+            t.fail(key, f"same address as {t.path_of(taken[address])} ({address})")
+        taken.setdefault(address, key)
+    t.close()
+    return settings
+
+
+def _check_listeners(errors: list[str], server: ServerSettings, auth: AuthSettings) -> None:
+    """SERVER.md 1.2: without credentials, only loopback listeners, unless insecure_no_auth.
+
+    The metrics listener is exempt: it never asks for credentials anyway (SERVER.md 1.1).
+    """
+    if auth.enabled or server.insecure_no_auth:
+        return
+    for key, address in (("grpc_addr", server.grpc_addr), ("http_addr", server.http_addr)):
+        if not address.is_loopback:
+            errors.append(
+                f"server.{key}: {address} is not a loopback address, so it needs a credential "
+                "([[auth.tokens]] or [[auth.certs]]) or --insecure-no-auth"
+            )
+
+
+# --- [store], [limits], [outputs] --------------------------------------------------------------
+
+
+def _store(t: _Table, env: Mapping[str, str]) -> StoreSettings:
+    kind = t.string("kind", "memory", choices=STORE_KINDS)
+    if "kind" in t.bad:
+        return StoreSettings()  # the other keys depend on the kind: report only the kind
+    if kind == "memory":
+        return _closed(t, StoreSettings())
+    keep = t.duration("keep_finished_s", 604_800.0)
+    if kind == "sqlite":
+        t.require("path")
+        path = t.string("path", "")
+        return _closed(t, StoreSettings(kind, path=path, keep_finished_s=keep))
+
+    url = t.string("url", None)
+    url_env = t.string("url_env", None)
+    schema = t.string("schema", "public")
+    if not _SQL_IDENTIFIER.fullmatch(schema):
+        t.fail(
+            "schema", f"must be a plain SQL identifier of 1-63 characters (got {_quote(schema)})"
+        )
+    if url is not None and url_env is not None:
+        t.error("give either url or url_env, not both")
+    elif url is None and "url" not in t.bad:
+        url_env = url_env or "DATABASE_URL"
+        url = env.get(url_env)
+        if url is None:
+            t.fail("url_env", f"environment variable {_quote(url_env)} is not set")
+    if url is not None and url.partition("://")[0].lower() not in ("postgres", "postgresql"):
+        # the URL itself is not shown: it may hold a password
+        key, whose = ("url", "") if url_env is None else ("url_env", f"the value of {url_env} ")
+        t.fail(key, f"{whose}must be a postgres:// or postgresql:// URL")
+    return _closed(
+        t, StoreSettings(kind, keep_finished_s=keep, url=url, url_env=url_env, schema=schema)
+    )
+
+
+def _closed(t: _Table, value: _T) -> _T:
+    t.close()
+    return value
+
+
+def _counts(t: _Table, cls: type[_Settings]) -> _Settings:
+    """Read a table of counts and durations described by the fields of a settings class.
+
+    A float default makes the key a duration (> 0); an int default a count, at least the
+    field's `min` metadata (default 1) and at most its `max`.
+    """
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if isinstance(f.default, float):
+            values[f.name] = t.duration(f.name, f.default)
+        else:
+            low, high = f.metadata.get("min", 1), f.metadata.get("max")
+            values[f.name] = t.integer(f.name, f.default, low=low, high=high)
+    t.close()
+    return cls(**values)
+
+
+# --- [[pools]] ---------------------------------------------------------------------------------
+
+
+def _pools(top: _Table, limits: LimitsSettings, env: Mapping[str, str]) -> tuple[PoolSettings, ...]:
+    tables = top.tables("pools")
+    if tables is None:
+        return (PoolSettings("default", max_pending=limits.max_pending_per_pool),)
+    if top.data["pools"] == []:
+        top.fail("pools", "must list at least one pool (leave it out for the default pool)")
+    pools: list[PoolSettings] = []
+    first: dict[str, str] = {}
+    for t in tables:
+        pool = _pool(t, limits, env)
+        if "name" not in t.bad and pool.name:
+            if pool.name in first:
+                t.fail("name", f"duplicate pool name {_quote(pool.name)} (see {first[pool.name]})")
+            first.setdefault(pool.name, t.path)
+        pools.append(pool)
+    return tuple(pools)
+
+
+def _pool(t: _Table, limits: LimitsSettings, env: Mapping[str, str]) -> PoolSettings:
+    d = PoolSettings("", max_pending=limits.max_pending_per_pool)
+    t.require("name")
+    name = t.string("name", "")
+    if name and not _NAME.fullmatch(name):
+        t.fail("name", f"{_NAME_RULE} (got {_quote(name)})")
+    pool = PoolSettings(
+        name=name,
+        min=t.integer("min", d.min),
+        max=t.integer("max", d.max),
+        autoscale=t.boolean("autoscale", d.autoscale),
+        scaler=_scaler(t.table("scaler"), env),
+        lease_ttl_s=t.duration("lease_ttl_s", d.lease_ttl_s),
+        max_pending=t.integer("max_pending", d.max_pending),
+        overflow=t.string("overflow", d.overflow),
+        retry=_retry(t.table("retry")),
+        default_duration_s=t.duration("default_duration_s", d.default_duration_s, positive=False),
+        reservable_fraction=t.number("reservable_fraction", d.reservable_fraction),
+        await_unknown_dependencies_s=t.duration("await_unknown_dependencies_s", None),
+        target_utilization=t.number("target_utilization", d.target_utilization),
+        drain_time_s=t.duration("drain_time_s", d.drain_time_s, positive=False),
+        cooldown_s=t.duration("cooldown_s", d.cooldown_s, positive=False),
+        cost_per_worker_second=t.number("cost_per_worker_second", d.cost_per_worker_second),
+        max_slots_per_worker=t.integer("max_slots_per_worker", None, low=1),
+        fair_share=t.boolean("fair_share", d.fair_share),
+        tenant_weights=_tenant_weights(t),
+    )
+    # min <= max compares two values: if either is wrong, the comparison means nothing
+    bounds = {} if {"min", "max"} & t.bad else {"min": pool.min, "max": pool.max}
+    _library_rules(
+        t,
+        lambda **kw: Pool("_", _remote, autoscale=False, **kw),
+        {
+            **bounds,
+            "max_pending": pool.max_pending,
+            "overflow": pool.overflow,
+            "reservable_fraction": pool.reservable_fraction,
+            "tenant_weights": pool.tenant_weights,
+        },
+    )
+    _library_rules(
+        t,
+        AutoscaleConfig,
+        {
+            "target_utilization": pool.target_utilization,
+            "cost_per_worker_second": pool.cost_per_worker_second,
+        },
+    )
+    t.close()
+    return pool
+
+
+def _retry(t: _Table) -> RetrySettings:
+    d = RetrySettings()
+    retry = RetrySettings(
+        max_attempts=t.integer("max_attempts", d.max_attempts),
+        initial_backoff_s=t.duration("initial_backoff_s", d.initial_backoff_s, positive=False),
+        multiplier=t.number("multiplier", d.multiplier),
+        max_backoff_s=t.duration("max_backoff_s", d.max_backoff_s, positive=False),
+        jitter=t.boolean("jitter", d.jitter),
+    )
+    _library_rules(
+        t, RetryPolicy, {"max_attempts": retry.max_attempts, "multiplier": retry.multiplier}
+    )
+    t.close()
+    return retry
+
+
+def _tenant_weights(pool: _Table) -> dict[str, float]:
+    t = pool.table("tenant_weights")
+    weights = {tenant: t.number(tenant, 1.0) for tenant in t.data}
+    if t.bad:
+        pool.bad.add("tenant_weights")
+    return weights
+
+
+def _scaler(t: _Table, env: Mapping[str, str]) -> ScalerSettings:
+    kind = t.string("kind", "external", choices=SCALER_KINDS)
+    if "kind" in t.bad:
+        return ScalerSettings()  # the other keys depend on the kind: report only the kind
+    if kind == "external":
+        return _closed(t, ScalerSettings())
+    t.require("url")
+    url = t.string("url", "")
+    token_env = t.string("token_env", None)
+    token = None
+    if token_env is not None:
+        token = env.get(token_env)
+        if token is None:
+            t.fail("token_env", f"environment variable {_quote(token_env)} is not set")
+    problem = _url_problem(url) if url else None
+    if problem is not None:
+        t.fail("url", f"{problem} (got {_quote(url)})")
+    elif url and urlsplit(url).scheme == "http" and urlsplit(url).hostname not in _LOOPBACK_HOSTS:
+        # SERVER.md 10.2: accepted, but said out loud
+        _log.warning("%s: plain http to another host; prefer https", t.path_of("url"))
+        if token_env is not None:
+            _log.warning("%s: the webhook token would cross the network in clear text", t.path)
+    return _closed(t, ScalerSettings(kind, url, token_env, token))
+
+
+# --- [[shards]] and [[resources]] --------------------------------------------------------------
+
+
+def _shards(
+    tables: list[_Table] | None,
+    pools: Sequence[PoolSettings],
+    shard: str | None,
+    errors: list[str],
+) -> tuple[ShardSettings, ...]:
+    """SERVER.md 2.8 (parsed and checked; routing between shards is the server's business)."""
+    shards: list[ShardSettings] = []
+    by_name: dict[str, str] = {}
+    by_number: dict[int, str] = {}
+    serving: dict[str, str] = {}  # pool -> path of the shard that serves it
+    for t in tables or []:
+        t.require("name", "number", "pools", "endpoint")
+        name = t.string("name", "")
+        if name and not _NAME.fullmatch(name):
+            t.fail("name", f"{_NAME_RULE} (got {_quote(name)})")
+        elif name in by_name:
+            t.fail("name", f"duplicate shard name {_quote(name)} (see {by_name[name]})")
+        by_name.setdefault(name, t.path)
+        number = t.integer("number", 0, low=1, high=255)
+        if number in by_number:
+            t.fail("number", f"{number} is already the number of {by_number[number]}")
+        by_number.setdefault(number, t.path)
+        served = t.strings("pools") or ()
+        if t.has("pools") and not served and "pools" not in t.bad:
+            t.fail("pools", "must not be empty")
+        for pool in served:
+            if pool in serving:
+                t.fail("pools", f"pool {_quote(pool)} is already served by {serving[pool]}")
+            serving.setdefault(pool, t.path)
+        endpoint = t.string("endpoint", "")
+        problem = _url_problem(endpoint, bare=True, needs_port=True) if endpoint else None
+        if problem is not None:
+            t.fail("endpoint", f"{problem} (got {_quote(endpoint)})")
+        shards.append(ShardSettings(name, number, served, endpoint))
+        t.close()
+
+    configured = {p.name for p in pools}
+    if shards:
+        for i, p in enumerate(pools):
+            if p.name and p.name not in serving:
+                errors.append(f"pools[{i}].name: pool {_quote(p.name)} is in no [[shards]] entry")
+    if shard is None:
+        if shards:
+            errors.append("server.shard: is required when [[shards]] is configured (or --shard)")
+    elif shard not in by_name:
+        errors.append(f"server.shard: must name one of the [[shards]] (got {_quote(shard)})")
+    else:
+        for i, own in enumerate(shards):
+            if own.name == shard:
+                for pool in own.pools:
+                    if pool not in configured:
+                        errors.append(
+                            f"shards[{i}].pools: pool {_quote(pool)} of this server's shard "
+                            "is not configured in [[pools]]"
+                        )
+    return tuple(shards)
+
+
+def _resources(
+    tables: list[_Table] | None, shards: Sequence[ShardSettings]
+) -> tuple[ResourceSettings, ...]:
+    shard_names = {s.name for s in shards}
+    resources: list[ResourceSettings] = []
+    first: dict[str, str] = {}
+    for t in tables or []:
+        t.require("kind")
+        kind = t.string("kind", None, choices=RESOURCE_KINDS)
+        if kind is None:
+            continue  # the other keys depend on the kind: report only the kind
+        t.require("name")
+        name = t.string("name", "")
+        if name in first:
+            t.fail("name", f"duplicate resource name {_quote(name)} (see {first[name]})")
+        first.setdefault(name, t.path)
+        shard = t.string("shard", None)
+        if shard is not None and shard not in shard_names:
+            t.fail("shard", f"must name one of the [[shards]] (got {_quote(shard)})")
+        resource: ResourceSettings
+        if kind == "semaphore":
+            t.require("permits")
+            resource = SemaphoreSettings(name, t.integer("permits", 1), shard)
+            _library_rules(
+                t,
+                lambda permits=1: Resource.semaphore("_", permits),
+                {"permits": resource.permits},
+            )
+        else:
+            t.require("rate", "burst")
+            resource = TokenBucketSettings(
+                name, t.number("rate", 1.0), t.integer("burst", 1), shard
+            )
+            _library_rules(
+                t,
+                lambda rate=1.0, burst=1: Resource.token_bucket("_", rate, burst),
+                {"rate": resource.rate, "burst": resource.burst},
+            )
+        resources.append(resource)
+        t.close()
+    return tuple(resources)
+
+
+# --- [auth] ------------------------------------------------------------------------------------
+
+
+def _auth(
+    t: _Table, env: Mapping[str, str], known_pools: set[str], server: ServerSettings
+) -> AuthSettings:
+    tokens: list[TokenSettings] = []
+    first: dict[bytes, str] = {}
+    for tt in t.tables("tokens") or []:
+        token = _token(tt, env)
+        grant = _grant(tt, known_pools)
+        if token is not None:
+            key, digest = token
+            if digest in first:
+                tt.fail(key, f"the same token as {first[digest]}")
+            first.setdefault(digest, tt.path)
+            tokens.append(TokenSettings(digest, grant))
+        tt.close()
+
+    certs: list[CertSettings] = []
+    names: dict[str, str] = {}
+    for ct in t.tables("certs") or []:
+        ct.require("dns")
+        dns = ct.string("dns", "")
+        if dns in names:
+            ct.fail("dns", f"the same name as {names[dns]}")
+        names.setdefault(dns, ct.path)
+        certs.append(CertSettings(dns, _grant(ct, known_pools)))
+        ct.close()
+    if certs and (server.tls is None or server.tls.client_ca is None):
+        t.fail("certs", "client certificates are only asked for with server.tls.client_ca set")
+    t.close()
+    return AuthSettings(tuple(tokens), tuple(certs))
+
+
+def _token(t: _Table, env: Mapping[str, str]) -> tuple[str, bytes] | None:
+    """The key the secret came from and its SHA-256 digest; the secret itself goes no further."""
+    token = t.string("token", None)
+    var = t.string("token_env", None)
+    if t.has("token") == t.has("token_env"):
+        t.error("give exactly one of token and token_env")
+        return None
+    secret: str | None = token
+    key, whose = "token", ""
+    if var is not None:
+        key, whose = "token_env", f" (the value of {var})"
+        secret = env.get(var)
+        if secret is None:
+            t.fail(key, f"environment variable {_quote(var)} is not set")
+    if secret is None:  # missing, or a wrong type already reported
+        return None
+    if len(secret) < MIN_TOKEN_LEN:
+        t.fail(key, f"must be at least {MIN_TOKEN_LEN} characters{whose}")
+        return None
+    if len(secret) < SHORT_TOKEN_LEN:
+        _log.warning(
+            "%s: a token shorter than %d characters is easier to guess",
+            t.path_of(key),
+            SHORT_TOKEN_LEN,
+        )
+    return key, hashlib.sha256(secret.encode()).digest()
+
+
+def _grant(t: _Table, known_pools: set[str]) -> Grant:
+    t.require("role")
+    role = t.string("role", "", choices=ROLES)
+    pools = t.strings("pools")
+    if pools is not None and not pools:
+        t.fail("pools", "must not be empty (leave it out to allow every pool)")
+    for pool in pools or ():
+        if pool not in known_pools:
+            t.fail("pools", f"unknown pool {_quote(pool)}")
+    labels = None
+    texts = t.strings("labels")
+    if texts is not None:
+        pairs = []
+        for i, text in enumerate(texts):
+            name, sep, value = text.partition("=")
+            if not (sep and name and value):
+                t.fail(f"labels[{i}]", f'must be "name=value" (got {_quote(text)})')
+            pairs.append((name, value))
+        labels = tuple(pairs)
+    return Grant(role, pools, labels, t.string("tenant", None))

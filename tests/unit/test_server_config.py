@@ -1,0 +1,1019 @@
+"""cronoq.server.config: reading, overriding and validating the server's TOML (SERVER.md 1.2-1.4,
+section 2, 6.5, 7) and the conversion to the engine's pool and resource types."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import pickle
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cronoq.core.autoscale import AutoscaleSettings
+from cronoq.core.engine import Engine
+from cronoq.core.resources import ResourceConfig
+from cronoq.errors import SchedulerError
+from cronoq.server.config import (
+    ConfigError,
+    Grant,
+    LimitsSettings,
+    SemaphoreSettings,
+    ServerConfig,
+    SocketAddress,
+    TokenBucketSettings,
+    apply_overrides,
+    core_pools,
+    core_resources,
+    load_config,
+    read_config,
+    validate,
+)
+
+CLIENT = "client-token-0123456789abcdefghij"  # 33 characters
+WORKER = "worker-token-0123456789abcdefghij"
+ADMIN = "admin-token-0123456789abcdefghijk"
+ENV = {"CRONOQ_CLIENT_TOKEN": CLIENT, "CRONOQ_WORKER_TOKEN": WORKER}
+
+
+def errors_of(text: str, env: Mapping[str, str] | None = None, **overrides: Any) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(text, env=ENV if env is None else env, **overrides)
+    assert str(info.value) == "\n".join(info.value.errors)
+    return list(info.value.errors)
+
+
+def leaves(value: object) -> Iterator[object]:
+    """Every leaf value of a config object: dataclass fields, tuples and mappings opened."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from leaves(getattr(value, f.name))
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from leaves(item)
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield key
+            yield from leaves(item)
+    else:
+        yield value
+
+
+@pytest.fixture
+def pem(tmp_path: Path) -> Path:
+    """A directory holding cert.pem, key.pem and ca.pem (validation checks only that they exist)."""
+    for name in ("cert.pem", "key.pem", "ca.pem"):
+        (tmp_path / name).write_text("-----BEGIN PLACEHOLDER-----\n")
+    return tmp_path
+
+
+# --- the embedded default (SERVER.md 1.2) ------------------------------------------------------
+
+
+def test_no_file_gives_the_embedded_default() -> None:
+    cfg = load_config(None, env={})
+    assert cfg == load_config("", env={}) == ServerConfig()
+    assert str(cfg.server.grpc_addr) == "127.0.0.1:7070"
+    assert str(cfg.server.http_addr) == "127.0.0.1:7071"
+    assert cfg.server.metrics_addr is None and cfg.server.tls is None
+    assert cfg.server.shutdown_grace_s == 30.0 and cfg.server.log_level == "info"
+    assert cfg.store.kind == "memory"
+    assert not cfg.auth.enabled
+    (pool,) = cfg.pools
+    assert (pool.name, pool.min, pool.max, pool.lease_ttl_s, pool.autoscale) == (
+        "default",
+        0,
+        64,
+        30.0,
+        False,
+    )
+    assert pool.max_pending == 100_000 and pool.overflow == "wait"
+    retry = pool.retry
+    assert (
+        retry.max_attempts,
+        retry.initial_backoff_s,
+        retry.multiplier,
+        retry.max_backoff_s,
+        retry.jitter,
+    ) == (3, 1.0, 2.0, 60.0, True)
+    assert cfg.resources == () and cfg.shards == ()
+
+
+def test_limits_and_outputs_defaults() -> None:
+    cfg = load_config(None, env={})
+    assert dataclasses.asdict(cfg.limits) == {
+        "max_tasks_per_batch": 1000,
+        "max_pending_total": 1_000_000,
+        "max_pending_per_pool": 100_000,
+        "max_message_bytes": 4_194_304,
+        "max_http_body_bytes": 4_194_304,
+        "max_key_len": 256,
+        "max_kind_len": 128,
+        "max_tags": 32,
+        "max_tag_len": 256,
+        "max_deps": 64,
+        "max_resources": 16,
+        "max_wait_s": 300.0,
+        "request_timeout_s": 30.0,
+        "max_concurrent_requests": 1024,
+        "max_concurrent_streams": 256,
+        "max_slots_per_worker": 256,
+        "keepalive_interval_s": 20.0,
+        "keepalive_timeout_s": 20.0,
+        "key_retention_s": 86_400.0,
+        "key_retention_max": 100_000,
+        "max_list": 1000,
+    }
+    assert dataclasses.asdict(cfg.outputs) == {
+        "cache_entries": 10_000,
+        "cache_bytes": 268_435_456,
+        "info_entries": 100_000,
+    }
+
+
+def test_limits_keys_are_read_and_the_pool_bound_follows_them() -> None:
+    cfg = load_config(
+        "[limits]\nmax_list = 50\nmax_wait_s = 60\nmax_pending_per_pool = 7\n", env={}
+    )
+    assert (cfg.limits.max_list, cfg.limits.max_wait_s) == (50, 60.0)
+    assert cfg.limits.max_tags == LimitsSettings().max_tags
+    assert cfg.pools[0].max_pending == 7
+
+
+# --- a full configuration ----------------------------------------------------------------------
+
+FULL = """
+[server]
+grpc_addr = "0.0.0.0:7070"
+http_addr = "[::]:7071"
+metrics_addr = "10.0.0.5:9090"
+shutdown_grace_s = 0.5
+insecure_peer_http = true
+shard = "cpu"
+log_level = "debug"
+
+[server.tls]
+cert = "@DIR@/cert.pem"
+key = "@DIR@/key.pem"
+client_ca = "@DIR@/ca.pem"
+
+[server.grpc_web]
+allowed_origins = ["https://dash.example.com", "http://localhost:3000"]
+
+[server.peer_tls]
+ca = "@DIR@/ca.pem"
+cert = "@DIR@/cert.pem"
+key = "@DIR@/key.pem"
+
+[[auth.tokens]]
+token_env = "CRONOQ_CLIENT_TOKEN"
+role = "client"
+tenant = "acme"
+
+[[auth.tokens]]
+token_env = "CRONOQ_WORKER_TOKEN"
+role = "worker"
+pools = ["llm"]
+labels = ["gpu=a100", "zone=eu"]
+
+[[auth.tokens]]
+token = "@ADMIN@"
+role = "admin"
+
+[[auth.certs]]
+dns = "worker-1.internal"
+role = "worker"
+pools = ["default"]
+
+[store]
+kind = "sqlite"
+path = "/var/lib/cronoq/state.db"
+keep_finished_s = 3600
+
+[limits]
+max_tasks_per_batch = 500
+request_timeout_s = 10
+
+[[pools]]
+name = "llm"
+min = 1
+max = 16
+autoscale = true
+scaler = { kind = "webhook", url = "https://scaler.example.com/hook", token_env = "HOOK" }
+lease_ttl_s = 10
+max_pending = 1000
+overflow = "shed_lowest"
+default_duration_s = 2.5
+reservable_fraction = 0.25
+await_unknown_dependencies_s = 60
+target_utilization = 0.5
+drain_time_s = 10
+cooldown_s = 5
+cost_per_worker_second = 0.002
+max_slots_per_worker = 4
+fair_share = true
+tenant_weights = { acme = 3, other = 1.5 }
+[pools.retry]
+max_attempts = 5
+initial_backoff_s = 0.5
+multiplier = 3
+max_backoff_s = 20
+jitter = false
+
+[[pools]]
+name = "default"
+max = 8
+
+[[resources]]
+kind = "semaphore"
+name = "db"
+permits = 4
+shard = "cpu"
+
+[[resources]]
+kind = "token_bucket"
+name = "api"
+rate = 2.5
+burst = 10
+
+[outputs]
+cache_entries = 0
+cache_bytes = 1048576
+info_entries = 5000
+
+[[shards]]
+name = "cpu"
+number = 1
+pools = ["default"]
+endpoint = "http://127.0.0.1:7070"
+
+[[shards]]
+name = "gpu"
+number = 2
+pools = ["llm"]
+endpoint = "https://gpu.internal:7070"
+"""
+
+
+def full_text(pem: Path) -> str:
+    return FULL.replace("@DIR@", str(pem)).replace("@ADMIN@", ADMIN)
+
+
+def test_full_configuration(pem: Path) -> None:
+    cfg = load_config(full_text(pem), env={**ENV, "HOOK": "hook-secret"})
+    server = cfg.server
+    assert server.grpc_addr == SocketAddress("0.0.0.0", 7070)
+    assert str(server.http_addr) == "[::]:7071"
+    assert server.metrics_addr == SocketAddress("10.0.0.5", 9090)
+    assert server.shutdown_grace_s == 0.5 and server.insecure_peer_http
+    assert (server.shard, server.log_level) == ("cpu", "debug")
+    assert server.tls is not None and server.tls.client_ca == f"{pem}/ca.pem"
+    assert server.grpc_web is not None
+    assert server.grpc_web.allowed_origins == ("https://dash.example.com", "http://localhost:3000")
+    assert server.peer_tls is not None and server.peer_tls.key == f"{pem}/key.pem"
+
+    client, worker, admin = cfg.auth.tokens
+    assert client.grant == Grant("client", tenant="acme")
+    assert worker.grant == Grant("worker", ("llm",), (("gpu", "a100"), ("zone", "eu")))
+    assert admin.digest == hashlib.sha256(ADMIN.encode()).digest()
+    (cert,) = cfg.auth.certs
+    assert (cert.dns, cert.grant) == ("worker-1.internal", Grant("worker", ("default",)))
+
+    assert (cfg.store.kind, cfg.store.path, cfg.store.keep_finished_s) == (
+        "sqlite",
+        "/var/lib/cronoq/state.db",
+        3600.0,
+    )
+    assert cfg.limits.max_tasks_per_batch == 500 and cfg.limits.request_timeout_s == 10.0
+
+    llm, default = cfg.pools
+    assert (llm.min, llm.max, llm.autoscale, llm.lease_ttl_s) == (1, 16, True, 10.0)
+    assert (llm.scaler.kind, llm.scaler.url, llm.scaler.token) == (
+        "webhook",
+        "https://scaler.example.com/hook",
+        "hook-secret",
+    )
+    assert (llm.max_pending, llm.overflow) == (1000, "shed_lowest")
+    assert (llm.retry.max_attempts, llm.retry.multiplier, llm.retry.jitter) == (5, 3.0, False)
+    assert (llm.default_duration_s, llm.reservable_fraction) == (2.5, 0.25)
+    assert llm.await_unknown_dependencies_s == 60.0
+    assert (llm.target_utilization, llm.drain_time_s, llm.cooldown_s) == (0.5, 10.0, 5.0)
+    assert (llm.cost_per_worker_second, llm.max_slots_per_worker) == (0.002, 4)
+    assert llm.fair_share and llm.tenant_weights == {"acme": 3.0, "other": 1.5}
+    assert (default.max, default.max_pending) == (8, 100_000)
+
+    assert cfg.resources == (
+        SemaphoreSettings("db", 4, "cpu"),
+        TokenBucketSettings("api", 2.5, 10),
+    )
+    assert (cfg.outputs.cache_entries, cfg.outputs.cache_bytes) == (0, 1_048_576)
+    assert [(s.name, s.number, s.pools, s.endpoint) for s in cfg.shards] == [
+        ("cpu", 1, ("default",), "http://127.0.0.1:7070"),
+        ("gpu", 2, ("llm",), "https://gpu.internal:7070"),
+    ]
+    assert "hook-secret" not in repr(cfg)
+
+
+def test_spec_minimal_example_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "cronoq.toml"
+    path.write_text(
+        """
+[server]
+grpc_addr = "0.0.0.0:7070"
+http_addr = "0.0.0.0:7071"
+shutdown_grace_s = 30
+
+[[auth.tokens]]
+token_env = "CRONOQ_CLIENT_TOKEN"
+role = "client"
+
+[[auth.tokens]]
+token_env = "CRONOQ_WORKER_TOKEN"
+role = "worker"
+pools = ["llm"]
+labels = ["gpu=a100"]
+
+[store]
+kind = "sqlite"
+path = "/var/lib/cronoq/state.db"
+
+[[pools]]
+name = "llm"
+max = 16
+lease_ttl_s = 10
+retry = { max_attempts = 5, initial_backoff_s = 0.5, jitter = true }
+"""
+    )
+    cfg = load_config(path, env=ENV)
+    assert [t.grant.role for t in cfg.auth.tokens] == ["client", "worker"]
+    assert cfg.store.keep_finished_s == 604_800.0
+    assert cfg.pools[0].retry.max_backoff_s == 60.0  # engine default for the keys left out
+
+
+# --- secrets -----------------------------------------------------------------------------------
+
+
+def test_only_token_digests_are_kept(pem: Path) -> None:
+    cfg = load_config(full_text(pem), env={**ENV, "HOOK": "hook-secret"})
+    values = list(leaves(cfg))
+    strings = [v for v in values if isinstance(v, str)]
+    for token in (CLIENT, WORKER, ADMIN):
+        assert token not in repr(cfg)
+        assert not [s for s in strings if token in s], "a plain token is stored"
+        assert hashlib.sha256(token.encode()).digest() in values
+
+
+def test_token_env_present_and_missing() -> None:
+    text = '[[auth.tokens]]\ntoken_env = "CRONOQ_CLIENT_TOKEN"\nrole = "client"\n'
+    (token,) = load_config(text, env=ENV).auth.tokens
+    assert token.digest == hashlib.sha256(CLIENT.encode()).digest()
+    assert errors_of(text, env={}) == [
+        'auth.tokens[0].token_env: environment variable "CRONOQ_CLIENT_TOKEN" is not set'
+    ]
+
+
+def test_token_from_the_environment_must_be_long_enough() -> None:
+    text = '[[auth.tokens]]\ntoken_env = "SHORT"\nrole = "client"\n'
+    assert errors_of(text, env={"SHORT": "abc"}) == [
+        "auth.tokens[0].token_env: must be at least 16 characters (the value of SHORT)"
+    ]
+
+
+def test_duplicate_tokens_are_rejected_whatever_their_source() -> None:
+    text = (
+        f'[[auth.tokens]]\ntoken = "{CLIENT}"\nrole = "client"\n'
+        '[[auth.tokens]]\ntoken_env = "CRONOQ_CLIENT_TOKEN"\nrole = "admin"\n'
+    )
+    assert errors_of(text) == ["auth.tokens[1].token_env: the same token as auth.tokens[0]"]
+
+
+def test_a_short_token_logs_a_warning_without_the_token(caplog: pytest.LogCaptureFixture) -> None:
+    token = "sixteen-chars-ok"
+    with caplog.at_level(logging.WARNING, logger="cronoq.server.config"):
+        load_config(f'[[auth.tokens]]\ntoken = "{token}"\nrole = "client"\n', env={})
+    (record,) = caplog.records
+    assert record.getMessage().startswith("auth.tokens[0].token: a token shorter than 32")
+    assert token not in caplog.text
+
+
+def test_webhook_over_plain_http_to_another_host_warns(caplog: pytest.LogCaptureFixture) -> None:
+    text = (
+        '[[pools]]\nname = "p"\n'
+        'scaler = { kind = "webhook", url = "http://scaler.example.com/x", token_env = "T" }\n'
+    )
+    with caplog.at_level(logging.WARNING, logger="cronoq.server.config"):
+        cfg = load_config(text, env={"T": "webhook-token"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "pools[0].scaler.url: plain http to another host; prefer https",
+        "pools[0].scaler: the webhook token would cross the network in clear text",
+    ]
+    assert "webhook-token" not in repr(cfg)
+
+
+# --- listeners without credentials (SERVER.md 1.2) ---------------------------------------------
+
+PUBLIC = '[server]\ngrpc_addr = "0.0.0.0:0"\nhttp_addr = "127.0.0.1:0"\n'
+
+
+def test_non_loopback_listener_needs_a_credential() -> None:
+    assert errors_of(PUBLIC, env={}) == [
+        "server.grpc_addr: 0.0.0.0:0 is not a loopback address, so it needs a credential "
+        "([[auth.tokens]] or [[auth.certs]]) or --insecure-no-auth"
+    ]
+
+
+def test_insecure_no_auth_allows_an_open_listener() -> None:
+    assert load_config(PUBLIC, env={}, insecure_no_auth=True).server.insecure_no_auth
+    assert load_config(PUBLIC + "insecure_no_auth = true\n", env={}).server.grpc_addr.port == 0
+
+
+def test_a_token_allows_a_non_loopback_listener() -> None:
+    text = PUBLIC + f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "admin"\n'
+    assert load_config(text, env={}).auth.enabled
+
+
+def test_the_metrics_listener_needs_no_credential() -> None:
+    cfg = load_config('[server]\nmetrics_addr = "0.0.0.0:9090"\n', env={})
+    assert cfg.server.metrics_addr is not None and not cfg.server.metrics_addr.is_loopback
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.1:0", SocketAddress("127.0.0.1", 0)),
+        ("[::1]:7070", SocketAddress("::1", 7070)),
+        ("10.1.2.3:65535", SocketAddress("10.1.2.3", 65535)),
+    ],
+)
+def test_socket_addresses(text: str, address: SocketAddress) -> None:
+    cfg = load_config(f'[server]\ngrpc_addr = "{text}"\n', env={}, insecure_no_auth=True)
+    assert cfg.server.grpc_addr == address and str(address) == text
+
+
+@pytest.mark.parametrize(
+    "text", ["x", "127.0.0.1", "localhost:7070", "::1:7070", "[127.0.0.1]:1", "1.2.3.4:65536"]
+)
+def test_not_socket_addresses(text: str) -> None:
+    assert errors_of(f'[server]\ngrpc_addr = "{text}"\n') == [
+        f'server.grpc_addr: not a socket address ("{text}")'
+    ]
+
+
+# --- each rule and its message -----------------------------------------------------------------
+
+POOL = '[[pools]]\nname = "p"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        # types: bool is no integer, a float is no integer, ints are fine as floats (below)
+        (POOL + "max = true", "pools[0].max: must be an integer (got a boolean)"),
+        (POOL + "max = 8.0", "pools[0].max: must be an integer (got a float)"),
+        (
+            POOL + 'lease_ttl_s = "5"',
+            "pools[0].lease_ttl_s: must be a number of seconds (got a string)",
+        ),
+        ("server = 1", "server: must be a table (got an integer)"),
+        ("pools = [1]", "pools[0]: must be a table (got an integer)"),
+        ('pools = "p"', "pools: must be an array of tables (got a string)"),
+        ("pools = []", "pools: must list at least one pool (leave it out for the default pool)"),
+        # durations
+        (
+            POOL + "lease_ttl_s = 0",
+            "pools[0].lease_ttl_s: must be > 0 and at most one year (got 0)",
+        ),
+        (
+            POOL + "lease_ttl_s = -1.5",
+            "pools[0].lease_ttl_s: must be > 0 and at most one year (got -1.5)",
+        ),
+        (
+            POOL + "lease_ttl_s = 31536001",
+            "pools[0].lease_ttl_s: must be > 0 and at most one year (got 31536001)",
+        ),
+        (
+            POOL + "lease_ttl_s = nan",
+            "pools[0].lease_ttl_s: must be > 0 and at most one year (got nan)",
+        ),
+        (
+            POOL + "lease_ttl_s = inf",
+            "pools[0].lease_ttl_s: must be > 0 and at most one year (got inf)",
+        ),
+        (
+            "[server]\nshutdown_grace_s = -1",
+            "server.shutdown_grace_s: must be >= 0 and at most one year (got -1)",
+        ),
+        (
+            POOL + "retry = { max_backoff_s = -1 }",
+            "pools[0].retry.max_backoff_s: must be >= 0 and at most one year (got -1)",
+        ),
+        ("[limits]\nmax_wait_s = 0", "limits.max_wait_s: must be > 0 and at most one year (got 0)"),
+        (
+            '[store]\nkind = "sqlite"\npath = "s.db"\nkeep_finished_s = 0',
+            "store.keep_finished_s: must be > 0 and at most one year (got 0)",
+        ),
+        # [server]
+        (
+            '[server]\nlog_level = "verbose"',
+            'server.log_level: must be one of "debug", "info", "warning", "error" (got "verbose")',
+        ),
+        (
+            '[server]\nhttp_addr = "127.0.0.1:7070"',
+            "server.http_addr: same address as server.grpc_addr (127.0.0.1:7070)",
+        ),
+        ('[server]\nshard = ""', "server.shard: must not be empty"),
+        (
+            '[server.tls]\ncert = "/nonexistent/cert.pem"\nkey = "/nonexistent/key.pem"',
+            'server.tls.cert: no such file ("/nonexistent/cert.pem")\n'
+            'server.tls.key: no such file ("/nonexistent/key.pem")',
+        ),
+        ("[server.tls]", "server.tls.cert: is required\nserver.tls.key: is required"),
+        (
+            '[server.grpc_web]\nallowed_origins = ["https://a.example/app"]',
+            'server.grpc_web.allowed_origins[0]: must not have a path, query or fragment (got "https://a.example/app")',
+        ),
+        (
+            '[server.grpc_web]\nallowed_origins = ["a.example"]',
+            "server.grpc_web.allowed_origins[0]: "
+            'must be an http:// or https:// URL (got "a.example")',
+        ),
+        (
+            "[server.grpc_web]\nallowed_origins = [1]",
+            "server.grpc_web.allowed_origins[0]: must be a string (got an integer)",
+        ),
+        # [[pools]] (the library's own rules and the server's)
+        (
+            '[[pools]]\nname = "bad name!"',
+            "pools[0].name: must be 1-64 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-' "
+            '(got "bad name!")',
+        ),
+        ("[[pools]]\nmax = 4", "pools[0].name: is required"),
+        (POOL + POOL, 'pools[1].name: duplicate pool name "p" (see pools[0])'),
+        (POOL + "min = 5\nmax = 2", "pools[0].min: must be <= max"),
+        (POOL + "max = 0", "pools[0].max: must be >= 1"),
+        (POOL + "min = -1", "pools[0].min: must not be negative (got -1)"),
+        (POOL + "max_pending = -1", "pools[0].max_pending: must not be negative (got -1)"),
+        (
+            POOL + 'overflow = "drop"',
+            "pools[0].overflow: must be wait, reject, shed_lowest or shed_oldest",
+        ),
+        (
+            POOL + "reservable_fraction = 1.5",
+            "pools[0].reservable_fraction: must be in [0, 1] (got 1.5)",
+        ),
+        (POOL + "target_utilization = 0", "pools[0].target_utilization: must be in (0, 1] (got 0)"),
+        (
+            POOL + "cost_per_worker_second = -1",
+            "pools[0].cost_per_worker_second: must be a finite number >= 0 (got -1)",
+        ),
+        (
+            POOL + "cost_per_worker_second = inf",
+            "pools[0].cost_per_worker_second: must be a finite number (got inf)",
+        ),
+        (POOL + "tenant_weights = { a = 0 }", "pools[0].tenant_weights: must be finite and > 0"),
+        (
+            POOL + 'tenant_weights = { a = "x" }',
+            "pools[0].tenant_weights.a: must be a number (got a string)",
+        ),
+        (POOL + "max_slots_per_worker = 0", "pools[0].max_slots_per_worker: must be >= 1 (got 0)"),
+        (POOL + "retry = { max_attempts = 0 }", "pools[0].retry.max_attempts: must be >= 1"),
+        (
+            POOL + "retry = { multiplier = 0.5 }",
+            "pools[0].retry.multiplier: must be a finite number >= 1 (got 0.5)",
+        ),
+        (
+            POOL + 'scaler = { kind = "keda" }',
+            'pools[0].scaler.kind: must be one of "external", "webhook" (got "keda")',
+        ),
+        (POOL + 'scaler = { kind = "webhook" }', "pools[0].scaler.url: is required"),
+        (
+            POOL + 'scaler = { kind = "webhook", url = "ftp://x" }',
+            'pools[0].scaler.url: must be an http:// or https:// URL (got "ftp://x")',
+        ),
+        (
+            POOL + 'scaler = { kind = "webhook", url = "https://h/x", token_env = "HOOK" }',
+            'pools[0].scaler.token_env: environment variable "HOOK" is not set',
+        ),
+        # [[resources]]
+        (
+            '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 0',
+            "resources[0].permits: must be >= 1",
+        ),
+        ('[[resources]]\nkind = "semaphore"\nname = "r"', "resources[0].permits: is required"),
+        (
+            '[[resources]]\nkind = "token_bucket"\nname = "r"\nrate = 0\nburst = 1',
+            "resources[0].rate: must be a finite number > 0 (got 0)",
+        ),
+        (
+            '[[resources]]\nkind = "token_bucket"\nname = "r"\nrate = 1\nburst = 0',
+            "resources[0].burst: must be >= 1",
+        ),
+        (
+            '[[resources]]\nkind = "mutex"\nname = "r"',
+            'resources[0].kind: must be one of "semaphore", "token_bucket" (got "mutex")',
+        ),
+        ('[[resources]]\nname = "r"', "resources[0].kind: is required"),
+        (
+            '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\n'
+            '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 2',
+            'resources[1].name: duplicate resource name "r" (see resources[0])',
+        ),
+        # [store]
+        (
+            '[store]\nkind = "redis"\nurl = "x"',
+            'store.kind: must be one of "memory", "sqlite", "postgres" (got "redis")',
+        ),
+        ('[store]\nkind = "sqlite"', "store.path: is required"),
+        (
+            '[store]\nkind = "postgres"',
+            'store.url_env: environment variable "DATABASE_URL" is not set',
+        ),
+        (
+            '[store]\nkind = "postgres"\nurl = "postgres://h/db"\nurl_env = "PG"',
+            "store: give either url or url_env, not both",
+        ),
+        (
+            '[store]\nkind = "postgres"\nurl = "mysql://u:secret@h/db"',
+            "store.url: must be a postgres:// or postgresql:// URL",
+        ),
+        (
+            '[store]\nkind = "postgres"\nurl = "postgres://h/db"\nschema = "a; drop"',
+            'store.schema: must be a plain SQL identifier of 1-63 characters (got "a; drop")',
+        ),
+        # [limits], [outputs]
+        ("[limits]\nmax_tasks_per_batch = 0", "limits.max_tasks_per_batch: must be >= 1 (got 0)"),
+        (
+            "[limits]\nmax_message_bytes = 2147483648",
+            "limits.max_message_bytes: must be from 1 to 2147483647 (got 2147483648)",
+        ),
+        ("[outputs]\ncache_entries = -1", "outputs.cache_entries: must be >= 0 (got -1)"),
+        # [auth]
+        (
+            '[[auth.tokens]]\ntoken = "short-token"\nrole = "client"',
+            "auth.tokens[0].token: must be at least 16 characters",
+        ),
+        (
+            f'[[auth.tokens]]\ntoken = "{ADMIN}"\ntoken_env = "X"\nrole = "admin"',
+            "auth.tokens[0]: give exactly one of token and token_env",
+        ),
+        (
+            '[[auth.tokens]]\nrole = "admin"',
+            "auth.tokens[0]: give exactly one of token and token_env",
+        ),
+        (f'[[auth.tokens]]\ntoken = "{ADMIN}"', "auth.tokens[0].role: is required"),
+        (
+            f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "root"',
+            "auth.tokens[0].role: "
+            'must be one of "client", "worker", "metrics", "admin" (got "root")',
+        ),
+        (
+            f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "client"\npools = ["gpu"]',
+            'auth.tokens[0].pools: unknown pool "gpu"',
+        ),
+        (
+            f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "client"\npools = []',
+            "auth.tokens[0].pools: must not be empty (leave it out to allow every pool)",
+        ),
+        (
+            f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "worker"\nlabels = ["gpu"]',
+            'auth.tokens[0].labels[0]: must be "name=value" (got "gpu")',
+        ),
+        (
+            f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "client"\ntenant = 3',
+            "auth.tokens[0].tenant: must be a string (got an integer)",
+        ),
+        (
+            '[[auth.certs]]\ndns = "w.internal"\nrole = "worker"',
+            "auth.certs: client certificates are only asked for with server.tls.client_ca set",
+        ),
+        (
+            '[[auth.certs]]\nrole = "worker"',
+            "auth.certs[0].dns: is required\n"
+            "auth.certs: client certificates are only asked for with server.tls.client_ca set",
+        ),
+    ],
+)
+def test_rule_messages(text: str, error: str) -> None:
+    assert errors_of(text, env={}) == error.split("\n")
+
+
+def test_integers_are_accepted_where_floats_are() -> None:
+    pool = load_config(POOL + "lease_ttl_s = 5\nreservable_fraction = 1\n", env={}).pools[0]
+    assert (pool.lease_ttl_s, pool.reservable_fraction) == (5.0, 1.0)
+    assert isinstance(pool.lease_ttl_s, float)
+
+
+def test_one_year_is_the_longest_duration() -> None:
+    assert load_config(POOL + "lease_ttl_s = 31536000", env={}).pools[0].lease_ttl_s == 31_536_000
+
+
+def test_certs_with_mutual_tls(pem: Path) -> None:
+    tls = (
+        f'[server.tls]\ncert = "{pem}/cert.pem"\nkey = "{pem}/key.pem"\n'
+        f'client_ca = "{pem}/ca.pem"\n'
+    )
+    cert = '[[auth.certs]]\ndns = "w.internal"\nrole = "worker"\n'
+    cfg = load_config(tls + cert, env={})
+    assert cfg.auth.enabled and cfg.auth.certs[0].grant.role == "worker"
+    assert errors_of(tls + cert + cert, env={}) == [
+        "auth.certs[1].dns: the same name as auth.certs[0]"
+    ]
+
+
+def test_several_errors_are_collected_in_one_exception() -> None:
+    text = """
+[server]
+grpc_addr = "nowhere"
+[limits]
+max_list = 0
+[[pools]]
+name = "a"
+min = 9
+max = 3
+overflow = "drop"
+retry = { max_attempts = 0, multiplier = 0 }
+[[pools]]
+name = "b"
+lease_ttl_s = 0
+[[auth.tokens]]
+token = "short"
+role = "client"
+"""
+    assert errors_of(text, env={}) == [
+        'server.grpc_addr: not a socket address ("nowhere")',
+        "limits.max_list: must be >= 1 (got 0)",
+        "pools[0].retry.max_attempts: must be >= 1",
+        "pools[0].retry.multiplier: must be a finite number >= 1 (got 0.0)",
+        "pools[0].min: must be <= max",
+        "pools[0].overflow: must be wait, reject, shed_lowest or shed_oldest",
+        "pools[1].lease_ttl_s: must be > 0 and at most one year (got 0)",
+        "auth.tokens[0].token: must be at least 16 characters",
+    ]
+
+
+def test_a_wrong_bound_is_not_compared_with_the_other() -> None:
+    # max is wrong; comparing min = 100 with some default max would report a second,
+    # made-up problem
+    assert errors_of(POOL + 'min = 100\nmax = "8"', env={}) == [
+        "pools[0].max: must be an integer (got a string)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("foo = 1", "foo"),
+        ("[server]\nfoo = 1", "server.foo"),
+        ("[server.grpc_web]\nallowed_origins = []\nfoo = 1", "server.grpc_web.foo"),
+        ("[server.peer_tls]\nfoo = 1", "server.peer_tls.foo"),
+        ("[auth]\nfoo = 1", "auth.foo"),
+        (f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "admin"\nfoo = 1', "auth.tokens[0].foo"),
+        ('[store]\npath = "x.db"', "store.path"),  # a memory store has no path
+        ('[store]\nkind = "sqlite"\npath = "x.db"\nschema = "s"', "store.schema"),
+        ("[limits]\nfoo = 1", "limits.foo"),
+        (POOL + "foo = 1", "pools[0].foo"),
+        (POOL + "retry = { foo = 1 }", "pools[0].retry.foo"),
+        (POOL + 'scaler = { kind = "external", url = "https://h" }', "pools[0].scaler.url"),
+        (
+            '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\nrate = 1',
+            "resources[0].rate",
+        ),
+        ("[outputs]\nfoo = 1", "outputs.foo"),
+    ],
+)
+def test_unknown_keys_are_rejected_at_every_level(text: str, path: str) -> None:
+    assert errors_of(text, env={}) == [f"{path}: unknown key"]
+
+
+def test_unknown_keys_in_server_tls_and_shards(pem: Path) -> None:
+    tls = f'[server.tls]\ncert = "{pem}/cert.pem"\nkey = "{pem}/key.pem"\nfoo = 1\n'
+    assert errors_of(tls, env={}) == ["server.tls.foo: unknown key"]
+    shard = (
+        '[server]\nshard = "a"\n'
+        '[[shards]]\nname = "a"\nnumber = 1\npools = ["default"]\n'
+        'endpoint = "http://127.0.0.1:7070"\nfoo = 1\n'
+    )
+    assert errors_of(shard, env={}) == ["shards[0].foo: unknown key"]
+
+
+# --- shards (SERVER.md 2.8) --------------------------------------------------------------------
+
+SHARDS = """
+[[pools]]
+name = "default"
+[[pools]]
+name = "llm"
+[[shards]]
+name = "cpu"
+number = 1
+pools = ["default"]
+endpoint = "http://cpu.internal:7070"
+[[shards]]
+name = "gpu"
+number = 2
+pools = ["llm"]
+endpoint = "http://gpu.internal:7070"
+"""
+
+
+def test_shard_is_required_when_shards_are_configured() -> None:
+    assert errors_of(SHARDS, env={}) == [
+        "server.shard: is required when [[shards]] is configured (or --shard)"
+    ]
+
+
+def test_the_shard_option_overrides_the_file() -> None:
+    cfg = load_config('[server]\nshard = "gpu"\n' + SHARDS, env={}, shard="cpu")
+    assert cfg.server.shard == "cpu"
+    assert [s.number for s in cfg.shards] == [1, 2]
+
+
+def test_shard_must_name_a_shard() -> None:
+    assert errors_of(SHARDS, env={}, shard="tpu") == [
+        'server.shard: must name one of the [[shards]] (got "tpu")'
+    ]
+    assert errors_of("", env={}, shard="cpu") == [
+        'server.shard: must name one of the [[shards]] (got "cpu")'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "errors"),
+    [
+        (("number = 2", "number = 1"), ["shards[1].number: 1 is already the number of shards[0]"]),
+        (("number = 2", "number = 256"), ["shards[1].number: must be from 1 to 255 (got 256)"]),
+        (
+            ('name = "gpu"', 'name = "cpu"'),
+            ['shards[1].name: duplicate shard name "cpu" (see shards[0])'],
+        ),
+        (
+            ('pools = ["llm"]', 'pools = ["llm", "default"]'),
+            ['shards[1].pools: pool "default" is already served by shards[0]'],
+        ),
+        (
+            ('pools = ["llm"]', "pools = []"),
+            [
+                "shards[1].pools: must not be empty",
+                'pools[1].name: pool "llm" is in no [[shards]] entry',
+            ],
+        ),
+        (
+            ('pools = ["default"]', 'pools = ["default", "batch"]'),
+            [
+                'shards[0].pools: pool "batch" of this server\'s shard '
+                "is not configured in [[pools]]"
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal"),
+            ['shards[1].endpoint: must include a port (got "http://gpu.internal")'],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal:7070/v1"),
+            [
+                'shards[1].endpoint: must not have a path, query or fragment (got "http://gpu.internal:7070/v1")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "https://u:p@gpu.internal:7070"),
+            [
+                'shards[1].endpoint: must not contain a user name or password (got "https://u:p@gpu.internal:7070")'
+            ],
+        ),
+        (('endpoint = "http://gpu.internal:7070"', ""), ["shards[1].endpoint: is required"]),
+    ],
+)
+def test_shard_rules(edit: tuple[str, str], errors: list[str]) -> None:
+    text = SHARDS.replace(*edit)
+    assert errors_of(text, env={}, shard="cpu") == errors
+
+
+def test_a_pool_of_another_shard_need_not_be_configured_here() -> None:
+    text = SHARDS.replace('[[pools]]\nname = "llm"\n', "")
+    token = f'[[auth.tokens]]\ntoken = "{WORKER}"\nrole = "worker"\npools = ["llm"]\n'
+    cfg = load_config(text + token, env={}, shard="cpu")
+    assert [p.name for p in cfg.pools] == ["default"]
+    assert cfg.auth.tokens[0].grant.pools == ("llm",)
+
+
+def test_a_resource_belongs_to_a_known_shard() -> None:
+    resource = '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\nshard = "tpu"\n'
+    assert errors_of(SHARDS + resource, env={}, shard="cpu") == [
+        'resources[0].shard: must name one of the [[shards]] (got "tpu")'
+    ]
+
+
+# --- reading and overriding (SERVER.md 1.3) ----------------------------------------------------
+
+
+def test_read_errors_name_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.toml"
+    with pytest.raises(ConfigError, match=r"missing\.toml: cannot read the file"):
+        read_config(missing)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[server\n")
+    with pytest.raises(ConfigError, match=r"broken\.toml: not valid TOML \(.*line 1"):
+        read_config(broken)
+
+
+def test_overrides_are_applied_before_validation_and_copy_the_input() -> None:
+    raw = read_config('[server]\nshard = "gpu"\n')
+    out = apply_overrides(raw, insecure_no_auth=True, shard="cpu")
+    assert out["server"] == {"shard": "cpu", "insecure_no_auth": True}
+    assert raw == {"server": {"shard": "gpu"}}
+    assert apply_overrides({}, shard="cpu") == {"server": {"shard": "cpu"}}
+    # a wrong [server] is left for validation to report
+    with pytest.raises(ConfigError, match=r"^server: must be a table \(got an integer\)$"):
+        validate(apply_overrides({"server": 1}, shard="cpu"), env={})
+
+
+def test_config_error_is_a_scheduler_error_and_pickles() -> None:
+    error = ConfigError(["a: must be x", "b: must be y"])
+    assert isinstance(error, SchedulerError)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (
+        copy.errors == ("a: must be x", "b: must be y")
+        and str(copy) == "a: must be x\nb: must be y"
+    )
+
+
+# --- conversion to the engine's types ----------------------------------------------------------
+
+CONVERT = """
+[limits]
+max_pending_per_pool = 500
+[[pools]]
+name = "llm"
+min = 2
+max = 16
+autoscale = true
+lease_ttl_s = 10
+overflow = "reject"
+target_utilization = 0.5
+drain_time_s = 10
+cooldown_s = 5
+cost_per_worker_second = 0.25
+await_unknown_dependencies_s = 60
+tenant_weights = { acme = 3 }
+[pools.retry]
+max_attempts = 5
+initial_backoff_s = 0.5
+multiplier = 3
+max_backoff_s = 20
+jitter = false
+[[pools]]
+name = "batch"
+min = 1
+max = 8
+cost_per_worker_second = 0.1
+[[resources]]
+kind = "semaphore"
+name = "db"
+permits = 4
+[[resources]]
+kind = "token_bucket"
+name = "api"
+rate = 2.5
+burst = 10
+"""
+
+
+def test_core_pools() -> None:
+    llm, batch = core_pools(load_config(CONVERT, env={}))
+    assert (llm.name, llm.capacity, llm.min, llm.max) == ("llm", 0, 2, 16)
+    assert (llm.lease_ttl, llm.max_pending, llm.overflow) == (10.0, 500, "reject")
+    retry = llm.retry
+    assert (
+        retry.max_attempts,
+        retry.initial_backoff,
+        retry.multiplier,
+        retry.max_backoff,
+        retry.jitter,
+    ) == (5, 0.5, 3.0, 20.0, False)
+    assert llm.autoscale == AutoscaleSettings(
+        target_utilization=0.5, drain_time=10.0, cooldown=5.0, cost_per_worker_second=0.25
+    )
+    assert llm.cost_per_worker_second == 0.25
+    assert (llm.unknown_dependency, llm.await_timeout) == ("await", 60.0)
+    assert llm.fair_share and llm.tenant_weights == {"acme": 3.0}  # weights switch it on
+
+    # no autoscaling: min and max remain the bounds, capacity still comes from the workers
+    assert (batch.capacity, batch.min, batch.max, batch.autoscale) == (0, 1, 8, None)
+    assert batch.cost_per_worker_second == 0.1
+    assert (batch.unknown_dependency, batch.await_timeout) == ("reject", None)
+    assert batch.retry.max_attempts == 3 and batch.lease_ttl == 30.0
+
+
+def test_core_resources_and_an_engine_built_from_them() -> None:
+    cfg = load_config(CONVERT, env={})
+    resources = core_resources(cfg)
+    assert resources == [
+        ResourceConfig("db", "semaphore", permits=4),
+        ResourceConfig("api", "token_bucket", rate=2.5, burst=10),
+    ]
+    # the engine takes them as they are: both pools start with no slots until workers connect
+    engine = Engine(core_pools(cfg), 0.0, resources=resources)
+    assert [(p.name, p.capacity) for p in engine.snapshot(0.0).pools] == [("llm", 0), ("batch", 0)]
