@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from ._durable import Durable, encode_payload
 from ._options import Pool, Resource, Task, build_task
@@ -64,6 +64,19 @@ _RECURRING_OPTIONS = frozenset(
     {"priority", "pool", "kind", "key", "duration_hint", "timeout", "retry", "resources", "tags"}
     | {"labels", "tenant"}
 )
+
+
+class Launcher(Protocol):
+    """Where started attempts go instead of in-process executors (the server's workers)."""
+
+    def bind(self, engine: Engine, kick: Callable[[], None]) -> None:
+        """A session started: report outcomes to `engine`, then call `kick()`."""
+
+    def launch(self, starts: list[Attempt]) -> None:
+        """Run these attempts (their RUNNING state is durable when there is a store)."""
+
+    def abort(self, aborts: list[Attempt]) -> None:
+        """The engine gave these attempts up (timeout, cancellation, lease expiry, stop)."""
 
 
 class _Session:
@@ -320,7 +333,10 @@ class Scheduler:
         codec: Any = None,
         retention: float = _engine.DEFAULT_RETENTION,
         retention_max: int = _engine.DEFAULT_RETENTION_MAX,
+        launcher: Launcher | None = None,
     ) -> None:
+        """`launcher` (for the server): attempts go to it instead of the pools' executors, and
+        every pool starts with no slots (the launcher's workers bring them)."""
         pools = list(pools)
         if not pools:
             raise ValueError("at least one pool is required")
@@ -357,6 +373,7 @@ class Scheduler:
             None if store is None else JsonCodec() if codec is None else check_codec(codec)
         )
         self._ended: str | None = None  # why the last session stopped on its own
+        self._launcher = launcher
         self._resources = [r.core_config() for r in resources or ()]
         self._pool_names = [p.name for p in pools]
         self._default_pool = "default" if "default" in by_name else pools[0].name
@@ -423,8 +440,13 @@ class Scheduler:
             retention_max=self._retention_max,
             attempt_class=TaskContext,
             resources=self._resources,
+            elastic=self._launcher is None,
         )
         self._session = s = _Session(engine, loop)
+        if self._launcher is not None:
+            for name in self._pool_names:
+                engine.set_capacity(name, 0, now)
+            self._launcher.bind(engine, lambda: self._kick(s))
         self._stopping = False
         self._ended = None
         if store is not None:
@@ -491,10 +513,7 @@ class Scheduler:
         eng = s.engine
         eng.halt()
         eng.abort_running(time.time())
-        for att in eng.take().aborts:
-            t = s.tasks.pop(att.lease, None)
-            if t is not None:
-                t.cancel()
+        self._abort_attempts(s, eng.take().aborts)
         self._close_session(s)
         if s.durable is not None:
             s.loop.create_task(s.durable.close(release_lease=False))
@@ -842,11 +861,7 @@ class Scheduler:
         """Carry out the engine's actions (with a store: aborts now, the rest once written)."""
         out = s.engine.take()
         if out.aborts:
-            tasks = s.tasks
-            for att in out.aborts:
-                t = tasks.pop(att.lease, None)
-                if t is not None:
-                    t.cancel()
+            self._abort_attempts(s, out.aborts)
         if s.durable is not None:
             waiters = s.waiters
             urgent = bool(
@@ -889,7 +904,21 @@ class Scheduler:
             if fut is not None and not fut.done():
                 fut.set_result(None)
 
+    def _abort_attempts(self, s: _Session, aborts: list[Attempt]) -> None:
+        """The engine gave these attempts up: cancel their executors (or tell the launcher)."""
+        if self._launcher is not None:
+            self._launcher.abort(aborts)
+            return
+        tasks = s.tasks
+        for att in aborts:
+            t = tasks.pop(att.lease, None)
+            if t is not None:
+                t.cancel()
+
     def _launch(self, s: _Session, starts: list[Attempt]) -> None:
+        if self._launcher is not None:
+            self._launcher.launch([att for att in starts if not att.ended])
+            return
         create_task = s.loop.create_task
         tasks = s.tasks
         executors = self._executors

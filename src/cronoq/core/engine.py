@@ -229,7 +229,10 @@ class Engine:
         first_id: int = 1,
         attempt_class: type[Attempt] = Attempt,
         resources: Sequence[ResourceConfig] = (),
+        elastic: bool = True,
     ) -> None:
+        """`elastic=False`: capacity comes from outside (remote workers' grants); the
+        autoscaler then only computes `desired`, for external scalers to act on."""
         if not pools:
             raise ValueError("at least one pool is required")
         self.resources: dict[str, ResourceState] = {}
@@ -252,6 +255,7 @@ class Engine:
         self.retention_max = retention_max
         self.started_at = now
         self.attempt_class = attempt_class
+        self.elastic = elastic
 
         self.tasks: dict[int, TaskRecord] = {}
         self.keys: dict[str, TaskRecord] = {}
@@ -1309,7 +1313,7 @@ class Engine:
             reserved=_peak_overlap(upcoming, now, math.inf),
         )
         pool.arrivals = 0
-        if new != pool.unlabeled:
+        if self.elastic and new != pool.unlabeled:
             self.set_capacity(pool.name, new, now)
         self._timer(scaler.next_eval, _T_SCALE, pool, 0)
 
