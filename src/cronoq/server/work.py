@@ -1,0 +1,280 @@
+"""`cronoq.v1.Workers/Work`: worker protocol v3 over one bidirectional stream per worker.
+
+`WorkService` is both the gRPC servicer and the scheduler's launcher (`cronoq.runtime.Launcher`):
+the scheduler hands it the attempts it started (after they are durable, with a store) and the
+ones it gave up; the service turns them into `lease` and `abort` messages on the right worker's
+stream, and turns what workers send into `cronoq.server.workers.Workers` calls, then kicks the
+scheduler so it decides what follows. Each stream has a bounded outbound queue sized for its
+grant: a worker that stops reading is disconnected (its leases retry elsewhere) rather than
+allowed to miss a lease or an abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import grpc
+
+from ..core.engine import Engine
+from ..core.model import Attempt
+from ..proto.cronoq.v1 import cronoq_pb2 as pb
+from ..proto.cronoq.v1 import cronoq_pb2_grpc
+from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
+
+log = logging.getLogger("cronoq.server")
+
+REGISTER_TIMEOUT = 10.0
+CONTENT_TYPE_TAG = "cronoq.content_type"
+MAX_FAIL_MESSAGE = 8192
+
+_PRIORITY_NAMES = ("PRIORITY_CRITICAL", "PRIORITY_HIGH", "PRIORITY_NORMAL", "PRIORITY_LOW")
+_CODES = {
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+class _Cut(Exception):
+    """End the stream with this status (a protocol violation or a refused register)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Stream:
+    """One worker's outbound side: a bounded queue the stream's writer drains."""
+
+    def __init__(self, worker: RemoteWorker) -> None:
+        self.worker = worker
+        self.queue: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue(
+            2 * max(worker.granted, worker.requested) + 8
+        )
+        self.overflowed = False
+
+    def send(self, msg: pb.ServerMessage) -> bool:
+        try:
+            self.queue.put_nowait(msg)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            return False
+        return True
+
+
+class WorkService(cronoq_pb2_grpc.WorkersServicer):
+    """Remote workers for one scheduler: servicer of Workers/Work and its Launcher."""
+
+    def __init__(
+        self,
+        *,
+        pool_max: Mapping[str, int],
+        pool_slot_caps: Mapping[str, int | None],
+        slot_cap: int | None,
+        max_message_bytes: int,
+        register_timeout: float = REGISTER_TIMEOUT,
+    ) -> None:
+        self._pool_max = dict(pool_max)
+        self._pool_caps = dict(pool_slot_caps)
+        self._slot_cap = slot_cap
+        self._max_message_bytes = max_message_bytes
+        self._register_timeout = register_timeout
+        self.workers: Workers | None = None
+        self._kick: Callable[[], None] = lambda: None
+        self._streams: dict[int, _Stream] = {}
+        self._ttl: dict[str, float | None] = {}
+
+    # --- Launcher ------------------------------------------------------------------------
+
+    def bind(self, engine: Engine, kick: Callable[[], None]) -> None:
+        """A scheduler session started: workers of an earlier session are gone with it."""
+        for st in list(self._streams.values()):
+            self._close(st)
+        self.workers = Workers(
+            engine,
+            pool_max=self._pool_max,
+            pool_slot_caps=self._pool_caps,
+            slot_cap=self._slot_cap,
+        )
+        self._ttl = {name: p.lease_ttl for name, p in engine.pools.items()}
+        self._kick = kick
+
+    def launch(self, starts: list[Attempt]) -> None:
+        assert self.workers is not None
+        for w, att in self.workers.assign(starts):
+            self._send(w, pb.ServerMessage(lease=self._lease(att)))
+
+    def abort(self, aborts: list[Attempt]) -> None:
+        if self.workers is None:
+            return
+        for w, att in self.workers.aborted(aborts):
+            reason = att.abort_reason or "aborted"
+            self._send(w, pb.ServerMessage(abort=pb.Abort(lease=att.lease, reason=reason)))
+
+    def shutdown(self, reason: str, *, not_leader: bool) -> None:
+        """Tell every worker the server goes away, then end their streams."""
+        for st in list(self._streams.values()):
+            st.send(pb.ServerMessage(shutdown=pb.Shutdown(reason=reason, not_leader=not_leader)))
+            self._close(st)
+
+    def _lease(self, att: Attempt) -> pb.Lease:
+        rec = att.task
+        tags = rec.tags or {}
+        msg = pb.Lease(
+            lease=att.lease,
+            task_id=rec.id,
+            attempt=att.number,
+            payload=rec.payload if isinstance(rec.payload, bytes) else b"",
+            content_type=tags.get(CONTENT_TYPE_TAG, ""),
+            kind=rec.kind,
+            key=rec.key or "",
+            tags={k: v for k, v in tags.items() if not k.startswith("cronoq.")},
+            pool=rec.pool,
+            priority=pb.Priority.Value(_PRIORITY_NAMES[rec.cls]),
+        )
+        if rec.timeout is not None:
+            msg.timeout_s = rec.timeout
+        if rec.deadline is not None:
+            msg.deadline_unix_ns = int(rec.deadline * 1e9)
+        if att.lease_ttl is not None:
+            msg.lease_ttl_s = att.lease_ttl
+        return msg
+
+    def _send(self, w: RemoteWorker, msg: pb.ServerMessage) -> None:
+        st = self._streams.get(w.id)
+        if st is not None and not st.send(msg):
+            log.warning("event=worker_overflow worker=%d pool=%s", w.id, w.pool)
+            self._close(st)
+
+    def _close(self, st: _Stream) -> None:
+        """End a stream from the server's side (its writer stops; the reader then drops it)."""
+        self._streams.pop(st.worker.id, None)
+        if st.queue.full():  # make room for the end marker: what is queued goes unsent
+            while not st.queue.empty():
+                st.queue.get_nowait()
+        st.queue.put_nowait(None)
+
+    # --- the stream ----------------------------------------------------------------------
+
+    async def Work(
+        self, request_iterator: AsyncIterator[pb.WorkerMessage], context: Any
+    ) -> AsyncIterator[pb.ServerMessage]:
+        if self.workers is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the scheduler is not serving")
+        try:
+            first = await asyncio.wait_for(anext(request_iterator), self._register_timeout)
+        except (TimeoutError, StopAsyncIteration):
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"register was not sent within {self._register_timeout:g} s",
+            )
+        try:
+            st = self._register(first)
+        except _Cut as cut:
+            await context.abort(cut.code, cut.message)
+        reader = asyncio.ensure_future(self._read(st, request_iterator))
+        try:
+            while True:
+                msg = await st.queue.get()
+                if msg is None:
+                    break
+                yield msg
+            if st.overflowed:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "the worker does not read its stream: its outbound buffer is full",
+                )
+            violation = reader.result() if reader.done() else None
+            if violation is not None:
+                await context.abort(violation.code, violation.message)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            self._drop(st)
+
+    def _register(self, first: pb.WorkerMessage) -> _Stream:
+        if first.WhichOneof("msg") != "register":
+            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
+        reg = first.register
+        if "\0" in reg.worker_name or any("\0" in k or "\0" in v for k, v in reg.labels.items()):
+            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "register: NUL in a name or label")
+        assert self.workers is not None
+        try:
+            w = self.workers.register(
+                reg.pool, reg.slots, reg.worker_name, dict(reg.labels), time.time()
+            )
+        except WorkerError as e:
+            raise _Cut(_CODES[e.code], e.message) from None
+        st = self._streams[w.id] = _Stream(w)
+        registered = pb.Registered(
+            worker_id=w.id,
+            slots=w.granted,
+            protocol_version=PROTOCOL_VERSION,
+            max_message_bytes=self._max_message_bytes,
+        )
+        ttl = self._ttl.get(w.pool)
+        if ttl is not None:
+            registered.lease_ttl_s = ttl
+        st.send(pb.ServerMessage(registered=registered))  # before any lease can be queued
+        log.info("event=worker_registered worker=%d pool=%s slots=%d", w.id, w.pool, w.granted)
+        self._kick()
+        return st
+
+    async def _read(
+        self, st: _Stream, request_iterator: AsyncIterator[pb.WorkerMessage]
+    ) -> _Cut | None:
+        """Handle the worker's messages until its stream ends; a violation ends it early."""
+        try:
+            async for msg in request_iterator:
+                self._handle(st.worker, msg)
+        except _Cut as cut:
+            self._close(st)
+            return cut
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        self._close(st)
+        return None
+
+    def _handle(self, w: RemoteWorker, msg: pb.WorkerMessage) -> None:
+        ws = self.workers
+        assert ws is not None
+        now = time.time()
+        kind = msg.WhichOneof("msg")
+        if kind == "heartbeat":
+            ws.heartbeat(w, msg.heartbeat.lease, now)
+            return
+        if kind == "complete":
+            ws.complete(w, msg.complete.lease, msg.complete.output, now)
+        elif kind == "fail":
+            f = msg.fail
+            message = f.message.encode()[:MAX_FAIL_MESSAGE].decode(errors="ignore")
+            retry_after = f.retry_after_s if f.HasField("retry_after_s") else None
+            ws.fail(w, f.lease, message, now, permanent=f.permanent, retry_after=retry_after)
+        elif kind == "set_slots":
+            ws.set_slots(w, msg.set_slots.slots, now)
+        elif kind == "nack":
+            moved = ws.nack(w, msg.nack.lease, now)
+            if moved is not None:
+                other, att = moved
+                self._send(other, pb.ServerMessage(lease=self._lease(att)))
+        elif kind == "cancelled":
+            ws.cancelled(w, msg.cancelled.lease, now)
+        elif kind == "register":
+            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "register was already sent")
+        else:
+            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "a worker message without a case set")
+        self._kick()
+
+    def _drop(self, st: _Stream) -> None:
+        """The stream ended: the worker's slots go and its leases retry elsewhere."""
+        self._streams.pop(st.worker.id, None)
+        if self.workers is not None and not st.worker.gone:
+            self.workers.drop(st.worker, time.time())
+            log.info("event=worker_gone worker=%d pool=%s", st.worker.id, st.worker.pool)
+            self._kick()

@@ -1,0 +1,232 @@
+"""Worker protocol v3 end to end in one process: a real grpc.aio server with WorkService as the
+scheduler's launcher, and raw workers speaking the generated stubs over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+import pytest
+
+import cronoq
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from cronoq.server.work import WorkService
+
+
+async def unused(ctx: Any, payload: Any) -> None:
+    raise AssertionError("remote pools never run in-process executors")
+
+
+class Worker:
+    """A raw stream: send WorkerMessages, read ServerMessages."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self.call = cronoq_pb2_grpc.WorkersStub(channel).Work(self._messages())
+
+    async def _messages(self) -> AsyncIterator[pb.WorkerMessage]:
+        while (msg := await self.outbox.get()) is not None:
+            yield msg
+
+    def send(self, **kw: Any) -> None:
+        self.outbox.put_nowait(pb.WorkerMessage(**kw))
+
+    async def recv(self, timeout: float = 2.0) -> pb.ServerMessage:
+        msg = await asyncio.wait_for(self.call.read(), timeout)
+        assert msg is not grpc.aio.EOF, "the stream ended"
+        return msg
+
+    async def register(self, pool: str = "p", slots: int = 1, **labels: str) -> pb.Registered:
+        self.send(
+            register=pb.Register(
+                pool=pool, slots=slots, worker_name="w", protocol_version=3, labels=labels
+            )
+        )
+        msg = await self.recv()
+        assert msg.WhichOneof("msg") == "registered"
+        return msg.registered
+
+    async def lease(self) -> pb.Lease:
+        msg = await self.recv()
+        assert msg.WhichOneof("msg") == "lease", msg
+        return msg.lease
+
+    def close(self) -> None:
+        self.outbox.put_nowait(None)
+
+
+@asynccontextmanager
+async def server(
+    *, lease_ttl: float | None = None, register_timeout: float = 10.0, max_: int = 4
+) -> AsyncIterator[tuple[cronoq.Scheduler, grpc.aio.Channel]]:
+    svc = WorkService(
+        pool_max={"p": max_},
+        pool_slot_caps={"p": None},
+        slot_cap=None,
+        max_message_bytes=4 << 20,
+        register_timeout=register_timeout,
+    )
+    retry = cronoq.RetryPolicy(max_attempts=3, initial_backoff=0.0, jitter=False)
+    sched = cronoq.Scheduler(
+        [cronoq.Pool("p", unused, max=max_, lease_ttl=lease_ttl, retry=retry)], launcher=svc
+    )
+    grpc_server = grpc.aio.server()
+    cronoq_pb2_grpc.add_WorkersServicer_to_server(svc, grpc_server)
+    port = grpc_server.add_insecure_port("127.0.0.1:0")
+    await grpc_server.start()
+    async with sched, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        try:
+            yield sched, channel
+        finally:
+            await grpc_server.stop(0)
+
+
+async def test_register_lease_complete() -> None:
+    async with server(lease_ttl=30.0) as (sched, channel):
+        w = Worker(channel)
+        reg = await w.register(slots=9)
+        assert (reg.worker_id, reg.slots, reg.protocol_version) == (1, 4, 3)  # capped by max
+        assert reg.lease_ttl_s == 30.0 and reg.max_message_bytes == 4 << 20
+        h = await sched.submit(
+            b"payload", key="k", tags={"cronoq.content_type": "text/plain", "a": "1"}
+        )
+        lease = await w.lease()
+        assert (lease.task_id, lease.attempt, lease.payload, lease.key) == (
+            h.id,
+            1,
+            b"payload",
+            "k",
+        )
+        assert lease.content_type == "text/plain" and dict(lease.tags) == {"a": "1"}
+        assert lease.pool == "p" and lease.priority == pb.PRIORITY_NORMAL
+        assert lease.lease_ttl_s == 30.0 and not lease.HasField("timeout_s")
+        w.send(complete=pb.Complete(lease=lease.lease, output=b"out"))
+        assert await asyncio.wait_for(h.result(), 2.0) == b"out"
+        assert (await sched.snapshot()).pool("p").capacity == 4
+        w.close()
+
+
+async def test_failure_retries_on_the_next_attempt_and_permanent_fails() -> None:
+    async with server() as (sched, channel):
+        w = Worker(channel)
+        await w.register(slots=1)
+        h = await sched.submit(b"x")
+        first = await w.lease()
+        w.send(fail=pb.Fail(lease=first.lease, message="boom"))
+        second = await w.lease()
+        assert (second.task_id, second.attempt) == (first.task_id, 2)
+        assert second.lease != first.lease
+        w.send(fail=pb.Fail(lease=second.lease, message="bad" * 5000, permanent=True))
+        with pytest.raises(cronoq.TaskFailed) as e:
+            await asyncio.wait_for(h.result(), 2.0)
+        assert e.value.status == "failed" and len(e.value.message) == 8192
+        w.close()
+
+
+async def test_nack_goes_to_another_worker_with_the_same_attempt() -> None:
+    async with server() as (sched, channel):
+        a = Worker(channel)
+        await a.register(slots=1)
+        h = await sched.submit(b"x")
+        lease = await a.lease()
+        b = Worker(channel)
+        await b.register(slots=1)
+        a.send(nack=pb.Nack(lease=lease.lease, reason="busy"))
+        again = await b.lease()
+        assert (again.lease, again.attempt, again.task_id) == (lease.lease, 1, lease.task_id)
+        b.send(complete=pb.Complete(lease=again.lease, output=b"ok"))
+        assert await asyncio.wait_for(h.result(), 2.0) == b"ok"
+        a.close()
+        b.close()
+
+
+async def test_a_dropped_stream_retries_its_leases_on_another_worker() -> None:
+    async with server() as (sched, channel):
+        a = Worker(channel)
+        await a.register(slots=1)
+        h = await sched.submit(b"x")
+        lease = await a.lease()
+        a.call.cancel()  # the connection drops
+        b = Worker(channel)
+        await b.register(slots=1)
+        again = await b.lease()
+        assert (again.task_id, again.attempt) == (lease.task_id, 2)
+        assert await sched.status(h.id) == "running"
+        b.close()
+
+
+async def test_lease_expiry_sends_an_abort_and_retries() -> None:
+    async with server(lease_ttl=0.3) as (sched, channel):
+        w = Worker(channel)
+        await w.register(slots=1)
+        await sched.submit(b"x")
+        lease = await w.lease()
+        msg = await w.recv(timeout=3.0)
+        assert msg.WhichOneof("msg") == "abort"
+        assert (msg.abort.lease, msg.abort.reason) == (lease.lease, "lease expired")
+        retry = await w.lease()
+        assert retry.attempt == 2
+        w.send(complete=pb.Complete(lease=lease.lease))  # stale now: ignored
+        w.close()
+        assert (await sched.snapshot()).totals["lease_expiries"] == 1
+
+
+async def test_cancel_sends_an_abort() -> None:
+    async with server() as (sched, channel):
+        w = Worker(channel)
+        await w.register(slots=1)
+        h = await sched.submit(b"x")
+        lease = await w.lease()
+        assert await sched.cancel(h.id)
+        msg = await w.recv()
+        assert (msg.abort.lease, msg.abort.reason) == (lease.lease, "cancelled")
+        w.close()
+
+
+@pytest.mark.parametrize(
+    ("first", "code"),
+    [
+        (pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=1)), grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.WorkerMessage(register=pb.Register(pool="nope", slots=1)), grpc.StatusCode.NOT_FOUND),
+        (
+            pb.WorkerMessage(register=pb.Register(pool="p", slots=0)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+    ],
+)
+async def test_bad_first_messages_are_refused(
+    first: pb.WorkerMessage, code: grpc.StatusCode
+) -> None:
+    async with server() as (_, channel):
+        call = cronoq_pb2_grpc.WorkersStub(channel).Work(iter([first]))
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await call.read()
+        assert e.value.code() == code
+
+
+async def test_register_must_come_in_time() -> None:
+    async with server(register_timeout=0.2) as (_, channel):
+        w = Worker(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await w.call.read()
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        w.close()
+
+
+async def test_set_slots_zero_drains_and_capacity_follows() -> None:
+    async with server() as (sched, channel):
+        w = Worker(channel)
+        await w.register(slots=2)
+        w.send(set_slots=pb.SetSlots(slots=0))
+        await asyncio.sleep(0.1)
+        h = await sched.submit(b"x")
+        await asyncio.sleep(0.1)
+        assert await sched.status(h.id) == "ready"
+        assert (await sched.snapshot()).pool("p").capacity == 0
+        w.send(set_slots=pb.SetSlots(slots=1))
+        assert (await w.lease()).task_id == h.id
+        w.close()
