@@ -28,6 +28,8 @@ from cronoq.server.config import (
     apply_overrides,
     core_pools,
     core_resources,
+    library_pools,
+    library_resources,
     load_config,
     read_config,
     validate,
@@ -1005,6 +1007,20 @@ def test_core_pools() -> None:
     assert batch.cost_per_worker_second == 0.1
     assert (batch.unknown_dependency, batch.await_timeout) == ("reject", None)
     assert batch.retry.max_attempts == 3 and batch.lease_ttl == 30.0
+
+
+def test_library_pools_and_resources() -> None:
+    cfg = load_config(CONVERT, env={})
+    llm, batch = library_pools(cfg)
+    assert (llm.name, llm.max, llm.lease_ttl, batch.name, batch.max) == (
+        "llm",
+        16,
+        10.0,
+        "batch",
+        8,
+    )
+    db, api = library_resources(cfg)
+    assert (db.name, db.permits, api.name, api.rate, api.burst) == ("db", 4, "api", 2.5, 10)
 
 
 def test_core_resources_and_an_engine_built_from_them() -> None:

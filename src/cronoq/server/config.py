@@ -10,8 +10,9 @@ Validation never stops at the first problem. Every reader records a complaint as
 `<key path>: <rule>` and carries on with the key's default, and `ConfigError` lists every line.
 Rules that the library's option types already enforce (pool bounds, overflow policies, retry
 policies, autoscaler settings, resources) are checked by building those types, so the server
-and the library cannot disagree about what a valid pool is; `core_pools` and `core_resources`
-build the same types to get the engine's view.
+and the library cannot disagree about what a valid pool is; `library_pools` and
+`library_resources` build those types for the server's Scheduler, and `core_pools` and
+`core_resources` take the engine's view from them.
 
 Secrets: a bearer token is kept only as its SHA-256 digest. The two secrets the server has to
 pass on (a webhook token, a PostgreSQL URL) are kept as given but left out of every repr.
@@ -67,6 +68,8 @@ __all__ = [
     "apply_overrides",
     "core_pools",
     "core_resources",
+    "library_pools",
+    "library_resources",
     "load_config",
     "read_config",
     "validate",
@@ -446,19 +449,29 @@ def core_pools(cfg: ServerConfig) -> list[PoolConfig]:
     """
     return [
         dataclasses.replace(
-            _library_pool(p).core_config(),
+            pool.core_config(),
             capacity=0,
             min=p.min,
             max=p.max,
             cost_per_worker_second=p.cost_per_worker_second,
         )
-        for p in cfg.pools
+        for p, pool in zip(cfg.pools, library_pools(cfg), strict=True)
     ]
 
 
 def core_resources(cfg: ServerConfig) -> list[ResourceConfig]:
     """The engine's view of each resource, built through the library's Resource."""
-    return [_library_resource(r).core_config() for r in cfg.resources]
+    return [r.core_config() for r in library_resources(cfg)]
+
+
+def library_pools(cfg: ServerConfig) -> list[Pool]:
+    """Each pool as the library's Pool, for a Scheduler whose attempts go to remote workers."""
+    return [_library_pool(p) for p in cfg.pools]
+
+
+def library_resources(cfg: ServerConfig) -> list[Resource]:
+    """Each resource as the library's Resource."""
+    return [_library_resource(r) for r in cfg.resources]
 
 
 def _remote(ctx: object, payload: object) -> NoReturn:

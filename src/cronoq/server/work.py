@@ -24,12 +24,12 @@ from ..core.engine import Engine
 from ..core.model import Attempt
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
+from .convert import CONTENT_TYPE_TAG
 from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
 log = logging.getLogger("cronoq.server")
 
 REGISTER_TIMEOUT = 10.0
-CONTENT_TYPE_TAG = "cronoq.content_type"
 MAX_FAIL_MESSAGE = 8192
 
 _PRIORITY_NAMES = ("PRIORITY_CRITICAL", "PRIORITY_HIGH", "PRIORITY_NORMAL", "PRIORITY_LOW")
@@ -121,6 +121,23 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         for st in list(self._streams.values()):
             st.send(pb.ServerMessage(shutdown=pb.Shutdown(reason=reason, not_leader=not_leader)))
             self._close(st)
+
+    def worker_infos(self, pool: str | None = None) -> list[pb.WorkerInfo]:
+        """The connected workers (Admin.ListWorkers), oldest first."""
+        if self.workers is None:
+            return []
+        return [
+            pb.WorkerInfo(
+                id=w.id,
+                name=w.name,
+                pool=w.pool,
+                labels=w.labels,
+                slots=w.granted,
+                busy=len(w.leases),
+                connected_unix_ns=int(w.registered_at * 1e9),
+            )
+            for w in self.workers.workers(pool)
+        ]
 
     def _lease(self, att: Attempt) -> pb.Lease:
         rec = att.task

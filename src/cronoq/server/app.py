@@ -1,0 +1,248 @@
+"""One server process put together from a ServerConfig: the scheduler, its store and the gRPC
+listener (SERVER.md 1.1, 8.3, 8.6).
+
+The services themselves come from outside: `launcher_factory` gives the scheduler the
+workers layer's Launcher, each of `registrars` adds servicers to the gRPC server, and
+`interceptors` (authentication) run before the readiness check, in the order of SERVER.md 3.1
+(authenticate, check the role, then check that this instance serves). Keeping the app ignorant
+of the services lets each be built and tested on its own.
+
+Life cycle: `listen()` binds the listener at once, even on a standby (SERVER.md 8.3); `lead()`
+starts the scheduler, which with a SQLite store waits there until this process holds the
+leadership; `stop()` is the graceful shutdown. Until `ready`, every call is refused with
+UNAVAILABLE by the readiness interceptor, whatever method it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+
+from cronoq.runtime import Launcher, Scheduler
+from cronoq.store import SqliteStore
+
+from .config import (
+    ConfigError,
+    ServerConfig,
+    SocketAddress,
+    TlsSettings,
+    library_pools,
+    library_resources,
+)
+
+__all__ = ["DRAIN_S", "BytesCodec", "Registrar", "ServerApp"]
+
+log = logging.getLogger(__name__)
+
+DRAIN_S = 5.0  # how long the listener drains calls still open at the end (SERVER.md 8.6 step 6)
+
+Registrar = Callable[["ServerApp", grpc.aio.Server], None]
+LauncherFactory = Callable[["ServerApp"], Launcher]
+StopHook = Callable[[], Awaitable[None]]
+
+
+def _event(level: int, name: str, **fields: Any) -> None:
+    """Log one structured event: `name` is the message, `fields` go out as key=value pairs."""
+    log.log(level, name, extra={"fields": fields})
+
+
+class BytesCodec:
+    """Payloads and outputs are bytes on the wire, so the store keeps them as they are."""
+
+    __slots__ = ()
+
+    def encode(self, obj: Any) -> bytes:
+        if not isinstance(obj, bytes):
+            raise TypeError(f"server payloads are bytes (got {type(obj).__name__})")
+        return obj
+
+    def decode(self, data: bytes) -> bytes:
+        return data
+
+
+class ServerApp:
+    """The scheduler and the gRPC listener of one server process."""
+
+    def __init__(
+        self,
+        cfg: ServerConfig,
+        *,
+        launcher_factory: LauncherFactory | None = None,
+        registrars: Sequence[Registrar] = (),
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
+        """ConfigError for a store this server cannot open yet or TLS files it cannot read:
+        both are found before anything is bound. `launcher_factory(app)` is called before the
+        scheduler exists (the scheduler needs the launcher): only `cfg` and `store` are set."""
+        self.cfg = cfg
+        tls = cfg.server.tls
+        self._credentials = None if tls is None else _credentials(tls)
+        self.store = _store(cfg)
+        self.launcher = None if launcher_factory is None else launcher_factory(self)
+        self.scheduler = Scheduler(
+            library_pools(cfg),
+            library_resources(cfg),
+            shutdown_grace=cfg.server.shutdown_grace_s,
+            emit_transitions=True,  # Watch may ask for every transition
+            store=self.store,
+            codec=None if self.store is None else BytesCodec(),
+            retention=cfg.limits.key_retention_s,
+            retention_max=cfg.limits.key_retention_max,
+            launcher=self.launcher,
+        )
+        self.grpc_address: SocketAddress | None = None  # with the bound port, once listening
+        self._registrars = tuple(registrars)
+        self._interceptors = tuple(interceptors)
+        self._server: grpc.aio.Server | None = None
+        self._on_stop: list[StopHook] = []
+        self._state = "standby"  # then "ready", then "stopping"
+
+    @property
+    def ready(self) -> bool:
+        """Serving: leading, started, not stopping (a deposed leader's scheduler has stopped)."""
+        return self._state == "ready" and self.scheduler.started
+
+    def on_stop(self, hook: StopHook) -> None:
+        """Run `hook` once the scheduler has stopped and before the listener drains: where the
+        workers layer sends `shutdown` to its streams (SERVER.md 8.6 step 3)."""
+        self._on_stop.append(hook)
+
+    async def listen(self) -> SocketAddress:
+        """Bind and start the gRPC listener; returns its address with the bound port."""
+        limits = self.cfg.limits
+        server = grpc.aio.server(
+            interceptors=[*self._interceptors, _ReadyGate(self)],
+            options=[
+                ("grpc.max_receive_message_length", limits.max_message_bytes),
+                ("grpc.max_send_message_length", limits.max_message_bytes),
+                ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+                ("grpc.keepalive_time_ms", int(limits.keepalive_interval_s * 1000)),
+                ("grpc.keepalive_timeout_ms", int(limits.keepalive_timeout_s * 1000)),
+            ],
+            maximum_concurrent_rpcs=limits.max_concurrent_requests,
+        )
+        for register in self._registrars:
+            register(self, server)
+        address = self.cfg.server.grpc_addr
+        try:
+            if self._credentials is None:
+                port = server.add_insecure_port(str(address))
+            else:
+                port = server.add_secure_port(str(address), self._credentials)
+        except RuntimeError as exc:  # grpcio's way of saying the address is taken or invalid
+            raise OSError(f"cannot listen on {address}: {exc}") from None
+        await server.start()
+        self._server = server
+        self.grpc_address = SocketAddress(address.host, port)
+        _event(logging.INFO, "listening", grpc=self.grpc_address, tls=self._credentials is not None)
+        return self.grpc_address
+
+    async def lead(self) -> None:
+        """Start the scheduler (a standby waits here for the leadership), then serve."""
+        if self.store is not None:
+            _event(logging.INFO, "awaiting_leadership", store=self.store.path)
+        await self.scheduler.start()
+        if self._state == "standby":
+            self._state = "ready"
+            _event(logging.INFO, "ready")
+
+    async def stop(self) -> None:
+        """Graceful shutdown (SERVER.md 8.6): refuse new calls, let running attempts finish
+        for `shutdown_grace_s` (which also ends waits and watches, writes what was decided
+        and releases the leadership), run the stop hooks, then drain the listener."""
+        if self._state == "stopping":
+            return
+        self._state = "stopping"
+        grace = self.cfg.server.shutdown_grace_s
+        _event(logging.INFO, "stopping", grace_s=grace)
+        await self.scheduler.shutdown(grace)
+        for hook in self._on_stop:
+            try:
+                await hook()
+            except Exception:
+                log.exception("a stop hook failed")
+        if self._server is not None:
+            await self._server.stop(DRAIN_S)
+        _event(logging.INFO, "stopped")
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Listen, lead, and serve until `stop` is set; stopping also ends a standby's wait."""
+        try:
+            await self.listen()
+            leading = asyncio.ensure_future(self.lead())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not leading.done():
+                leading.cancel()  # still standing by: give the wait up
+                await asyncio.wait({leading})
+            elif leading.exception() is None:
+                await stopping
+            else:
+                stopping.cancel()
+                leading.result()  # a failed start (the store cannot open) ends the server
+        finally:
+            await self.stop()
+
+
+class _ReadyGate(grpc.aio.ServerInterceptor):
+    """UNAVAILABLE for every call while standing by or stopping (SERVER.md 8.3, 8.6).
+
+    The refusal is a stream-stream handler: it reads no request, so it fits every method
+    (unary or streaming, known or not) and never waits for a client that has not sent yet.
+    """
+
+    def __init__(self, app: ServerApp) -> None:
+        self._app = app
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        if self._app.ready:
+            return await continuation(handler_call_details)
+        why = "shutting down" if self._app._state == "stopping" else "not the leader (standby)"
+        return grpc.stream_stream_rpc_method_handler(_refuse(why))
+
+
+def _refuse(why: str) -> Callable[[AsyncIterator[Any], grpc.aio.ServicerContext[Any, Any]], Any]:
+    async def refuse(
+        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"this server is {why}")
+
+    return refuse
+
+
+def _store(cfg: ServerConfig) -> SqliteStore | None:
+    store = cfg.store
+    if store.kind == "memory":
+        return None
+    if store.kind == "sqlite":
+        assert store.path is not None and store.keep_finished_s is not None  # validated
+        return SqliteStore(store.path, retention=store.keep_finished_s)
+    raise ConfigError(["store.kind: the postgres store is not available yet"])
+
+
+def _credentials(tls: TlsSettings) -> grpc.ServerCredentials:
+    """TLS for the listener; with `client_ca`, mutual TLS (SERVER.md 6.4)."""
+
+    def read(key: str, path: str) -> bytes:
+        try:
+            with open(path, "rb") as file:
+                return file.read()
+        except OSError as exc:
+            raise ConfigError([f"server.tls.{key}: cannot read {path!r} ({exc})"]) from None
+
+    ca = None if tls.client_ca is None else read("client_ca", tls.client_ca)
+    return grpc.ssl_server_credentials(
+        [(read("key", tls.key), read("cert", tls.cert))],
+        root_certificates=ca,
+        require_client_auth=ca is not None,
+    )

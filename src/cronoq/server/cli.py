@@ -1,0 +1,161 @@
+"""The `cronoq-server` command (SERVER.md 1.3): flags, configuration, logs, signals.
+
+Order of operations, as in SERVER.md 1.3: `--version` and `--print-proto` need nothing else;
+then the configuration is read without judging it, `--insecure-no-auth` and `--shard` are
+written over it, and it is validated; `--check` stops there. Exit codes: 0 after a clean run or
+a graceful shutdown, 2 for a bad command line or configuration (one line per problem on
+stderr), 1 when the server cannot start (a taken address, an unusable store file).
+
+Logs go to stderr, one line per record, as `key=value` pairs (logfmt): `ts`, `level`,
+`logger`, then `event=<name>` and the event's fields, or `msg=<text>` for ordinary records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from cronoq import __version__
+from cronoq.errors import SchedulerError
+from cronoq.proto import proto_text
+
+from .config import ConfigError, ServerConfig, apply_overrides, read_config, validate
+
+__all__ = ["LogfmtFormatter", "main"]
+
+log = logging.getLogger("cronoq.server")
+
+_BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]]+")  # values that need no quotes
+
+
+class LogfmtFormatter(logging.Formatter):
+    """One `key=value` line per record, so that a record never spans lines (tracebacks too)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        pairs: list[tuple[str, object]] = [
+            ("ts", f"{ts}.{int(record.msecs):03d}Z"),
+            ("level", record.levelname.lower()),
+            ("logger", record.name),
+        ]
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            pairs.append(("event", record.getMessage()))
+            pairs.extend(fields.items())
+        else:
+            pairs.append(("msg", record.getMessage()))
+        if record.exc_info:
+            pairs.append(("exc", self.formatException(record.exc_info)))
+        return " ".join(f"{key}={_value(value)}" for key, value in pairs)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    return text if _BARE.fullmatch(text) else json.dumps(text, ensure_ascii=False)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cronoq-server",
+        description="Serve the cronoq scheduler to remote clients and workers (cronoq.v1).",
+    )
+    p.add_argument(
+        "-c",
+        "--config",
+        metavar="PATH",
+        help="TOML configuration file (env CRONOQ_CONFIG); without it, the embedded default",
+    )
+    p.add_argument("--check", action="store_true", help="validate the configuration and exit")
+    p.add_argument("--print-proto", action="store_true", help="print cronoq/v1/cronoq.proto")
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow non-loopback listeners without credentials",
+    )
+    p.add_argument("--shard", metavar="NAME", help="the shard to serve (env CRONOQ_SHARD)")
+    p.add_argument("-V", "--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.version:
+        print(f"cronoq-server {__version__}")
+        return 0
+    if args.print_proto:
+        sys.stdout.write(proto_text())
+        return 0
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LogfmtFormatter())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)  # until the configuration names its level
+    try:
+        return _run(args)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def _run(args: argparse.Namespace) -> int:
+    path = args.config or os.environ.get("CRONOQ_CONFIG") or None
+    shard = args.shard or os.environ.get("CRONOQ_SHARD") or None
+    try:
+        raw = read_config(None if path is None else Path(path))
+        cfg = validate(apply_overrides(raw, insecure_no_auth=args.insecure_no_auth, shard=shard))
+    except ConfigError as exc:
+        return _config_errors(exc)
+    if args.check:
+        print("ok")
+        return 0
+    logging.getLogger().setLevel(cfg.server.log_level.upper())
+    try:
+        asyncio.run(_serve(cfg))
+    except ConfigError as exc:
+        return _config_errors(exc)
+    except (SchedulerError, OSError) as exc:
+        log.error("failed", extra={"fields": {"error": exc}})
+        return 1
+    return 0
+
+
+def _config_errors(exc: ConfigError) -> int:
+    for line in exc.errors:
+        print(line, file=sys.stderr)
+    return 2
+
+
+async def _serve(cfg: ServerConfig) -> None:
+    # Imported here: --check and --print-proto then work without grpcio installed.
+    from .assemble import build  # grpc is imported only to serve
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, _on_signal, stop, sig)
+    await build(cfg).serve(stop)
+
+
+def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
+    log.info("signal", extra={"fields": {"signal": sig.name}})
+    stop.set()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,584 @@
+"""Protobuf messages <-> cronoq values: the one place where the wire and the library meet.
+
+Inbound, every field a client sends is checked here against SERVER.md 3.1 and the `[limits]`
+before anything reaches the scheduler, and a refusal is an `InvalidArgument` naming the field
+path (`tasks[3].tags["cronoq.x"]`) and the rule, which the services turn into INVALID_ARGUMENT
+(`TooLarge`: RESOURCE_EXHAUSTED). What the library checks again (unknown pools, resources and
+dependencies, cycles) is left to it, so the two can never disagree. Outbound, records, events
+and snapshots become their messages; times go on the wire as Unix nanoseconds.
+
+Payloads and outputs are bytes. A payload's content type travels as the reserved task tag
+`cronoq.content_type` (SERVER.md 3.1), which is why client tags may not start with `cronoq.`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cronoq._options import Dep
+from cronoq.core.cron import CronError, parse_cron, zone
+from cronoq.core.model import (
+    DEFAULT_RETRY,
+    FIRST_TERMINAL,
+    STATUS_NAMES,
+    SUCCEEDED,
+    PoolSnapshot,
+    RetryPolicy,
+    Snapshot,
+    StatusEvent,
+    TaskRecord,
+)
+from cronoq.core.recurring import Recurring
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.server.config import LimitsSettings
+
+__all__ = [
+    "CONTENT_TYPE_TAG",
+    "InvalidArgument",
+    "RecurringArgs",
+    "TooLarge",
+    "check_duration",
+    "check_name",
+    "edge_from_pb",
+    "edge_to_pb",
+    "event_to_pb",
+    "from_ns",
+    "miss_from_pb",
+    "miss_to_pb",
+    "output_bytes",
+    "overlap_from_pb",
+    "overlap_to_pb",
+    "priority_from_pb",
+    "priority_to_pb",
+    "recurring_from_pb",
+    "recurring_to_pb",
+    "snapshot_to_pb",
+    "spec_to_task",
+    "status_from_pb",
+    "status_to_pb",
+    "task_info",
+    "task_ref",
+    "task_result",
+    "to_ns",
+]
+
+CONTENT_TYPE_TAG = "cronoq.content_type"
+RESERVED_PREFIX = "cronoq."
+MAX_CONTENT_TYPE = 128  # bytes (SERVER.md 7)
+MAX_SCHEDULE_TEXT = 256  # recurring name and cron expression, in characters (SERVER.md 7)
+MAX_SECONDS = 100 * 365 * 86_400.0  # the longest duration a client may send (SERVER.md 7)
+
+
+class InvalidArgument(ValueError):
+    """A field breaks a rule; `field` is its path in the request, `rule` what it must be."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
+class TooLarge(InvalidArgument):
+    """A payload over `limits.max_message_bytes`: RESOURCE_EXHAUSTED, like an oversized
+    message refused by the gRPC layer itself (SERVER.md 3.1)."""
+
+
+# --- enums -------------------------------------------------------------------------------------
+
+# Indexed by the core's class number (CRITICAL 0 .. LOW 3).
+_CLASSES: tuple[pb.Priority, ...] = (
+    pb.PRIORITY_CRITICAL,
+    pb.PRIORITY_HIGH,
+    pb.PRIORITY_NORMAL,
+    pb.PRIORITY_LOW,
+)
+# Indexed by the core's status number (BLOCKED 0 .. SHED 11); the wire numbers are one higher.
+_STATUSES: tuple[pb.TaskStatus, ...] = tuple(
+    pb.TaskStatus.Value(f"TASK_STATUS_{name.upper()}") for name in STATUS_NAMES
+)
+_STATUS_BY_NAME = dict(zip(STATUS_NAMES, _STATUSES, strict=True))
+_EDGES: dict[int, str] = {
+    pb.EDGE_COND_UNSPECIFIED: "success",
+    pb.EDGE_COND_ON_SUCCESS: "success",
+    pb.EDGE_COND_ON_COMPLETE: "complete",
+    pb.EDGE_COND_ON_FAILURE: "failure",
+}
+_EDGES_PB: dict[str, pb.EdgeCond] = {
+    "success": pb.EDGE_COND_ON_SUCCESS,
+    "complete": pb.EDGE_COND_ON_COMPLETE,
+    "failure": pb.EDGE_COND_ON_FAILURE,
+}
+_MISSES: dict[int, str] = {
+    pb.MISS_POLICY_UNSPECIFIED: "run_late",
+    pb.MISS_POLICY_RUN_LATE: "run_late",
+    pb.MISS_POLICY_SKIP: "skip",
+    pb.MISS_POLICY_FAIL: "fail",
+}
+_MISSES_PB: dict[str, pb.MissPolicy] = {
+    "run_late": pb.MISS_POLICY_RUN_LATE,
+    "skip": pb.MISS_POLICY_SKIP,
+    "fail": pb.MISS_POLICY_FAIL,
+}
+_OVERLAPS: dict[int, str] = {
+    pb.OVERLAP_UNSPECIFIED: "skip",
+    pb.OVERLAP_SKIP: "skip",
+    pb.OVERLAP_ALLOW: "allow",
+    pb.OVERLAP_QUEUE: "queue",
+    pb.OVERLAP_QUEUE_ON_SUCCESS: "queue_on_success",
+}
+_OVERLAPS_PB: dict[str, pb.Overlap] = {
+    "skip": pb.OVERLAP_SKIP,
+    "allow": pb.OVERLAP_ALLOW,
+    "queue": pb.OVERLAP_QUEUE,
+    "queue_on_success": pb.OVERLAP_QUEUE_ON_SUCCESS,
+}
+
+
+def _enum(table: Mapping[int, Any], value: int, field: str) -> Any:
+    """Look a wire enum value up; a number this server does not know is a client error (proto3
+    keeps unknown enum numbers as plain ints)."""
+    try:
+        return table[value]
+    except KeyError:
+        raise InvalidArgument(field, f"unknown enum value {value}") from None
+
+
+def priority_from_pb(value: int, field: str = "priority") -> int:
+    """The core's class number; UNSPECIFIED means NORMAL."""
+    if value == pb.PRIORITY_UNSPECIFIED:
+        return 2
+    if pb.PRIORITY_CRITICAL <= value <= pb.PRIORITY_LOW:
+        return value - 1
+    raise InvalidArgument(field, f"unknown enum value {value}")
+
+
+def priority_to_pb(cls: int) -> pb.Priority:
+    return _CLASSES[cls]
+
+
+def status_from_pb(value: int, field: str = "status") -> int:
+    """The core's status number; UNSPECIFIED names no status, so it is refused like any
+    unknown value."""
+    if pb.TASK_STATUS_BLOCKED <= value <= pb.TASK_STATUS_SHED:
+        return value - 1
+    raise InvalidArgument(field, f"unknown enum value {value}")
+
+
+def status_to_pb(status: int | str) -> pb.TaskStatus:
+    """From the core's status number or its name (events carry names)."""
+    return _STATUS_BY_NAME[status] if isinstance(status, str) else _STATUSES[status]
+
+
+def edge_from_pb(value: int, field: str = "cond") -> str:
+    result: str = _enum(_EDGES, value, field)
+    return result
+
+
+def edge_to_pb(on: str) -> pb.EdgeCond:
+    return _EDGES_PB[on]
+
+
+def miss_from_pb(value: int, field: str = "on_miss") -> str:
+    result: str = _enum(_MISSES, value, field)
+    return result
+
+
+def miss_to_pb(policy: str) -> pb.MissPolicy:
+    return _MISSES_PB[policy]
+
+
+def overlap_from_pb(value: int, field: str = "overlap") -> str:
+    result: str = _enum(_OVERLAPS, value, field)
+    return result
+
+
+def overlap_to_pb(overlap: str) -> pb.Overlap:
+    return _OVERLAPS_PB[overlap]
+
+
+# --- times -------------------------------------------------------------------------------------
+
+
+def to_ns(t: float) -> int:
+    """Unix seconds (the library's clock) to Unix nanoseconds (the wire's)."""
+    return round(t * 1e9)
+
+
+def from_ns(ns: int) -> float:
+    return ns / 1e9
+
+
+# --- scalar checks -----------------------------------------------------------------------------
+
+
+def check_name(field: str, value: str, max_bytes: int | None = None) -> str:
+    """A string a client sent: no NUL (stores cannot keep it), at most `max_bytes` in UTF-8."""
+    if "\0" in value:
+        raise InvalidArgument(field, "must not contain NUL characters")
+    if max_bytes is not None and len(value.encode()) > max_bytes:
+        raise InvalidArgument(field, f"must be at most {max_bytes} bytes")
+    return value
+
+
+def check_duration(field: str, value: float) -> float:
+    if not (math.isfinite(value) and 0.0 <= value <= MAX_SECONDS):
+        raise InvalidArgument(
+            field, f"invalid duration {value!r}: must be finite and within [0, 100 years]"
+        )
+    return value
+
+
+def task_ref(ref: pb.TaskRef, limits: LimitsSettings, field: str = "task") -> int | str:
+    """A task id (>= 1) or key; an empty reference names nothing and is refused."""
+    which = ref.WhichOneof("target")
+    if which == "id":
+        if ref.id == 0:
+            raise InvalidArgument(f"{field}.id", "must be >= 1")
+        return ref.id
+    if which == "key":
+        if not ref.key:
+            raise InvalidArgument(f"{field}.key", "must not be empty")
+        return check_name(f"{field}.key", ref.key, limits.max_key_len)
+    raise InvalidArgument(field, "must name a task by id or key")
+
+
+# --- TaskSpec -> submit() options --------------------------------------------------------------
+
+
+def spec_to_task(
+    spec: pb.TaskSpec,
+    limits: LimitsSettings,
+    *,
+    field: str = "task",
+    default_pool: str = "default",
+    pool_retry: Mapping[str, RetryPolicy] | None = None,
+) -> tuple[bytes, dict[str, Any]]:
+    """The payload and the `Scheduler.submit()` options of one spec.
+
+    `pool_retry` gives each pool's retry policy: a `retry` whose backoff fields are 0 takes
+    them from the pool's policy ("server default"), as the clients expect when they send only
+    `max_attempts`.
+    """
+    if len(spec.payload) > limits.max_message_bytes:
+        raise TooLarge(
+            f"{field}.payload", f"must be at most max_message_bytes={limits.max_message_bytes}"
+        )
+    options: dict[str, Any] = {}
+    pool = default_pool
+    if spec.pool:
+        pool = options["pool"] = check_name(f"{field}.pool", spec.pool)
+    if spec.priority != pb.PRIORITY_UNSPECIFIED:
+        options["priority"] = priority_from_pb(spec.priority, f"{field}.priority")
+    if spec.kind:
+        options["kind"] = check_name(f"{field}.kind", spec.kind, limits.max_kind_len)
+    if spec.key:
+        options["key"] = check_name(f"{field}.key", spec.key, limits.max_key_len)
+    if spec.tenant:
+        options["tenant"] = check_name(f"{field}.tenant", spec.tenant, limits.max_key_len)
+    _times(spec, field, options)
+    if spec.HasField("retry"):
+        base = (pool_retry or {}).get(pool, DEFAULT_RETRY)
+        options["retry"] = _retry(spec.retry, base, f"{field}.retry")
+    if spec.deps:
+        if len(spec.deps) > limits.max_deps:
+            raise InvalidArgument(f"{field}.deps", f"at most max_deps={limits.max_deps} entries")
+        options["deps"] = [
+            Dep(
+                task_ref(d.target, limits, f"{field}.deps[{i}].target"),
+                edge_from_pb(d.cond, f"{field}.deps[{i}].cond"),
+            )
+            for i, d in enumerate(spec.deps)
+        ]
+    if spec.resources:
+        options["resources"] = _resources(spec.resources, limits, f"{field}.resources")
+    tags = _pairs(spec.tags, limits, f"{field}.tags")
+    if spec.content_type:
+        check_name(f"{field}.content_type", spec.content_type, MAX_CONTENT_TYPE)
+        tags[CONTENT_TYPE_TAG] = spec.content_type
+    if tags:
+        options["tags"] = tags
+    labels = _pairs(spec.labels, limits, f"{field}.labels")
+    if labels:
+        options["labels"] = labels
+    return spec.payload, options
+
+
+def _times(spec: pb.TaskSpec, field: str, options: dict[str, Any]) -> None:
+    """Deadline, fixed start and durations; `*_in_s` and `*_unix_ns` exclude each other."""
+    for name in ("deadline", "start"):
+        relative, absolute = f"{name}_in_s", f"{name}_unix_ns"
+        if spec.HasField(relative):
+            if spec.HasField(absolute):
+                raise InvalidArgument(
+                    f"{field}.{relative}", f"{relative} and {absolute} are mutually exclusive"
+                )
+            value = getattr(spec, relative)
+            options[f"{name}_in"] = check_duration(f"{field}.{relative}", value)
+        elif spec.HasField(absolute):
+            options[f"{name}_at"] = from_ns(getattr(spec, absolute))
+    for wire, option in (
+        ("tolerance_s", "tolerance"),
+        ("duration_hint_s", "duration_hint"),
+        ("timeout_s", "timeout"),
+    ):
+        if spec.HasField(wire):
+            options[option] = check_duration(f"{field}.{wire}", getattr(spec, wire))
+    if spec.on_miss != pb.MISS_POLICY_UNSPECIFIED:
+        options["on_miss"] = miss_from_pb(spec.on_miss, f"{field}.on_miss")
+
+
+def _retry(msg: pb.RetryPolicy, base: RetryPolicy, field: str) -> RetryPolicy:
+    if msg.max_attempts == 0:
+        raise InvalidArgument(f"{field}.max_attempts", "must be >= 1")
+    initial = check_duration(f"{field}.initial_backoff_s", msg.initial_backoff_s)
+    maximum = check_duration(f"{field}.max_backoff_s", msg.max_backoff_s)
+    multiplier = msg.multiplier
+    if multiplier != 0.0 and not (math.isfinite(multiplier) and multiplier >= 1.0):
+        raise InvalidArgument(f"{field}.multiplier", "must be a finite number >= 1 (0: default)")
+    # All three backoff fields 0: the client named only the attempts, so jitter follows the
+    # pool's policy too (proto3 cannot tell an unset bool from false).
+    only_attempts = initial == 0.0 and maximum == 0.0 and multiplier == 0.0
+    return RetryPolicy(
+        max_attempts=msg.max_attempts,
+        initial_backoff=initial or base.initial_backoff,
+        multiplier=multiplier or base.multiplier,
+        max_backoff=maximum or base.max_backoff,
+        jitter=base.jitter if only_attempts else msg.jitter,
+    )
+
+
+def _resources(res: Mapping[str, int], limits: LimitsSettings, field: str) -> dict[str, int]:
+    if len(res) > limits.max_resources:
+        raise InvalidArgument(field, f"at most max_resources={limits.max_resources} entries")
+    out = {}
+    for name, amount in res.items():
+        check_name(f"{field}[{name!r}]", name, limits.max_key_len)
+        if amount == 0:
+            raise InvalidArgument(f"{field}[{name!r}]", "amount must be > 0")
+        out[name] = amount
+    return out
+
+
+def _pairs(pairs: Mapping[str, str], limits: LimitsSettings, field: str) -> dict[str, str]:
+    """Tags or labels: counted against max_tags, each key and value against max_tag_len; the
+    `cronoq.` prefix is the server's own."""
+    if len(pairs) > limits.max_tags:
+        raise InvalidArgument(field, f"at most max_tags={limits.max_tags} entries")
+    out = {}
+    for k, v in pairs.items():
+        where = f"{field}[{k!r}]"
+        if not k:
+            raise InvalidArgument(field, "keys must not be empty")
+        if k.startswith(RESERVED_PREFIX):
+            raise InvalidArgument(where, f"keys starting with {RESERVED_PREFIX!r} are reserved")
+        check_name(where, k, limits.max_tag_len)
+        check_name(where, v, limits.max_tag_len)
+        out[k] = v
+    return out
+
+
+# --- recurring schedules -----------------------------------------------------------------------
+
+
+class RecurringArgs:
+    """`Scheduler.add_recurring()`'s arguments for one RecurringRequest."""
+
+    __slots__ = ("cron", "name", "options", "payload")
+
+    def __init__(self, name: str, cron: str, payload: bytes, options: dict[str, Any]) -> None:
+        self.name = name
+        self.cron = cron
+        self.payload = payload
+        self.options = options
+
+
+def recurring_from_pb(
+    req: pb.RecurringRequest,
+    limits: LimitsSettings,
+    *,
+    default_pool: str = "default",
+    pool_retry: Mapping[str, RetryPolicy] | None = None,
+) -> RecurringArgs:
+    """Check a schedule: name 1-256 characters, a cron of at most 256 that parses, a known
+    zone, and a template without deps, fixed start or absolute deadline (each occurrence is
+    the fixed start; `deadline_in_s` counts from it)."""
+    if not 1 <= len(req.name) <= MAX_SCHEDULE_TEXT:
+        raise InvalidArgument("name", f"must be 1-{MAX_SCHEDULE_TEXT} characters")
+    check_name("name", req.name)
+    if len(req.cron) > MAX_SCHEDULE_TEXT:
+        raise InvalidArgument("cron", f"must be at most {MAX_SCHEDULE_TEXT} characters")
+    check_name("cron", req.cron)
+    try:
+        parse_cron(req.cron)
+    except CronError as e:
+        raise InvalidArgument("cron", f"invalid cron expression: {e}") from None
+    check_name("tz", req.tz)
+    try:
+        zone(req.tz or None)
+    except CronError as e:
+        raise InvalidArgument("tz", str(e)) from None
+    tpl = req.template
+    for absent in ("start_in_s", "start_unix_ns", "deadline_unix_ns"):
+        if tpl.HasField(absent):
+            raise InvalidArgument(f"template.{absent}", "not allowed in a recurring template")
+    if tpl.deps:
+        raise InvalidArgument("template.deps", "not allowed in a recurring template")
+    payload, options = spec_to_task(
+        tpl, limits, field="template", default_pool=default_pool, pool_retry=pool_retry
+    )
+    options["overlap"] = overlap_from_pb(req.overlap)
+    if req.tz:
+        options["tz"] = req.tz
+    return RecurringArgs(req.name, req.cron, payload, options)
+
+
+def recurring_to_pb(sched: Recurring) -> pb.RecurringInfo:
+    info = pb.RecurringInfo(
+        name=sched.name,
+        cron=sched.cron,
+        tz=sched.tz_name or "",
+        pool=sched.pool,
+        kind=sched.kind,
+        overlap=overlap_to_pb(sched.overlap),
+    )
+    if sched.next_time is not None:
+        info.next_unix_ns = to_ns(sched.next_time)
+    if sched.last is not None:
+        info.last_task_id = sched.last.id
+    return info
+
+
+# --- records, results, events ------------------------------------------------------------------
+
+
+def output_bytes(output: object) -> bytes:
+    """A task's output as bytes: remote workers return bytes; an in-process executor's str is
+    sent as UTF-8, None as empty, anything else as JSON (what the clients decode)."""
+    if output is None:
+        return b""
+    if isinstance(output, (bytes, bytearray, memoryview)):
+        return bytes(output)
+    if isinstance(output, str):
+        return output.encode()
+    return json.dumps(output, separators=(",", ":")).encode()
+
+
+def task_info(rec: TaskRecord, pool_retry: RetryPolicy | None = None) -> pb.TaskInfo:
+    """`pool_retry`: the policy of the task's pool, for `max_attempts` (0 when unknown)."""
+    policy = rec.retry or pool_retry
+    info = pb.TaskInfo(
+        id=rec.id,
+        status=status_to_pb(rec.status),
+        pool=rec.pool,
+        key=rec.key or "",
+        kind=rec.kind,
+        attempt=rec.attempt,
+        max_attempts=0 if policy is None else policy.max_attempts,
+        message=rec.message or "",
+        output_available=rec.status == SUCCEEDED,
+        tenant=rec.tenant or "",
+        priority=priority_to_pb(rec.cls),
+    )
+    if rec.submitted_at:
+        info.created_unix_ns = to_ns(rec.submitted_at)
+    if rec.running is not None:
+        info.started_unix_ns = to_ns(rec.running.started_at)
+    if rec.status >= FIRST_TERMINAL:
+        info.finished_unix_ns = to_ns(rec.finished_at)
+    return info
+
+
+def task_result(rec: TaskRecord) -> pb.TaskResult:
+    """`output` is present (possibly empty) only for a succeeded task."""
+    res = pb.TaskResult(
+        id=rec.id,
+        status=status_to_pb(rec.status),
+        message=rec.message or "",
+        output_available=rec.status == SUCCEEDED,
+    )
+    if rec.status == SUCCEEDED:
+        res.output = output_bytes(rec.output)
+    return res
+
+
+def event_to_pb(ev: StatusEvent) -> pb.StatusEvent:
+    return pb.StatusEvent(
+        id=ev.id,
+        pool=ev.pool,
+        key=ev.key or "",
+        status=status_to_pb(ev.status),
+        attempt=ev.attempt,
+        at_unix_ns=to_ns(ev.at),
+        message=ev.message or "",
+    )
+
+
+# --- snapshots ---------------------------------------------------------------------------------
+
+_TOTALS = (
+    "submitted",
+    "dispatched",
+    "succeeded",
+    "failed",
+    "dead_lettered",
+    "cancelled",
+    "skipped",
+    "missed",
+    "shed",
+    "retries",
+    "timeouts",
+    "lease_expiries",
+    "stale_completions",
+)
+
+
+def snapshot_to_pb(snap: Snapshot, workers: Sequence[pb.WorkerInfo] = ()) -> pb.SnapshotResponse:
+    """The engine's snapshot plus what only the worker layer knows: connected workers per pool
+    and one group per distinct label set (capacity = granted slots)."""
+    by_pool: dict[str, list[pb.WorkerInfo]] = {}
+    for w in workers:
+        by_pool.setdefault(w.pool, []).append(w)
+    return pb.SnapshotResponse(
+        pools=[_pool_to_pb(p, by_pool.get(p.name, [])) for p in snap.pools],
+        live_tasks=snap.live_tasks,
+        running=snap.running,
+        pending=snap.pending,
+        totals=pb.Totals(**{k: snap.totals.get(k, 0) for k in _TOTALS}),
+        workers_connected=len(workers),
+    )
+
+
+def _pool_to_pb(p: PoolSnapshot, workers: list[pb.WorkerInfo]) -> pb.PoolSnapshot:
+    groups: dict[frozenset[tuple[str, str]], pb.WorkerGroup] = {}
+    for w in workers:
+        labels = frozenset(w.labels.items())
+        g = groups.get(labels)
+        if g is None:
+            g = groups[labels] = pb.WorkerGroup(labels=dict(w.labels))
+        g.capacity += w.slots
+        g.busy += w.busy
+    return pb.PoolSnapshot(
+        name=p.name,
+        capacity=p.capacity,
+        busy=p.busy,
+        held=p.held,
+        desired=p.desired,
+        pending_by_class=p.pending_by_class,
+        reservations=p.reservations,
+        dispatched=p.dispatched,
+        succeeded=p.succeeded,
+        failed=p.failed,
+        priority_adherence=p.priority_adherence,
+        fixed_start_hit_rate=p.fixed_start_hit_rate,
+        utilization=p.utilization,
+        schedule_efficiency=p.schedule_efficiency,
+        wait_p50_s=p.wait_p50,
+        wait_p90_s=p.wait_p90,
+        wait_p99_s=p.wait_p99,
+        cost=p.cost,
+        workers_connected=len(workers),
+        groups=list(groups.values()),
+    )

@@ -1,0 +1,384 @@
+"""The gRPC services `cronoq.v1.Tasks` and `cronoq.v1.Admin` over a running `cronoq.Scheduler`.
+
+Each RPC follows the check order of SERVER.md 3.1 from step 3 on: is the scheduler serving
+(else UNAVAILABLE), is the input valid (`convert`, INVALID_ARGUMENT), then execute. Steps 1, 2
+and 5 (authentication, roles, shards) belong to the layers that wrap these servicers; every
+method receives the call's context, so an interceptor or a subclass can add them without
+changing what is here. Errors leave through one table (`_status`), which is SERVER.md 3.2.
+
+Writes go through the Scheduler's public API (so a store acknowledges them); reads the API
+lacks (listing, schedules, full task records) look at the engine through `Scheduler._live()`,
+the server's privileged access. All of it runs on the scheduler's event loop, so a check
+followed by a call without an `await` in between cannot race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import heapq
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from cronoq._options import Task
+from cronoq.core.engine import Engine
+from cronoq.core.model import FIRST_TERMINAL, TERMINAL_NAMES, RetryPolicy, TaskRecord
+from cronoq.errors import EventsLagged, SchedulerError, SubmitError, TaskFailed
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from cronoq.runtime import Scheduler, TaskHandle
+from cronoq.server import convert
+from cronoq.server.config import LimitsSettings
+from cronoq.server.convert import InvalidArgument, TooLarge
+
+__all__ = ["AdminService", "Refused", "TasksService"]
+
+log = logging.getLogger("cronoq.server")
+
+Context = grpc.aio.ServicerContext[Any, Any]
+DEFAULT_PAGE = 100  # ListTasks.limit 0 (the Python client's page size)
+
+_S = TypeVar("_S")
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+_SUBMIT_CODES = {
+    "unknown_pool": grpc.StatusCode.NOT_FOUND,
+    "unknown_dependency": grpc.StatusCode.NOT_FOUND,
+    "full": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "overloaded": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "reservation_conflict": grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
+class Refused(Exception):
+    """An RPC ends with this status code (not found, deadline, unavailable...)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """SERVER.md 3.2: the status code of an error raised while serving a call."""
+    if isinstance(exc, Refused):
+        return exc.code, exc.message
+    if isinstance(exc, TooLarge):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, SubmitError):
+        return _SUBMIT_CODES.get(exc.code, grpc.StatusCode.INVALID_ARGUMENT), exc.message
+    # Refusals of the library's own argument checks (after ours), e.g. an invalid retry policy.
+    if isinstance(exc, (ValueError, TypeError, OverflowError)):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    # The scheduler is shutting down or lost its store (cron and zone errors, the other
+    # SchedulerErrors, are caught by convert first).
+    if isinstance(exc, SchedulerError):
+        return grpc.StatusCode.UNAVAILABLE, exc.message
+    log.exception("unexpected error serving a call", exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+
+
+def _rpc(
+    fn: Callable[[_S, _Req, Context], Awaitable[_Resp]],
+) -> Callable[[_S, _Req, Context], Awaitable[_Resp]]:
+    """End a unary call that raised with the status code of `_status`."""
+
+    @functools.wraps(fn)
+    async def call(self: _S, request: _Req, context: Context) -> _Resp:
+        try:
+            return await fn(self, request, context)
+        except Exception as e:
+            code, message = _status(e)
+            await context.abort(code, message)
+
+    return call
+
+
+class _Base:
+    """What both services share: the scheduler, the limits and access to the engine."""
+
+    def __init__(self, sched: Scheduler, limits: LimitsSettings) -> None:
+        self._sched = sched
+        self._limits = limits
+
+    def _engine(self) -> Engine:
+        """The running engine, or UNAVAILABLE (not started, stopping, stopped, store lost)."""
+        try:
+            s = self._sched._live()
+        except (RuntimeError, SchedulerError) as e:
+            raise Refused(grpc.StatusCode.UNAVAILABLE, f"scheduler not serving: {e}") from None
+        if s.closed:
+            raise Refused(grpc.StatusCode.UNAVAILABLE, "scheduler not serving")
+        return s.engine
+
+    def _pool_retry(self, engine: Engine) -> dict[str, RetryPolicy]:
+        return {name: p.cfg.retry for name, p in engine.pools.items()}
+
+    def _spec(
+        self, spec: pb.TaskSpec, field: str, engine: Engine, context: Context
+    ) -> tuple[bytes, dict[str, Any]]:
+        payload, options = convert.spec_to_task(
+            spec,
+            self._limits,
+            field=field,
+            default_pool=self._sched.default_pool,
+            pool_retry=self._pool_retry(engine),
+        )
+        _add_traceparent(options, context, self._limits)
+        return payload, options
+
+
+def _add_traceparent(options: dict[str, Any], context: Context, limits: LimitsSettings) -> None:
+    """A `traceparent` request header becomes the task tag of that name unless the spec has
+    one (SERVER.md 3.1), so attempts carry the caller's trace."""
+    tags = options.get("tags") or {}
+    if "traceparent" in tags:
+        return
+    for k, v in context.invocation_metadata() or ():
+        if k == "traceparent" and isinstance(v, str):
+            tags["traceparent"] = convert.check_name("traceparent", v, limits.max_tag_len)
+            options["tags"] = tags
+            return
+
+
+async def _settle(handle: TaskHandle) -> None:
+    with contextlib.suppress(TaskFailed):
+        await handle
+
+
+class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
+    """`cronoq.v1.Tasks` (SERVER.md 3.4)."""
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _budget(self, requested: float | None, field: str, context: Context) -> float:
+        """The effective wait: the request's, capped by `max_wait_s` and the call deadline."""
+        budget = self._limits.max_wait_s
+        if requested is not None:
+            budget = min(budget, convert.check_duration(field, requested))
+        remaining: float | None = context.time_remaining()
+        if remaining is not None:
+            budget = min(budget, max(remaining, 0.0))
+        return budget
+
+    def _admit(self, engine: Engine, tasks: Sequence[dict[str, Any]]) -> None:
+        """Bounds the library would not refuse at once: `max_pending_total`, and a full pool
+        with overflow "wait", where the library parks the caller but the server answers
+        RESOURCE_EXHAUSTED ("queue full", retryable) instead."""
+        fresh = [t for t in tasks if t.get("key") not in engine.keys]
+        if not fresh:
+            return
+        pending = sum(sum(p.pending_by_class) for p in engine.pools.values())
+        if pending + len(fresh) > self._limits.max_pending_total:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+        for t in fresh:
+            pool = engine.pools.get(t.get("pool", self._sched.default_pool))
+            if pool is not None and pool.cfg.overflow == "wait" and not engine.has_room(pool.name):
+                raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+
+    def _find(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
+        target = convert.task_ref(ref, self._limits)
+        rec = engine.lookup(target)
+        if rec is None:
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"task {target!r} not found")
+        return rec
+
+    async def _wait(self, rec: TaskRecord, budget: float) -> pb.TaskResult:
+        """Wait for the task's end; the waiting task outlives a timeout (it ends with the task
+        or the scheduler), so other waiters on the same task are never disturbed."""
+        if rec.status < FIRST_TERMINAL:
+            handle = await self._sched.handle(rec.id)
+            if handle is None:  # forgotten meanwhile: only a finished task can be
+                raise Refused(grpc.StatusCode.NOT_FOUND, f"task {rec.id} no longer retained")
+            waiter = asyncio.ensure_future(_settle(handle))
+            done, _ = await asyncio.wait({waiter}, timeout=None if math.isinf(budget) else budget)
+            if not done:
+                raise Refused(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"task {rec.id} still {rec.status_name} after {budget:g} s",
+                )
+            if rec.status < FIRST_TERMINAL:
+                raise Refused(
+                    grpc.StatusCode.UNAVAILABLE, "scheduler stopped before the task ended"
+                )
+        return convert.task_result(rec)
+
+    # --- RPCs ------------------------------------------------------------------------------
+
+    @_rpc
+    async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
+        engine = self._engine()
+        payload, options = self._spec(request.task, "task", engine, context)
+        budget = 0.0
+        if request.wait:
+            requested = request.wait_timeout_s if request.HasField("wait_timeout_s") else None
+            budget = self._budget(requested, "wait_timeout_s", context)
+        self._admit(engine, [options])
+        handle = await self._sched.submit(payload, **options)
+        resp = pb.SubmitResponse(id=handle.id, duplicate=handle.duplicate)
+        if request.wait:
+            rec = engine.lookup(handle.id)
+            if rec is None:
+                raise Refused(grpc.StatusCode.NOT_FOUND, f"task {handle.id} no longer retained")
+            resp.result.CopyFrom(await self._wait(rec, budget))
+        return resp
+
+    @_rpc
+    async def SubmitBatch(
+        self, request: pb.SubmitBatchRequest, context: Context
+    ) -> pb.SubmitBatchResponse:
+        engine = self._engine()
+        n = len(request.tasks)
+        if n > self._limits.max_tasks_per_batch:
+            raise InvalidArgument(
+                "tasks", f"at most max_tasks_per_batch={self._limits.max_tasks_per_batch} tasks"
+            )
+        specs = [
+            self._spec(spec, f"tasks[{i}]", engine, context) for i, spec in enumerate(request.tasks)
+        ]
+        self._admit(engine, [options for _, options in specs])
+        handles = await self._sched.submit_batch(
+            [Task(payload, **options) for payload, options in specs]
+        )
+        return pb.SubmitBatchResponse(
+            tasks=[pb.SubmitResponse(id=h.id, duplicate=h.duplicate) for h in handles]
+        )
+
+    @_rpc
+    async def Cancel(self, request: pb.CancelRequest, context: Context) -> pb.CancelResponse:
+        engine = self._engine()
+        rec = self._find(engine, request.task)
+        return pb.CancelResponse(cancelled=await self._sched.cancel(rec.id))
+
+    @_rpc
+    async def Get(self, request: pb.GetRequest, context: Context) -> pb.TaskInfo:
+        engine = self._engine()
+        rec = self._find(engine, request.task)
+        return convert.task_info(rec, engine.pools[rec.pool].cfg.retry)
+
+    @_rpc
+    async def ListTasks(
+        self, request: pb.ListTasksRequest, context: Context
+    ) -> pb.ListTasksResponse:
+        """Ascending ids after `after`; one scan of the retained tasks keeping the smallest
+        `limit + 1` matches (the extra one tells whether another page follows)."""
+        engine = self._engine()
+        pools = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
+        statuses = {
+            convert.status_from_pb(s, f"statuses[{i}]") for i, s in enumerate(request.statuses)
+        }
+        limit = min(request.limit or DEFAULT_PAGE, self._limits.max_list)
+        after = request.after
+        matches = (
+            rec
+            for tid, rec in engine.tasks.items()
+            if tid > after
+            and (not pools or rec.pool in pools)
+            and (not statuses or rec.status in statuses)
+        )
+        page = heapq.nsmallest(limit + 1, matches, key=lambda r: r.id)
+        more = len(page) > limit
+        del page[limit:]
+        retry = self._pool_retry(engine)
+        return pb.ListTasksResponse(
+            tasks=[convert.task_info(rec, retry[rec.pool]) for rec in page],
+            next_after=page[-1].id if more else 0,
+        )
+
+    @_rpc
+    async def Wait(self, request: pb.WaitRequest, context: Context) -> pb.TaskResult:
+        engine = self._engine()
+        requested = request.timeout_s if request.HasField("timeout_s") else None
+        budget = self._budget(requested, "timeout_s", context)
+        rec = self._find(engine, request.task)
+        return await self._wait(rec, budget)
+
+    async def Watch(
+        self, request: pb.WatchRequest, context: Context
+    ) -> AsyncIterator[pb.StatusEvent]:
+        """Events from now on, filtered; DATA_LOSS when the stream overflows, UNAVAILABLE when
+        the scheduler stops. A client that goes away simply ends it."""
+        try:
+            self._engine()
+            limits = self._limits
+            pools = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
+            keys = {
+                convert.check_name(f"keys[{i}]", k, limits.max_key_len)
+                for i, k in enumerate(request.keys)
+            }
+            stream = self._sched.events(on_lag="raise")
+        except Exception as e:
+            code, message = _status(e)
+            await context.abort(code, message)
+        ids = set(request.ids)
+        every = request.all_transitions
+        try:
+            async for ev in stream:
+                if (
+                    (every or ev.status in TERMINAL_NAMES)
+                    and (not pools or ev.pool in pools)
+                    and (not ids or ev.id in ids)
+                    and (not keys or ev.key in keys)
+                ):
+                    yield convert.event_to_pb(ev)
+        except EventsLagged as e:
+            await context.abort(grpc.StatusCode.DATA_LOSS, f"watch fell behind: {e}")
+        finally:
+            stream.close()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "scheduler stopped")
+
+
+class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
+    """`cronoq.v1.Admin` (SERVER.md 3.5). `workers` lists the connected remote workers; the
+    worker layer supplies it (snapshots derive per-pool worker counts and groups from it)."""
+
+    def __init__(
+        self,
+        sched: Scheduler,
+        limits: LimitsSettings,
+        workers: Callable[[], Sequence[pb.WorkerInfo]],
+    ) -> None:
+        super().__init__(sched, limits)
+        self._workers = workers
+
+    @_rpc
+    async def Snapshot(self, request: pb.Empty, context: Context) -> pb.SnapshotResponse:
+        self._engine()
+        return convert.snapshot_to_pb(await self._sched.snapshot(), self._workers())
+
+    @_rpc
+    async def AddRecurring(self, request: pb.RecurringRequest, context: Context) -> pb.Empty:
+        engine = self._engine()
+        args = convert.recurring_from_pb(
+            request,
+            self._limits,
+            default_pool=self._sched.default_pool,
+            pool_retry=self._pool_retry(engine),
+        )
+        await self._sched.add_recurring(args.name, args.cron, args.payload, **args.options)
+        return pb.Empty()
+
+    @_rpc
+    async def RemoveRecurring(
+        self, request: pb.RemoveRecurringRequest, context: Context
+    ) -> pb.RemoveRecurringResponse:
+        self._engine()
+        name = convert.check_name("name", request.name)
+        return pb.RemoveRecurringResponse(removed=await self._sched.remove_recurring(name))
+
+    @_rpc
+    async def ListWorkers(self, request: pb.Empty, context: Context) -> pb.ListWorkersResponse:
+        self._engine()
+        return pb.ListWorkersResponse(workers=self._workers())
+
+    @_rpc
+    async def ListRecurring(self, request: pb.Empty, context: Context) -> pb.ListRecurringResponse:
+        engine = self._engine()
+        schedules = sorted(engine.recurring.values(), key=lambda r: r.name)
+        return pb.ListRecurringResponse(schedules=[convert.recurring_to_pb(r) for r in schedules])

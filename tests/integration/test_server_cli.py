@@ -1,0 +1,377 @@
+"""The `cronoq-server` command as a real process (SERVER.md 1.3, 8.3, 8.6), and ServerApp in
+process with stand-in servicers: flags, config errors, logs, port 0, signals, standby."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from cronoq.core.engine import Engine
+from cronoq.core.model import Attempt
+from cronoq.proto import proto_text
+from cronoq.proto.cronoq.v1 import cronoq_pb2, cronoq_pb2_grpc
+from cronoq.server.app import ServerApp
+from cronoq.server.config import load_config
+from cronoq.store import SqliteStore
+
+COMMAND = [sys.executable, "-m", "cronoq.server.cli"]
+PORT0 = '[server]\ngrpc_addr = "127.0.0.1:0"\nshutdown_grace_s = 0.5\n'
+LOG_LINE = re.compile(r"ts=\S+ level=(debug|info|warning|error) logger=\S+ (event|msg)=\S")
+SHARDS = """
+[[pools]]
+name = "default"
+[[shards]]
+name = "cpu"
+number = 1
+pools = ["default"]
+endpoint = "http://127.0.0.1:7070"
+[[shards]]
+name = "gpu"
+number = 2
+pools = ["llm"]
+endpoint = "http://127.0.0.1:7080"
+"""
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("CRONOQ_CONFIG", "CRONOQ_SHARD")}
+    return subprocess.run(
+        [*COMMAND, *args],
+        env={**environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+
+
+def write(tmp_path: Path, text: str, name: str = "server.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+class Server:
+    """A cronoq-server process whose log lines are collected by a thread as they come."""
+
+    def __init__(self, config: str) -> None:
+        self.proc = subprocess.Popen(
+            [*COMMAND, "-c", config], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        self.lines: list[str] = []
+        self._new: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        match = self.wait_for(r"event=listening grpc=(\S+)")
+        self.address = match.group(1)
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._new.put(line.rstrip("\n"))
+        self._new.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._new.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no {pattern!r} in {self.lines}") from None
+            if line is None:
+                raise AssertionError(f"exited before {pattern!r}: {self.lines}")
+            self.lines.append(line)
+            if match := re.search(pattern, line):
+                return match
+
+    def terminate(self, timeout: float) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        while (line := self._new.get(timeout=5)) is not None:
+            self.lines.append(line)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    started: list[Server] = []
+    yield started
+    for s in started:
+        s.kill()
+
+
+def get_code(address: str) -> grpc.StatusCode:
+    """The status of Tasks/Get without a task reference: INVALID_ARGUMENT from a serving
+    leader, UNAVAILABLE from a standby."""
+    with grpc.insecure_channel(address) as ch:
+        grpc.channel_ready_future(ch).result(timeout=5)
+        with pytest.raises(grpc.RpcError) as info:
+            cronoq_pb2_grpc.TasksStub(ch).Get(cronoq_pb2.GetRequest(), timeout=5)
+        code: grpc.StatusCode = info.value.code()
+        return code
+
+
+# --- flags and configuration ----------------------------------------------------------------
+
+
+def test_version() -> None:
+    r = run("--version")
+    assert (r.returncode, r.stdout) == (0, "cronoq-server 0.1.0\n")
+    assert run("-V").stdout == r.stdout
+
+
+def test_print_proto_comes_first_and_needs_no_config(tmp_path: Path) -> None:
+    broken = write(tmp_path, "[server]\nfoo = 1\n")
+    r = run("--print-proto", "-c", broken)
+    assert (r.returncode, r.stdout, r.stderr) == (0, proto_text(), "")
+    assert "service Workers" in r.stdout
+
+
+def test_check_ok(tmp_path: Path) -> None:
+    assert run("--check").stdout == "ok\n"  # the embedded default
+    r = run("--check", "-c", write(tmp_path, PORT0))
+    assert (r.returncode, r.stdout) == (0, "ok\n")
+
+
+def test_check_errors_one_line_each_exit_2(tmp_path: Path) -> None:
+    config = write(tmp_path, '[server]\nfoo = 1\n[[pools]]\nname = "p"\nmin = 5\nmax = 2\n')
+    r = run("--check", "-c", config)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert lines[0] == "server.foo: unknown key"
+    assert len(lines) == 2 and lines[1].startswith("pools[0].")
+    assert "Traceback" not in r.stderr
+    # the same without --check: the server does not start
+    assert run("-c", config).returncode == 2
+    missing = run("--check", "-c", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 2 and "cannot read the file" in missing.stderr
+
+
+def test_cronoq_config_env_and_the_flag_over_it(tmp_path: Path) -> None:
+    bad = write(tmp_path, "[server]\nfoo = 1\n", "bad.toml")
+    r = run("--check", env={"CRONOQ_CONFIG": bad})
+    assert (r.returncode, r.stderr) == (2, "server.foo: unknown key\n")
+    r = run("--check", "-c", write(tmp_path, PORT0), env={"CRONOQ_CONFIG": bad})
+    assert (r.returncode, r.stdout) == (0, "ok\n")
+
+
+def test_shard_override_reaches_validation(tmp_path: Path) -> None:
+    config = write(tmp_path, SHARDS)
+    r = run("--check", "-c", config)
+    assert r.returncode == 2 and r.stderr.startswith("server.shard: is required")
+    assert run("--check", "-c", config, "--shard", "cpu").stdout == "ok\n"
+    # gpu is a shard, but its pool is not configured here: the validation saw the override
+    r = run("--check", "-c", config, env={"CRONOQ_SHARD": "gpu"})
+    assert r.returncode == 2 and 'pool "llm" of this server\'s shard' in r.stderr
+    r = run("--check", "-c", config, "--shard", "cpu", env={"CRONOQ_SHARD": "gpu"})
+    assert r.stdout == "ok\n"  # the flag wins over the variable
+    r = run("--check", "-c", config, "--shard", "tpu")
+    assert r.returncode == 2 and "server.shard: must name one of" in r.stderr
+
+
+def test_insecure_no_auth_flag(tmp_path: Path) -> None:
+    config = write(tmp_path, '[server]\ngrpc_addr = "0.0.0.0:0"\n')
+    r = run("--check", "-c", config)
+    assert r.returncode == 2 and r.stderr.startswith("server.grpc_addr: 0.0.0.0:0 is not")
+    assert run("--check", "-c", config, "--insecure-no-auth").stdout == "ok\n"
+
+
+def test_postgres_is_refused_clearly(tmp_path: Path) -> None:
+    config = write(tmp_path, PORT0 + '[store]\nkind = "postgres"\nurl = "postgres://u@h/db"\n')
+    assert run("--check", "-c", config).returncode == 0  # a valid configuration...
+    r = run("-c", config)
+    assert (r.returncode, r.stderr) == (2, "store.kind: the postgres store is not available yet\n")
+
+
+def test_address_in_use_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run("-c", write(tmp_path, f'[server]\ngrpc_addr = "127.0.0.1:{port}"\n'))
+    assert r.returncode == 1
+    assert "event=failed" in r.stderr and f"cannot listen on 127.0.0.1:{port}" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# --- serving -------------------------------------------------------------------------------
+
+
+def test_serve_on_port_0_then_sigterm(tmp_path: Path, servers: list[Server]) -> None:
+    s = Server(write(tmp_path, PORT0 + 'log_level = "debug"\n'))
+    servers.append(s)
+    host, port = s.address.rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+    s.wait_for("event=ready")
+    assert get_code(s.address) is grpc.StatusCode.INVALID_ARGUMENT  # serving
+    started = time.monotonic()
+    assert s.terminate(timeout=10) == 0
+    assert time.monotonic() - started < 0.5 + 3
+    events = [m.group(1) for line in s.lines if (m := re.search(r"event=(\w+)", line))]
+    assert events[-3:] == ["signal", "stopping", "stopped"]
+    assert all(LOG_LINE.match(line) for line in s.lines), s.lines
+
+
+def test_sqlite_standby_until_the_leader_stops(tmp_path: Path, servers: list[Server]) -> None:
+    config = write(tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{tmp_path}/q.db"\n')
+    leader = Server(config)
+    servers.append(leader)
+    leader.wait_for("event=ready")
+    standby = Server(config)  # listening at once, waiting for the leadership
+    servers.append(standby)
+    standby.wait_for("event=awaiting_leadership")
+    assert get_code(standby.address) is grpc.StatusCode.UNAVAILABLE
+    assert get_code(leader.address) is grpc.StatusCode.INVALID_ARGUMENT
+    assert leader.terminate(timeout=10) == 0  # a clean stop releases the lease at once
+    standby.wait_for("event=ready", timeout=5)
+    assert get_code(standby.address) is grpc.StatusCode.INVALID_ARGUMENT
+    assert standby.terminate(timeout=10) == 0
+
+
+# --- ServerApp in process -------------------------------------------------------------------
+
+
+class FakeLauncher:
+    """Records what the scheduler hands a launcher."""
+
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+
+    def bind(self, engine: Engine, kick: Any) -> None:
+        self.engine = engine
+
+    def launch(self, starts: list[Attempt]) -> None:
+        raise AssertionError("no task is submitted here")
+
+    def abort(self, aborts: list[Attempt]) -> None:
+        raise AssertionError("no task is submitted here")
+
+
+class Recorder(grpc.aio.ServerInterceptor):
+    """Stands for authentication: it sees every call, also those a standby refuses."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        self.methods.append(details.method)
+        return await continuation(details)
+
+
+def fake_tasks(app: ServerApp, server: grpc.aio.Server) -> None:
+    """A Tasks servicer with one method, Get, that answers with the task's id."""
+
+    async def get(request: cronoq_pb2.GetRequest, context: Any) -> cronoq_pb2.TaskInfo:
+        return cronoq_pb2.TaskInfo(id=request.task.id)
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        get,
+        request_deserializer=cronoq_pb2.GetRequest.FromString,
+        response_serializer=cronoq_pb2.TaskInfo.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("cronoq.v1.Tasks", {"Get": handler}),)
+    )
+
+
+async def test_app_standby_ready_and_stop_order(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    holder = SqliteStore(path)  # another process's leadership, held in this one
+    await holder.open()
+    await holder.lead()
+    cfg = load_config(PORT0 + f'[store]\nkind = "sqlite"\npath = "{path}"\n')
+    launcher, recorder, order = FakeLauncher(), Recorder(), []
+    app = ServerApp(
+        cfg,
+        launcher_factory=lambda app: launcher,
+        registrars=[fake_tasks],
+        interceptors=[recorder],
+    )
+
+    async def hook() -> None:
+        order.append(("hook", app.scheduler.started, app.ready))
+
+    app.on_stop(hook)
+    stop = asyncio.Event()
+    serving = asyncio.create_task(app.serve(stop))
+    while app.grpc_address is None:
+        await asyncio.sleep(0.01)
+    async with grpc.aio.insecure_channel(str(app.grpc_address)) as ch:
+        stub = cronoq_pb2_grpc.TasksStub(ch)
+        request = cronoq_pb2.GetRequest(task=cronoq_pb2.TaskRef(id=7))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Get(request)
+        assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "not the leader" in (info.value.details() or "")
+        assert recorder.methods == ["/cronoq.v1.Tasks/Get"]
+        assert not app.ready and launcher.engine is None
+
+        await holder.close()  # the leader leaves: this app takes over
+        while not app.ready:
+            await asyncio.sleep(0.05)
+        assert (await stub.Get(request)).id == 7
+        assert launcher.engine is not None
+        assert [p.capacity for p in launcher.engine.snapshot(0.0).pools] == [0]  # no workers
+        stop.set()
+        await serving
+    assert order == [("hook", False, False)]  # after the scheduler stopped
+    assert not app.scheduler.started
+
+
+async def test_stop_while_standing_by(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    holder = SqliteStore(path)
+    await holder.open()
+    await holder.lead()
+    app = ServerApp(load_config(PORT0 + f'[store]\nkind = "sqlite"\npath = "{path}"\n'))
+    stop = asyncio.Event()
+    serving = asyncio.create_task(app.serve(stop))
+    await asyncio.sleep(0.2)
+    stop.set()
+    await asyncio.wait_for(serving, 3)  # the wait for the leadership is given up
+    assert not app.ready and holder.epoch == 1
+    await holder.close()
+
+
+async def test_tls_listener(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    command = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+               "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"]  # fmt: skip
+    subprocess.run(
+        [*command, "-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    cfg = load_config(PORT0 + f'[server.tls]\ncert = "{cert}"\nkey = "{key}"\n')
+    app = ServerApp(cfg, registrars=[fake_tasks])
+    stop = asyncio.Event()
+    serving = asyncio.create_task(app.serve(stop))
+    while not app.ready:
+        await asyncio.sleep(0.01)
+    creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    options = [("grpc.ssl_target_name_override", "localhost")]
+    async with grpc.aio.secure_channel(str(app.grpc_address), creds, options) as ch:
+        request = cronoq_pb2.GetRequest(task=cronoq_pb2.TaskRef(id=3))
+        assert (await cronoq_pb2_grpc.TasksStub(ch).Get(request)).id == 3
+    stop.set()
+    await serving

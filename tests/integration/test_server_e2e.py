@@ -1,0 +1,123 @@
+"""The server as a user runs it: a `cronoq-server` process, a remote worker speaking worker
+protocol v3 and a client, each over its own real gRPC connection."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from queue import Queue
+
+import grpc
+import pytest
+from test_server_cli import PORT0, Server, write
+
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+
+
+class EchoWorker:
+    """A worker thread: registers with `slots`, answers each lease with its payload reversed
+    (or fails it once, for payloads starting with b"flaky"), until stopped."""
+
+    def __init__(self, address: str, slots: int = 2) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.outbox: Queue[pb.WorkerMessage | None] = Queue()
+        self.outbox.put(
+            pb.WorkerMessage(
+                register=pb.Register(
+                    pool="default", slots=slots, worker_name="echo", protocol_version=3
+                )
+            )
+        )
+        self.seen: list[tuple[int, int]] = []  # (task id, attempt)
+        self.registered: Queue[pb.Registered] = Queue()
+        self.shutdown: pb.Shutdown | None = None
+        self.ended: grpc.StatusCode | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _messages(self) -> Iterator[pb.WorkerMessage]:
+        while (msg := self.outbox.get()) is not None:
+            yield msg
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        except grpc.RpcError as e:  # the connection went away with the server
+            self.ended = e.code()
+
+    def _serve(self) -> None:
+        stub = cronoq_pb2_grpc.WorkersStub(self.channel)
+        for msg in stub.Work(self._messages()):
+            kind = msg.WhichOneof("msg")
+            if kind == "registered":
+                self.registered.put(msg.registered)
+            elif kind == "lease":
+                lease = msg.lease
+                self.seen.append((lease.task_id, lease.attempt))
+                if lease.payload.startswith(b"flaky") and lease.attempt == 1:
+                    self.outbox.put(
+                        pb.WorkerMessage(fail=pb.Fail(lease=lease.lease, message="try again"))
+                    )
+                else:
+                    self.outbox.put(
+                        pb.WorkerMessage(
+                            complete=pb.Complete(lease=lease.lease, output=lease.payload[::-1])
+                        )
+                    )
+            elif kind == "shutdown":
+                self.shutdown = msg.shutdown
+                break
+
+    def stop(self) -> None:
+        self.outbox.put(None)
+        self.thread.join(5)
+        self.channel.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    config = PORT0 + '[[pools]]\nname = "default"\nmax = 4\n[pools.retry]\ninitial_backoff_s = 0\n'
+    s = Server(write(tmp_path, config))
+    s.wait_for("event=ready")
+    yield s
+    s.kill()
+
+
+def test_submit_and_wait_through_a_remote_worker(server: Server) -> None:
+    worker = EchoWorker(server.address, slots=2)
+    registered = worker.registered.get(timeout=5)
+    assert (registered.slots, registered.protocol_version) == (2, 3)
+    with grpc.insecure_channel(server.address) as ch:
+        tasks = cronoq_pb2_grpc.TasksStub(ch)
+        got = tasks.Submit(
+            pb.SubmitRequest(
+                task=pb.TaskSpec(payload=b"hello", key="greet"), wait=True, wait_timeout_s=5
+            ),
+            timeout=10,
+        )
+        assert got.result.output == b"olleh"
+        assert got.result.status == pb.TASK_STATUS_SUCCEEDED
+        flaky = tasks.Submit(
+            pb.SubmitRequest(task=pb.TaskSpec(payload=b"flaky"), wait=True, wait_timeout_s=5),
+            timeout=10,
+        )
+        assert flaky.result.output == b"ykalf"
+        dup = tasks.Submit(pb.SubmitRequest(task=pb.TaskSpec(payload=b"x", key="greet")), timeout=5)
+        assert dup.duplicate and dup.id == got.id
+        workers = cronoq_pb2_grpc.AdminStub(ch).ListWorkers(pb.Empty(), timeout=5)
+        assert [(w.name, w.slots) for w in workers.workers] == [("echo", 2)]
+    assert worker.seen == [(got.id, 1), (flaky.id, 1), (flaky.id, 2)]
+    worker.stop()
+    assert server.terminate(timeout=10) == 0
+
+
+def test_workers_get_a_shutdown_when_the_server_stops(server: Server) -> None:
+    worker = EchoWorker(server.address)
+    worker.registered.get(timeout=5)
+    assert server.terminate(timeout=10) == 0
+    worker.thread.join(5)
+    assert worker.shutdown is not None and not worker.shutdown.not_leader
+    assert worker.shutdown.reason == "server shutting down"
+    worker.stop()
