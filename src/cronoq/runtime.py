@@ -78,6 +78,9 @@ class Launcher(Protocol):
     def abort(self, aborts: list[Attempt]) -> None:
         """The engine gave these attempts up (timeout, cancellation, lease expiry, stop)."""
 
+    def lost(self, reason: str) -> None:
+        """The session stopped on its own (leadership lost, store failed): tell the workers."""
+
 
 class _Session:
     """One start()..shutdown() run: the engine, the waiters and the running asyncio tasks."""
@@ -514,6 +517,8 @@ class Scheduler:
         eng.halt()
         eng.abort_running(time.time())
         self._abort_attempts(s, eng.take().aborts)
+        if self._launcher is not None:
+            self._launcher.lost(reason)
         self._close_session(s)
         if s.durable is not None:
             s.loop.create_task(s.durable.close(release_lease=False))

@@ -230,3 +230,45 @@ async def test_set_slots_zero_drains_and_capacity_follows() -> None:
         w.send(set_slots=pb.SetSlots(slots=1))
         assert (await w.lease()).task_id == h.id
         w.close()
+
+
+async def test_losing_the_leadership_sends_shutdown_not_leader(tmp_path: Any) -> None:
+    import sqlite3
+    import time
+
+    from cronoq.server.app import BytesCodec
+
+    svc = WorkService(
+        pool_max={"p": 2}, pool_slot_caps={"p": None}, slot_cap=None, max_message_bytes=1 << 20
+    )
+    path = tmp_path / "q.db"
+    store = cronoq.SqliteStore(path, lease_ttl=1.0, lease_renew=0.1, lock_poll=0.05)
+    sched = cronoq.Scheduler(
+        [cronoq.Pool("p", unused, max=2)], store=store, codec=BytesCodec(), launcher=svc
+    )
+    grpc_server = grpc.aio.server()
+    cronoq_pb2_grpc.add_WorkersServicer_to_server(svc, grpc_server)
+    port = grpc_server.add_insecure_port("127.0.0.1:0")
+    await grpc_server.start()
+    await sched.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            w = Worker(channel)
+            await w.register(slots=1)
+            # another process takes the file over (as after this one was paused past its lease)
+            db = sqlite3.connect(path)
+            db.execute(
+                "UPDATE cronoq_leader SET epoch = epoch + 1, holder = 'other', "
+                "expires_unix_ns = ? WHERE id = 1",
+                (int((time.time() + 60) * 1e9),),
+            )
+            db.commit()
+            db.close()
+            msg = await w.recv(timeout=3.0)
+            assert msg.WhichOneof("msg") == "shutdown"
+            assert msg.shutdown.not_leader and msg.shutdown.reason == "fenced: leadership lost"
+            assert await w.call.read() is grpc.aio.EOF  # and the stream ends
+            with pytest.raises(cronoq.SchedulerError, match="fenced"):
+                await sched.submit(b"x")
+    finally:
+        await grpc_server.stop(0)

@@ -116,6 +116,10 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             reason = att.abort_reason or "aborted"
             self._send(w, pb.ServerMessage(abort=pb.Abort(lease=att.lease, reason=reason)))
 
+    def lost(self, reason: str) -> None:
+        """Leadership lost (or the store failed): workers reconnect at once, to the new leader."""
+        self.shutdown(reason, not_leader=True)
+
     def shutdown(self, reason: str, *, not_leader: bool) -> None:
         """Tell every worker the server goes away, then end their streams."""
         for st in list(self._streams.values()):
