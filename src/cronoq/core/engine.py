@@ -1111,6 +1111,7 @@ class Engine:
             att.slot = slot
             pool.groups.occupy(slot)
         rec.running = att
+        rec.started_at = now
         self.running[att.lease] = att
         self._move(rec, RUNNING, now, None)
         self.totals["dispatched"] += 1

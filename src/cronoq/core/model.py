@@ -296,6 +296,7 @@ class TaskRecord:
         "retry",
         "running",
         "seq",
+        "started_at",
         "status",
         "submitted_at",
         "tags",
@@ -341,6 +342,7 @@ class TaskRecord:
         self.submitted_at = 0.0
         self.eligible_at = 0.0
         self.ready_at = 0.0
+        self.started_at = 0.0  # when its latest attempt started (0: never)
         self.latest_start: float | None = None
         self.finished_at = 0.0
         self.running: Attempt | None = None

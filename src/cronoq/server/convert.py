@@ -484,8 +484,8 @@ def task_info(rec: TaskRecord, pool_retry: RetryPolicy | None = None) -> pb.Task
     )
     if rec.submitted_at:
         info.created_unix_ns = to_ns(rec.submitted_at)
-    if rec.running is not None:
-        info.started_unix_ns = to_ns(rec.running.started_at)
+    if rec.started_at:
+        info.started_unix_ns = to_ns(rec.started_at)
     if rec.status >= FIRST_TERMINAL:
         info.finished_unix_ns = to_ns(rec.finished_at)
     return info
