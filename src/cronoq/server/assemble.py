@@ -1,4 +1,5 @@
-"""The server as the command runs it: the app with its launcher (remote workers) and services."""
+"""The server as the command runs it: the app with its launcher (remote workers), services and,
+when credentials are configured, authentication in front of them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import grpc
 
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .app import ServerApp
+from .auth import Authenticator, AuthInterceptor
 from .config import ServerConfig
 from .tasks import AdminService, TasksService
 from .work import WorkService
@@ -31,7 +33,9 @@ def build(cfg: ServerConfig) -> ServerApp:
         admin = AdminService(app.scheduler, cfg.limits, work.worker_infos)
         add.add_AdminServicer_to_server(admin, server)  # type: ignore[no-untyped-call]
 
-    app = ServerApp(cfg, launcher_factory=lambda _: work, registrars=[register])
+    # Without credentials every caller is the unrestricted admin, the services' default.
+    auth = [AuthInterceptor(Authenticator(cfg.auth))] if cfg.auth.enabled else []
+    app = ServerApp(cfg, launcher_factory=lambda _: work, registrars=[register], interceptors=auth)
 
     async def tell_workers() -> None:
         work.shutdown(SHUTDOWN_REASON, not_leader=False)

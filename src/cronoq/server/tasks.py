@@ -6,6 +6,10 @@ and 5 (authentication, roles, shards) belong to the layers that wrap these servi
 method receives the call's context, so an interceptor or a subclass can add them without
 changing what is here. Errors leave through one table (`_status`), which is SERVER.md 3.2.
 
+The caller (`auth.current_principal()`) scopes each call (SERVER.md 6.3): submitting to a pool
+it may not use is PERMISSION_DENIED, another pool's task is NOT_FOUND like a missing one, and
+listings leave other pools out. A tenant-bound caller's tasks get its tenant.
+
 Writes go through the Scheduler's public API (so a store acknowledges them); reads the API
 lacks (listing, schedules, full task records) look at the engine through `Scheduler._live()`,
 the server's privileged access. All of it runs on the scheduler's event loop, so a check
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import heapq
 import logging
@@ -33,6 +38,7 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.runtime import Scheduler, TaskHandle
 from cronoq.server import convert
+from cronoq.server.auth import Principal, current_principal
 from cronoq.server.config import LimitsSettings
 from cronoq.server.convert import InvalidArgument, TooLarge
 
@@ -131,7 +137,37 @@ class _Base:
             pool_retry=self._pool_retry(engine),
         )
         _add_traceparent(options, context, self._limits)
+        _scope(options, field, self._sched.default_pool, current_principal())
         return payload, options
+
+
+def _scope(options: dict[str, Any], field: str, default_pool: str, caller: Principal) -> None:
+    """The caller's pools and tenant applied to one task's options (SERVER.md 3.4, 6.3)."""
+    pool = options.get("pool", default_pool)
+    if not caller.sees(pool):
+        raise Refused(
+            grpc.StatusCode.PERMISSION_DENIED, f"{field}.pool: {pool!r} is not allowed for you"
+        )
+    if caller.tenant is not None:
+        tenant = options.setdefault("tenant", caller.tenant)
+        if tenant != caller.tenant:
+            raise Refused(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"{field}.tenant: you submit for tenant {caller.tenant!r} only",
+            )
+
+
+def _pool_filter(pools: set[str], caller: Principal) -> set[str]:
+    """A listing's `pools` filter for this caller: empty means every pool it sees; naming one
+    it may not see is PERMISSION_DENIED (SERVER.md 3.4 ListTasks)."""
+    if caller.pools is None:
+        return pools
+    hidden = sorted(pools - caller.pools)
+    if hidden:
+        raise Refused(
+            grpc.StatusCode.PERMISSION_DENIED, f"pools: {hidden[0]!r} is not allowed for you"
+        )
+    return pools or set(caller.pools)
 
 
 def _add_traceparent(options: dict[str, Any], context: Context, limits: LimitsSettings) -> None:
@@ -185,7 +221,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
     def _find(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
         target = convert.task_ref(ref, self._limits)
         rec = engine.lookup(target)
-        if rec is None:
+        if rec is None or not current_principal().sees(rec.pool):
             raise Refused(grpc.StatusCode.NOT_FOUND, f"task {target!r} not found")
         return rec
 
@@ -270,6 +306,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         `limit + 1` matches (the extra one tells whether another page follows)."""
         engine = self._engine()
         pools = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
+        pools = _pool_filter(pools, current_principal())
         statuses = {
             convert.status_from_pb(s, f"statuses[{i}]") for i, s in enumerate(request.statuses)
         }
@@ -308,6 +345,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             self._engine()
             limits = self._limits
             pools = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
+            pools = _pool_filter(pools, current_principal())
             keys = {
                 convert.check_name(f"keys[{i}]", k, limits.max_key_len)
                 for i, k in enumerate(request.keys)
@@ -336,7 +374,12 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
 
 class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
     """`cronoq.v1.Admin` (SERVER.md 3.5). `workers` lists the connected remote workers; the
-    worker layer supplies it (snapshots derive per-pool worker counts and groups from it)."""
+    worker layer supplies it (snapshots derive per-pool worker counts and groups from it).
+
+    A pool-restricted caller sees only its pools in snapshots and listings. Schedule names
+    are one namespace: such a caller may not replace another pool's schedule, and removing
+    one is answered as if there were none.
+    """
 
     def __init__(
         self,
@@ -349,8 +392,22 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
 
     @_rpc
     async def Snapshot(self, request: pb.Empty, context: Context) -> pb.SnapshotResponse:
-        self._engine()
-        return convert.snapshot_to_pb(await self._sched.snapshot(), self._workers())
+        engine = self._engine()
+        caller = current_principal()
+        snap = await self._sched.snapshot()
+        if caller.pools is not None:
+            pools = [p for p in snap.pools if caller.sees(p.name)]
+            snap = dataclasses.replace(
+                snap,
+                pools=pools,
+                live_tasks=sum(
+                    r.status < FIRST_TERMINAL and caller.sees(r.pool) for r in engine.tasks.values()
+                ),
+                running=sum(p.busy for p in pools),
+                pending=sum(p.pending for p in pools),
+            )
+        workers = [w for w in self._workers() if caller.sees(w.pool)]
+        return convert.snapshot_to_pb(snap, workers)
 
     @_rpc
     async def AddRecurring(self, request: pb.RecurringRequest, context: Context) -> pb.Empty:
@@ -361,6 +418,14 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
             default_pool=self._sched.default_pool,
             pool_retry=self._pool_retry(engine),
         )
+        caller = current_principal()
+        _scope(args.options, "template", self._sched.default_pool, caller)
+        existing = engine.recurring.get(args.name)
+        if existing is not None and not caller.sees(existing.pool):
+            raise Refused(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"name: {args.name!r} is a schedule of a pool not allowed for you",
+            )
         await self._sched.add_recurring(args.name, args.cron, args.payload, **args.options)
         return pb.Empty()
 
@@ -368,17 +433,24 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
     async def RemoveRecurring(
         self, request: pb.RemoveRecurringRequest, context: Context
     ) -> pb.RemoveRecurringResponse:
-        self._engine()
+        engine = self._engine()
         name = convert.check_name("name", request.name)
+        existing = engine.recurring.get(name)
+        if existing is not None and not current_principal().sees(existing.pool):
+            return pb.RemoveRecurringResponse(removed=False)
         return pb.RemoveRecurringResponse(removed=await self._sched.remove_recurring(name))
 
     @_rpc
     async def ListWorkers(self, request: pb.Empty, context: Context) -> pb.ListWorkersResponse:
         self._engine()
-        return pb.ListWorkersResponse(workers=self._workers())
+        caller = current_principal()
+        return pb.ListWorkersResponse(workers=[w for w in self._workers() if caller.sees(w.pool)])
 
     @_rpc
     async def ListRecurring(self, request: pb.Empty, context: Context) -> pb.ListRecurringResponse:
         engine = self._engine()
-        schedules = sorted(engine.recurring.values(), key=lambda r: r.name)
+        caller = current_principal()
+        schedules = sorted(
+            (r for r in engine.recurring.values() if caller.sees(r.pool)), key=lambda r: r.name
+        )
         return pb.ListRecurringResponse(schedules=[convert.recurring_to_pb(r) for r in schedules])

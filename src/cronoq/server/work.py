@@ -6,7 +6,8 @@ ones it gave up; the service turns them into `lease` and `abort` messages on the
 stream, and turns what workers send into `cronoq.server.workers.Workers` calls, then kicks the
 scheduler so it decides what follows. Each stream has a bounded outbound queue sized for its
 grant: a worker that stops reading is disconnected (its leases retry elsewhere) rather than
-allowed to miss a lease or an abort.
+allowed to miss a lease or an abort. A worker registers only for pools and with labels its
+credential allows (`auth.current_principal()`, SERVER.md 6.3), else PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..core.engine import Engine
 from ..core.model import Attempt
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
+from .auth import Principal, current_principal
 from .convert import CONTENT_TYPE_TAG
 from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
@@ -187,6 +189,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
     ) -> AsyncIterator[pb.ServerMessage]:
         if self.workers is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the scheduler is not serving")
+        caller = current_principal()
         try:
             first = await asyncio.wait_for(anext(request_iterator), self._register_timeout)
         except (TimeoutError, StopAsyncIteration):
@@ -195,7 +198,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
                 f"register was not sent within {self._register_timeout:g} s",
             )
         try:
-            st = self._register(first)
+            st = self._register(first, caller)
         except _Cut as cut:
             await context.abort(cut.code, cut.message)
         reader = asyncio.ensure_future(self._read(st, request_iterator))
@@ -219,12 +222,21 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
                 await reader
             self._drop(st)
 
-    def _register(self, first: pb.WorkerMessage) -> _Stream:
+    def _register(self, first: pb.WorkerMessage, caller: Principal) -> _Stream:
         if first.WhichOneof("msg") != "register":
             raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
         reg = first.register
         if "\0" in reg.worker_name or any("\0" in k or "\0" in v for k, v in reg.labels.items()):
             raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "register: NUL in a name or label")
+        if not caller.sees(reg.pool):
+            raise _Cut(
+                grpc.StatusCode.PERMISSION_DENIED, f"register.pool: {reg.pool!r} is not allowed"
+            )
+        if not caller.may_claim(reg.labels):
+            raise _Cut(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "register.labels: claims labels your credential does not allow",
+            )
         assert self.workers is not None
         try:
             w = self.workers.register(
