@@ -566,3 +566,43 @@ async def test_certificate_check_comes_before_the_standby_refusal(
             assert await code_of(ops.tasks.ListTasks(listing)) is Code.OK
     finally:
         await holder.close()
+
+
+async def test_http_uses_the_same_credentials_and_roles() -> None:
+    """HTTP routes: no or unknown credential -> 401, wrong role -> 403, pool scoping as on gRPC;
+    health and readiness need no credential."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    def get(app: ServerApp, path: str, who: str | None) -> tuple[int, Any]:
+        headers = dict(md(who))
+        url = f"http://{app.http_address}{path}"
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers)) as r:
+                body = r.read()
+                return r.status, json.loads(body) if body.startswith(b"{") else body
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    async with running(CONFIG) as app:
+        while not app.ready:
+            await asyncio.sleep(0.01)
+
+        def probe() -> list[tuple[int, Any]]:
+            return [
+                get(app, "/healthz", None),
+                get(app, "/v1/snapshot", None),
+                get(app, "/v1/snapshot", "nobody"),
+                get(app, "/v1/snapshot", "client"),
+                get(app, "/v1/snapshot", "metrics"),
+                get(app, "/v1/snapshot", "metrics_a"),
+            ]
+
+        health, anonymous, unknown, client, metrics, metrics_a = await asyncio.to_thread(probe)
+    assert health[0] == 200
+    assert (anonymous[0], anonymous[1]["error"]["code"]) == (401, "unauthenticated")
+    assert (unknown[0], unknown[1]["error"]["code"]) == (401, "unauthenticated")
+    assert (client[0], client[1]["error"]["code"]) == (403, "permission_denied")
+    assert metrics[0] == 200 and {p["name"] for p in metrics[1]["pools"]} == {"a", "b"}
+    assert metrics_a[0] == 200 and [p["name"] for p in metrics_a[1]["pools"]] == ["a"]

@@ -30,7 +30,7 @@ from cronoq.server.config import load_config
 from cronoq.store import SqliteStore
 
 COMMAND = [sys.executable, "-m", "cronoq.server.cli"]
-PORT0 = '[server]\ngrpc_addr = "127.0.0.1:0"\nshutdown_grace_s = 0.5\n'
+PORT0 = '[server]\ngrpc_addr = "127.0.0.1:0"\nhttp_addr = "127.0.0.1:0"\nshutdown_grace_s = 0.5\n'
 LOG_LINE = re.compile(r"ts=\S+ level=(debug|info|warning|error) logger=\S+ (event|msg)=\S")
 SHARDS = """
 [[pools]]

@@ -121,3 +121,36 @@ def test_workers_get_a_shutdown_when_the_server_stops(server: Server) -> None:
     assert worker.shutdown is not None and not worker.shutdown.not_leader
     assert worker.shutdown.reason == "server shutting down"
     worker.stop()
+
+
+def test_a_task_submitted_before_a_restart_runs_after_it(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        PORT0 + f'[store]\nkind = "sqlite"\npath = "{tmp_path}/q.db"\n'
+        '[[pools]]\nname = "default"\nmax = 2\n',
+    )
+    first = Server(config)
+    try:
+        first.wait_for("event=ready")
+        with grpc.insecure_channel(first.address) as ch:
+            got = cronoq_pb2_grpc.TasksStub(ch).Submit(
+                pb.SubmitRequest(task=pb.TaskSpec(payload=b"durable", key="d")), timeout=5
+            )
+        assert first.terminate(timeout=10) == 0  # no worker ever came: the task is pending
+    finally:
+        first.kill()
+    second = Server(config)
+    try:
+        second.wait_for("event=ready")
+        worker = EchoWorker(second.address)
+        with grpc.insecure_channel(second.address) as ch:
+            tasks = cronoq_pb2_grpc.TasksStub(ch)
+            done = tasks.Wait(pb.WaitRequest(task=pb.TaskRef(key="d"), timeout_s=5), timeout=10)
+            assert (done.id, done.output) == (got.id, b"elbarud")
+            again = tasks.Submit(pb.SubmitRequest(task=pb.TaskSpec(key="d")), timeout=5)
+            assert again.duplicate and again.id == got.id
+        assert worker.seen == [(got.id, 1)]
+        worker.stop()
+        assert second.terminate(timeout=10) == 0
+    finally:
+        second.kill()

@@ -1,5 +1,5 @@
-"""One server process put together from a ServerConfig: the scheduler, its store and the gRPC
-listener (SERVER.md 1.1, 8.3, 8.6).
+"""One server process put together from a ServerConfig: the scheduler, its store, the gRPC
+listener and the HTTP listener (SERVER.md 1.1, 5, 8.3, 8.6).
 
 The services themselves come from outside: `launcher_factory` gives the scheduler the
 workers layer's Launcher, each of `registrars` adds servicers to the gRPC server, and
@@ -7,18 +7,25 @@ workers layer's Launcher, each of `registrars` adds servicers to the gRPC server
 (authenticate, check the role, then check that this instance serves). Keeping the app ignorant
 of the services lets each be built and tested on its own.
 
-Life cycle: `listen()` binds the listener at once, even on a standby (SERVER.md 8.3); `lead()`
+The HTTP listener (`http.py`) serves its JSON API by calling the gRPC handlers the registrars
+added: `listen()` hands the registrars a `_MethodTable` that forwards to the gRPC server and
+keeps each handler in `methods` by its path, so both listeners run one logic whatever the
+registrars register. `http_authorize` is the HTTP counterpart of the authentication
+interceptors (`cronoq.server.http.Authorize`).
+
+Life cycle: `listen()` binds the listeners at once, even on a standby (SERVER.md 8.3); `lead()`
 starts the scheduler, which with a SQLite store waits there until this process holds the
-leadership; `stop()` is the graceful shutdown. Until `ready`, every call is refused with
-UNAVAILABLE by the readiness interceptor, whatever method it names.
+leadership; `stop()` is the graceful shutdown. Until `ready`, every gRPC call is refused with
+UNAVAILABLE by the readiness interceptor, whatever method it names, and every HTTP API route
+with 503.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, cast
 
 import grpc
 
@@ -33,6 +40,7 @@ from .config import (
     library_pools,
     library_resources,
 )
+from .http import Authorize, HttpListener, ssl_context
 
 __all__ = ["DRAIN_S", "BytesCodec", "Registrar", "ServerApp"]
 
@@ -74,6 +82,7 @@ class ServerApp:
         launcher_factory: LauncherFactory | None = None,
         registrars: Sequence[Registrar] = (),
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        http_authorize: Authorize | None = None,
     ) -> None:
         """ConfigError for a store this server cannot open yet or TLS files it cannot read:
         both are found before anything is bound. `launcher_factory(app)` is called before the
@@ -81,6 +90,12 @@ class ServerApp:
         self.cfg = cfg
         tls = cfg.server.tls
         self._credentials = None if tls is None else _credentials(tls)
+        self._http = HttpListener(
+            self,
+            authorize=http_authorize,
+            ssl_context=None if tls is None else ssl_context(tls),
+            drain_s=DRAIN_S,
+        )
         self.store = _store(cfg)
         self.launcher = None if launcher_factory is None else launcher_factory(self)
         self.scheduler = Scheduler(
@@ -95,6 +110,10 @@ class ServerApp:
             launcher=self.launcher,
         )
         self.grpc_address: SocketAddress | None = None  # with the bound port, once listening
+        self.http_address: SocketAddress | None = None
+        self.metrics_address: SocketAddress | None = None
+        # the unary gRPC handlers by method path ("/cronoq.v1.Tasks/Submit"), for the HTTP API
+        self.methods: Mapping[str, grpc.RpcMethodHandler[Any, Any]] = {}
         self._registrars = tuple(registrars)
         self._interceptors = tuple(interceptors)
         self._server: grpc.aio.Server | None = None
@@ -106,13 +125,19 @@ class ServerApp:
         """Serving: leading, started, not stopping (a deposed leader's scheduler has stopped)."""
         return self._state == "ready" and self.scheduler.started
 
+    @property
+    def stopping(self) -> bool:
+        """The graceful shutdown has begun."""
+        return self._state == "stopping"
+
     def on_stop(self, hook: StopHook) -> None:
         """Run `hook` once the scheduler has stopped and before the listener drains: where the
         workers layer sends `shutdown` to its streams (SERVER.md 8.6 step 3)."""
         self._on_stop.append(hook)
 
     async def listen(self) -> SocketAddress:
-        """Bind and start the gRPC listener; returns its address with the bound port."""
+        """Bind and start the gRPC listener, then the HTTP listener (and the metrics listener
+        when `metrics_addr` is set); returns the gRPC address with the bound port."""
         limits = self.cfg.limits
         server = grpc.aio.server(
             interceptors=[*self._interceptors, _ReadyGate(self)],
@@ -125,8 +150,10 @@ class ServerApp:
             ],
             maximum_concurrent_rpcs=limits.max_concurrent_requests,
         )
+        table = _MethodTable(server)
         for register in self._registrars:
-            register(self, server)
+            register(self, cast(grpc.aio.Server, table))
+        self.methods = table.handlers
         address = self.cfg.server.grpc_addr
         try:
             if self._credentials is None:
@@ -138,7 +165,12 @@ class ServerApp:
         await server.start()
         self._server = server
         self.grpc_address = SocketAddress(address.host, port)
-        _event(logging.INFO, "listening", grpc=self.grpc_address, tls=self._credentials is not None)
+        tls = self._credentials is not None
+        _event(logging.INFO, "listening", grpc=self.grpc_address, tls=tls)
+        self.http_address, self.metrics_address = await self._http.start()
+        _event(logging.INFO, "listening", http=self.http_address, tls=tls)
+        if self.metrics_address is not None:
+            _event(logging.INFO, "listening", metrics=self.metrics_address, tls=False)
         return self.grpc_address
 
     async def lead(self) -> None:
@@ -153,7 +185,8 @@ class ServerApp:
     async def stop(self) -> None:
         """Graceful shutdown (SERVER.md 8.6): refuse new calls, let running attempts finish
         for `shutdown_grace_s` (which also ends waits and watches, writes what was decided
-        and releases the leadership), run the stop hooks, then drain the listener."""
+        and releases the leadership), run the stop hooks, then drain the gRPC listener and
+        close the HTTP ones (which answer 503 and `/readyz` 503 until then)."""
         if self._state == "stopping":
             return
         self._state = "stopping"
@@ -167,6 +200,7 @@ class ServerApp:
                 log.exception("a stop hook failed")
         if self._server is not None:
             await self._server.stop(DRAIN_S)
+        await self._http.stop()
         _event(logging.INFO, "stopped")
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -188,6 +222,26 @@ class ServerApp:
             await self.stop()
 
 
+class _MethodTable:
+    """What registrars get instead of the gRPC server: every call goes through to the server,
+    and the handlers of each service the generated `add_*Servicer_to_server` registers are
+    kept by method path for the HTTP API."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        for name, handler in method_handlers.items():
+            self.handlers[f"/{service_name}/{name}"] = handler
+        self._server.add_registered_method_handlers(service_name, method_handlers)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
+
+
 class _ReadyGate(grpc.aio.ServerInterceptor):
     """UNAVAILABLE for every call while standing by or stopping (SERVER.md 8.3, 8.6).
 
@@ -207,7 +261,7 @@ class _ReadyGate(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         if self._app.ready:
             return await continuation(handler_call_details)
-        why = "shutting down" if self._app._state == "stopping" else "not the leader (standby)"
+        why = "shutting down" if self._app.stopping else "not the leader (standby)"
         return grpc.stream_stream_rpc_method_handler(_refuse(why))
 
 

@@ -3,12 +3,16 @@ when credentials are configured, authentication in front of them."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import grpc
+from aiohttp import web
 
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .app import ServerApp
-from .auth import Authenticator, AuthInterceptor
+from .auth import Authenticator, AuthInterceptor, Unauthenticated, allowed, use_principal
 from .config import ServerConfig
+from .http import HttpError, Route
 from .tasks import AdminService, TasksService
 from .work import WorkService
 
@@ -34,11 +38,37 @@ def build(cfg: ServerConfig) -> ServerApp:
         add.add_AdminServicer_to_server(admin, server)  # type: ignore[no-untyped-call]
 
     # Without credentials every caller is the unrestricted admin, the services' default.
-    auth = [AuthInterceptor(Authenticator(cfg.auth))] if cfg.auth.enabled else []
-    app = ServerApp(cfg, launcher_factory=lambda _: work, registrars=[register], interceptors=auth)
+    authenticator = Authenticator(cfg.auth)
+    enabled = cfg.auth.enabled
+    app = ServerApp(
+        cfg,
+        launcher_factory=lambda _: work,
+        registrars=[register],
+        interceptors=[AuthInterceptor(authenticator)] if enabled else [],
+        http_authorize=_http_authorize(authenticator) if enabled else None,
+    )
 
     async def tell_workers() -> None:
         work.shutdown(SHUTDOWN_REASON, not_leader=False)
 
     app.on_stop(tell_workers)
     return app
+
+
+def _http_authorize(
+    authenticator: Authenticator,
+) -> Callable[[web.Request, Route], Awaitable[None]]:
+    """The same credentials and roles on HTTP: 401 without a valid one, 403 for the wrong role."""
+
+    async def authorize(request: web.Request, route: Route) -> None:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        names = [v for k, v in (peer or {}).get("subjectAltName", ()) if k == "DNS"]
+        try:
+            principal = authenticator.authenticate(request.headers.get("Authorization"), names)
+        except Unauthenticated as e:
+            raise HttpError(401, "unauthenticated", str(e)) from None
+        if route.method is not None and not allowed(principal, route.method):
+            raise HttpError(403, "permission_denied", f"not allowed for role {principal.role!r}")
+        use_principal(principal)
+
+    return authorize

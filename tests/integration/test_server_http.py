@@ -1,0 +1,458 @@
+"""The HTTP listener (SERVER.md 5) of a real in-process server, over real sockets.
+
+Each test builds the server as the command does (`assemble.build`) on ports 0 and talks to it
+with aiohttp's client: every route with its status codes and JSON shapes, the Host check of
+1.2, the body limit, a SQLite standby (503 and `/readyz`), the metrics (parsed with
+prometheus_client's parser), the authentication slot and the OpenAPI document. A raw gRPC
+worker stream completes tasks where a test needs an output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from cronoq.server.app import ServerApp
+from cronoq.server.assemble import build
+from cronoq.server.config import load_config
+from cronoq.server.http import ROUTES, HttpError, Route, loopback_host
+
+PORTS0 = """
+[server]
+grpc_addr = "127.0.0.1:0"
+http_addr = "127.0.0.1:0"
+shutdown_grace_s = 0.1
+"""
+
+
+class Client:
+    """JSON requests to one app's HTTP listener: each answer as (status, decoded body)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session = session
+        self.base = base
+
+    async def request(self, verb: str, path: str, **kw: Any) -> tuple[int, Any]:
+        async with self.session.request(verb, self.base + path, **kw) as r:
+            body = await r.json() if r.content_type == "application/json" else await r.text()
+            return r.status, body
+
+    async def get(self, path: str, **kw: Any) -> tuple[int, Any]:
+        return await self.request("GET", path, **kw)
+
+    async def post(self, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        return await self.request("POST", path, json=body, **kw)
+
+
+@contextlib.asynccontextmanager
+async def running(app: ServerApp, *, ready: bool = True) -> AsyncIterator[Client]:
+    stop = asyncio.Event()
+    serving = asyncio.create_task(app.serve(stop))
+    while app.http_address is None or (ready and not app.ready):
+        assert not serving.done(), serving.exception()
+        await asyncio.sleep(0.01)
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield Client(session, f"http://{app.http_address}")
+    finally:
+        stop.set()
+        await serving
+
+
+class Worker:
+    """A raw Workers/Work stream on pool `default`."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
+        self.call = cronoq_pb2_grpc.WorkersStub(channel).Work(self._messages())
+
+    async def _messages(self) -> AsyncIterator[pb.WorkerMessage]:
+        while (msg := await self.outbox.get()) is not None:
+            yield msg
+
+    async def recv(self) -> pb.ServerMessage:
+        msg = await asyncio.wait_for(self.call.read(), 3)
+        assert msg is not grpc.aio.EOF
+        return msg
+
+    async def register(self) -> None:
+        reg = pb.Register(pool="default", slots=1, worker_name="w", protocol_version=3)
+        self.outbox.put_nowait(pb.WorkerMessage(register=reg))
+        assert (await self.recv()).WhichOneof("msg") == "registered"
+
+    async def lease(self) -> pb.Lease:
+        msg = await self.recv()
+        assert msg.WhichOneof("msg") == "lease", msg
+        return msg.lease
+
+    def complete(self, lease: pb.Lease, output: bytes) -> None:
+        self.outbox.put_nowait(
+            pb.WorkerMessage(complete=pb.Complete(lease=lease.lease, output=output))
+        )
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+# --- the routes -------------------------------------------------------------------------------
+
+
+async def test_health_readiness_and_the_openapi_document() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        assert await c.get("/healthz") == (200, {"status": "ok"})
+        assert await c.get("/readyz") == (200, {"status": "ready"})
+        status, doc = await c.get("/v1/openapi.json")
+    assert status == 200 and doc["openapi"].startswith("3.")
+    listed = {(verb.upper(), path) for path, ops in doc["paths"].items() for verb in ops}
+    assert listed == {(r.verb, r.path) for r in ROUTES}
+    for route in ROUTES:
+        op = doc["paths"][route.path][route.verb.lower()]
+        assert "200" in op["responses"]
+        if route.verb == "POST" and route.path.endswith(("tasks", "batch", "recurring")):
+            assert "requestBody" in op, route
+
+
+async def test_submit_get_list_wait_cancel_and_workers() -> None:
+    app = build(load_config(PORTS0))
+    async with running(app) as c:
+        spec = {"json": {"x": 1}, "key": "k1", "priority": "high", "tags": {"t": "v"}}
+        status, first = await c.post("/v1/tasks", spec)
+        assert status == 200 and first["duplicate"] is False and first["result"] is None
+        assert isinstance(first["id"], str) and int(first["id"]) > 0
+        assert await c.post("/v1/tasks", spec) == (200, {**first, "duplicate": True})
+
+        status, info = await c.get(f"/v1/tasks/{first['id']}")
+        assert status == 200
+        assert (info["id"], info["status"], info["priority"], info["key"]) == (
+            first["id"],
+            "ready",
+            "high",
+            "k1",
+        )
+        assert isinstance(info["created_unix_ns"], int) and info["started_unix_ns"] is None
+        assert (await c.get("/v1/tasks/by-key/k1"))[1] == info
+
+        batch = {
+            "tasks": [
+                {"payload": b64(b"raw"), "key": "b1", "priority": "PRIORITY_LOW"},
+                {"json": [1], "deps": [{"target": {"key": "b1"}, "cond": "on_complete"}]},
+            ]
+        }
+        status, answer = await c.post("/v1/tasks/batch", batch)
+        assert status == 200 and [t["duplicate"] for t in answer["tasks"]] == [False, False]
+        b1, b2 = (t["id"] for t in answer["tasks"])
+        assert (await c.get(f"/v1/tasks/{b2}"))[1]["status"] == "blocked"
+
+        status, page = await c.get("/v1/tasks", params={"status": "ready", "limit": "1"})
+        assert status == 200 and [t["id"] for t in page["tasks"]] == [first["id"]]
+        assert page["next_after"] == first["id"] and page["unavailable_shards"] == []
+        params = [("status", "ready"), ("status", "blocked"), ("pool", "default")]
+        status, page = await c.get("/v1/tasks", params=params)
+        assert [t["id"] for t in page["tasks"]] == [first["id"], b1, b2]
+        assert page["next_after"] == "0"
+
+        status, error = await c.get(f"/v1/tasks/{first['id']}/wait", params={"timeout_s": "0.05"})
+        assert (status, error["error"]["code"]) == (504, "deadline_exceeded")
+
+        async with grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
+            worker = Worker(channel)
+            await worker.register()
+            lease = await worker.lease()  # the high-priority task first
+            assert (lease.task_id, lease.payload) == (int(first["id"]), b'{"x":1}')
+            assert lease.content_type == "application/json" and lease.tags["t"] == "v"
+            status, workers = await c.get("/v1/workers")
+            assert status == 200 and len(workers["workers"]) == 1
+            assert isinstance(workers["workers"][0]["id"], str)
+            assert workers["workers"][0]["busy"] == 1
+            worker.complete(lease, b"done")
+            status, result = await c.get("/v1/tasks/by-key/k1/wait", params={"timeout_s": "2"})
+            assert status == 200
+            assert result == {
+                "id": first["id"],
+                "status": "succeeded",
+                "output": b64(b"done"),
+                "message": "",
+                "output_available": True,
+            }
+            lease = await worker.lease()
+            assert lease.task_id == int(b1) and lease.payload == b"raw"
+
+            assert await c.post(f"/v1/tasks/{b2}/cancel") == (200, {"cancelled": True})
+            assert await c.post("/v1/tasks/by-key/b1/cancel") == (200, {"cancelled": True})
+            assert await c.post(f"/v1/tasks/{b2}/cancel") == (200, {"cancelled": False})
+            status, result = await c.get(f"/v1/tasks/{b2}/wait")
+            assert (status, result["status"], result["output"]) == (200, "cancelled", None)
+            worker.outbox.put_nowait(None)
+
+        status, snap = await c.get("/v1/snapshot")
+        assert status == 200 and [p["name"] for p in snap["pools"]] == ["default"]
+        totals = snap["totals"]
+        assert (totals["submitted"], totals["succeeded"], totals["cancelled"]) == (3, 1, 2)
+        assert len(snap["pools"][0]["pending_by_class"]) == 4
+        assert all(isinstance(n, int) for n in snap["pools"][0]["pending_by_class"])
+
+
+async def test_recurring_schedules() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        schedule = {
+            "name": "nightly",
+            "cron": "0 3 * * *",
+            "tz": "Europe/Paris",
+            "template": {"json": {"report": True}, "kind": "report"},
+            "overlap": "queue",
+        }
+        assert await c.post("/v1/recurring", schedule) == (200, {})
+        status, listing = await c.get("/v1/recurring")
+        assert status == 200
+        [info] = listing["schedules"]
+        assert (info["name"], info["tz"], info["kind"], info["overlap"]) == (
+            "nightly",
+            "Europe/Paris",
+            "report",
+            "queue",
+        )
+        assert isinstance(info["next_unix_ns"], int) and info["last_task_id"] is None
+        status, error = await c.post("/v1/recurring", {**schedule, "cron": "not a cron"})
+        assert (status, error["error"]["code"]) == (400, "invalid_argument")
+        assert await c.request("DELETE", "/v1/recurring/nightly") == (200, {"removed": True})
+        assert await c.request("DELETE", "/v1/recurring/nightly") == (200, {"removed": False})
+
+
+@pytest.mark.parametrize(
+    ("verb", "path", "body", "status", "code"),
+    [
+        ("GET", "/v1/tasks/999999", None, 404, "not_found"),
+        ("GET", "/v1/tasks/by-key/nobody", None, 404, "not_found"),
+        ("GET", "/v1/tasks/99999999999999999999999", None, 400, "invalid_argument"),
+        ("POST", "/v1/tasks/7/cancel", None, 404, "not_found"),
+        ("POST", "/v1/tasks", {"pool": "nope"}, 404, "not_found"),
+        ("POST", "/v1/tasks", {"priority": "urgent"}, 400, "invalid_argument"),
+        ("POST", "/v1/tasks", {"payload": "eA==", "json": 1}, 400, "invalid_argument"),
+        ("POST", "/v1/tasks", {"tags": {"cronoq.x": "y"}}, 400, "invalid_argument"),
+        ("POST", "/v1/tasks", {"nonsense": 1}, 400, "invalid_argument"),
+        ("POST", "/v1/tasks", [1, 2], 400, "invalid_argument"),
+        ("POST", "/v1/tasks/batch", {"tasks": [{"key": "a"}, {"key": "a"}]}, 400, None),
+        ("GET", "/v1/tasks?status=sleeping", None, 400, "invalid_argument"),
+        ("GET", "/v1/tasks/1/wait?timeout_s=-1", None, 400, "invalid_argument"),
+        ("GET", "/v1/nowhere", None, 404, "not_found"),
+        ("DELETE", "/v1/tasks", None, 405, "method_not_allowed"),
+    ],
+)
+async def test_refusals_are_json_errors(
+    verb: str, path: str, body: Any, status: int, code: str | None
+) -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        got, answer = await c.request(verb, path, json=body)
+    assert got == status, answer
+    assert set(answer) == {"error"} and isinstance(answer["error"]["message"], str)
+    assert code is None or answer["error"]["code"] == code
+
+
+async def test_bad_json_is_400() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        headers = {"Content-Type": "application/json"}
+        status, answer = await c.request("POST", "/v1/tasks", data=b"{nope", headers=headers)
+    assert (status, answer["error"]["code"]) == (400, "invalid_argument")
+    assert "not JSON" in answer["error"]["message"]
+
+
+async def test_a_traceparent_header_becomes_the_task_tag() -> None:
+    app = build(load_config(PORTS0))
+    async with running(app) as c:
+        trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        _, first = await c.post("/v1/tasks", {}, headers={"traceparent": trace})
+        async with grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
+            worker = Worker(channel)
+            await worker.register()
+            lease = await worker.lease()
+            worker.outbox.put_nowait(None)
+    assert lease.task_id == int(first["id"]) and lease.tags["traceparent"] == trace
+
+
+# --- Host check, body limit ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("localhost", True),
+        ("LOCALHOST:7071", True),
+        ("127.0.0.1:1", True),
+        ("[::1]", True),
+        ("[::1]:7071", True),
+        ("evil.example", False),
+        ("evil.example:7071", False),
+        ("127.0.0.1.evil.example", False),
+        ("localhost:x", False),
+        ("[::1", False),
+        ("::1", False),
+        ("", False),
+    ],
+)
+def test_loopback_host_names(host: str, ok: bool) -> None:
+    assert loopback_host(host) is ok
+
+
+async def test_host_check_with_auth_off_on_loopback() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        status, answer = await c.get("/v1/snapshot", headers={"Host": "evil.example"})
+        assert (status, answer["error"]["code"]) == (403, "permission_denied")
+        assert (await c.get("/healthz", headers={"Host": "evil.example:80"}))[0] == 403
+        port = c.base.rsplit(":", 1)[1]
+        assert (await c.get("/v1/snapshot", headers={"Host": f"127.0.0.1:{port}"}))[0] == 200
+        assert (await c.get("/v1/snapshot", headers={"Host": "localhost"}))[0] == 200
+
+
+async def test_body_limit_refuses_before_parsing() -> None:
+    cfg = load_config(PORTS0 + "[limits]\nmax_http_body_bytes = 64\n")
+    async with running(build(cfg)) as c:
+        status, answer = await c.request("POST", "/v1/tasks", data=b"x" * 65)  # not JSON either
+        assert (status, answer["error"]["code"]) == (413, "body_too_large")
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: cut off while read
+            for _ in range(10):
+                yield b"y" * 16
+
+        status, answer = await c.request("POST", "/v1/tasks", data=chunks())
+        assert (status, answer["error"]["code"]) == (413, "body_too_large")
+        status, _ = await c.post("/v1/tasks", {"json": "x" * 20})
+        assert status == 200
+
+
+# --- standby, metrics ---------------------------------------------------------------------------
+
+
+async def test_a_standby_answers_503_until_it_leads(tmp_path: Path) -> None:
+    cfg = load_config(PORTS0 + f'[store]\nkind = "sqlite"\npath = "{tmp_path}/q.db"\n')
+    leader = build(cfg)
+    async with running(leader) as lc:
+        assert (await lc.post("/v1/tasks", {"key": "before"}))[0] == 200
+        standby = build(cfg)
+        async with running(standby, ready=False) as sc:
+            assert await sc.get("/healthz") == (200, {"status": "ok"})
+            assert await sc.get("/readyz") == (503, {"status": "standby"})
+            api = [("POST", "/v1/tasks"), ("GET", "/v1/snapshot"), ("GET", "/v1/tasks/1")]
+            for verb, path in api:
+                status, answer = await sc.request(verb, path, json={})
+                assert (status, answer["error"]["code"]) == (503, "unavailable"), path
+                assert "standby" in answer["error"]["message"]
+            status, text = await sc.get("/metrics")
+            families = text_string_to_metric_families(text)
+            values = {s.name: s.value for f in families for s in f.samples}
+            assert status == 200 and values == {"cronoq_up": 1.0, "cronoq_leader": 0.0}
+
+            stopping = asyncio.create_task(leader.stop())  # hands the file over at once
+            await asyncio.sleep(0)
+            assert await lc.get("/readyz") == (503, {"status": "stopping"})
+            await stopping
+            for _ in range(100):
+                if standby.ready:
+                    break
+                await asyncio.sleep(0.05)
+            assert await sc.get("/readyz") == (200, {"status": "ready"})
+            status, info = await sc.get("/v1/tasks/by-key/before")
+            assert (status, info["status"]) == (200, "ready")
+
+
+async def test_metrics_exposition() -> None:
+    cfg = load_config(
+        PORTS0
+        + 'metrics_addr = "127.0.0.1:0"\n'
+        + '[[pools]]\nname = "default"\n[[pools]]\nname = "gpu"\n'
+    )
+    app = build(cfg)
+    async with running(app) as c:
+        for priority in ("high", "high", "low"):
+            assert (await c.post("/v1/tasks", {"priority": priority}))[0] == 200
+        async with c.session.get(c.base + "/metrics") as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = await r.text()
+        metrics_base = f"http://{app.metrics_address}"
+        async with c.session.get(metrics_base + "/metrics") as r:
+            assert r.status == 200 and "cronoq_tasks_pending 3.0" in await r.text()
+        async with c.session.get(metrics_base + "/healthz") as r:
+            assert r.status == 404  # the metrics listener serves /metrics only
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["cronoq_tasks"].type == "counter"
+    totals = {s.labels["event"]: s.value for s in families["cronoq_tasks"].samples}
+    assert totals["submitted"] == 3 and totals["succeeded"] == 0 and len(totals) == 13
+    pending = {
+        (s.labels["pool"], s.labels["class"]): s.value
+        for s in families["cronoq_pool_pending"].samples
+    }
+    assert pending[("default", "high")] == 2 and pending[("default", "low")] == 1
+    assert pending[("gpu", "critical")] == 0 and len(pending) == 8
+    quantiles = {s.labels["quantile"] for s in families["cronoq_pool_wait_seconds"].samples}
+    assert quantiles == {"0.5", "0.9", "0.99"}
+    for name in ("cronoq_up", "cronoq_leader", "cronoq_tasks_live", "cronoq_workers_connected"):
+        assert families[name].type == "gauge"
+    assert families["cronoq_leader"].samples[0].value == 1
+    for name in ("capacity", "busy", "held", "desired", "utilization", "cost"):
+        assert {s.labels["pool"] for s in families[f"cronoq_pool_{name}"].samples} == {
+            "default",
+            "gpu",
+        }
+
+
+async def test_metrics_report_worker_groups() -> None:
+    app = build(load_config(PORTS0))
+    async with running(app) as c, grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
+        worker = Worker(channel)
+        reg = pb.Register(
+            pool="default", slots=2, worker_name="w", protocol_version=3, labels={"gpu": "a100"}
+        )
+        worker.outbox.put_nowait(pb.WorkerMessage(register=reg))
+        await worker.recv()
+        _, text = await c.get("/metrics")
+        worker.outbox.put_nowait(None)
+    samples = {
+        (s.name, s.labels.get("labels")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+    assert samples[("cronoq_group_capacity", "gpu=a100")] == 2
+    assert samples[("cronoq_workers_connected", None)] == 1
+
+
+# --- the authentication slot --------------------------------------------------------------------
+
+
+async def test_the_authorize_slot_runs_before_readiness_and_the_body() -> None:
+    seen: list[str | None] = []
+
+    async def authorize(request: web.Request, route: Route) -> None:
+        seen.append(route.method)
+        if request.headers.get("Authorization") != "Bearer good":
+            raise HttpError(401, "unauthenticated", "missing credentials")
+
+    cfg = load_config(PORTS0 + "[limits]\nmax_http_body_bytes = 16\n")
+    app = ServerApp(cfg, http_authorize=authorize)  # no services registered
+    async with running(app) as c:
+        assert (await c.get("/healthz"))[0] == 200
+        status, answer = await c.request("POST", "/v1/tasks", data=b"x" * 100)
+        assert (status, answer["error"]["code"]) == (401, "unauthenticated")
+        good = {"Authorization": "Bearer good"}
+        assert (await c.request("POST", "/v1/tasks", data=b"x" * 100, headers=good))[0] == 413
+        status, answer = await c.post("/v1/tasks", {}, headers=good)
+        assert (status, answer["error"]["code"]) == (501, "unimplemented")
+        assert (await c.get("/metrics"))[0] == 401
+    assert seen == [
+        "/cronoq.v1.Tasks/Submit",
+        "/cronoq.v1.Tasks/Submit",
+        "/cronoq.v1.Tasks/Submit",
+        "/cronoq.v1.Admin/Snapshot",
+    ]
