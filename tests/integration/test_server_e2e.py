@@ -154,3 +154,20 @@ def test_a_task_submitted_before_a_restart_runs_after_it(tmp_path: Path) -> None
         assert second.terminate(timeout=10) == 0
     finally:
         second.kill()
+
+
+def test_the_raw_worker_example_runs_against_the_server(server: Server) -> None:
+    """examples/raw_worker.py, as the README runs it."""
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "raw_worker.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--server", server.address, "--submit", "2"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    outputs = [line.split(" ", 1)[1] for line in done.stdout.splitlines()]
+    assert outputs == ["b'HELLO 0'", "b'HELLO 1'"]
