@@ -606,3 +606,38 @@ async def test_http_uses_the_same_credentials_and_roles() -> None:
     assert (client[0], client[1]["error"]["code"]) == (403, "permission_denied")
     assert metrics[0] == 200 and {p["name"] for p in metrics[1]["pools"]} == {"a", "b"}
     assert metrics_a[0] == 200 and [p["name"] for p in metrics_a[1]["pools"]] == ["a"]
+
+
+async def test_request_timeout_bounds_unary_calls_but_not_waits() -> None:
+    """limits.request_timeout_s: a unary call that takes longer ends DEADLINE_EXCEEDED; Wait and
+    Submit(wait=true) are bounded by max_wait_s instead."""
+    from cronoq.server import tasks as tasks_module
+
+    config = PORT0 + "[limits]\nrequest_timeout_s = 0.2\n"
+    slow_calls = 0
+    original = tasks_module.TasksService.Get
+
+    async def slow_get(self: Any, request: Any, context: Any) -> Any:
+        nonlocal slow_calls
+        slow_calls += 1
+        await asyncio.sleep(1.0)
+        return await original(self, request, context)
+
+    tasks_module.TasksService.Get = slow_get  # type: ignore[method-assign]
+    try:
+        async with serving(config) as stubs:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stubs.tasks.Get(pb.GetRequest(task=ref(1)))
+            assert e.value.code() == Code.DEADLINE_EXCEEDED
+            assert "request_timeout_s" in (e.value.details() or "")
+            # a wait longer than the request timeout is fine (nobody serves the pool: it times
+            # out by its own wait bound, not the request timeout)
+            task = pb.TaskSpec(payload=b"x")
+            got = await stubs.tasks.Submit(pb.SubmitRequest(task=task))
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stubs.tasks.Wait(pb.WaitRequest(task=ref(got.id), timeout_s=0.5))
+            assert e.value.code() == Code.DEADLINE_EXCEEDED
+            assert "request_timeout_s" not in (e.value.details() or "")
+    finally:
+        tasks_module.TasksService.Get = original  # type: ignore[method-assign]
+    assert slow_calls == 1

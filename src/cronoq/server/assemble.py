@@ -3,7 +3,9 @@ when credentials are configured, authentication in front of them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from aiohttp import web
@@ -17,6 +19,8 @@ from .tasks import AdminService, TasksService
 from .work import WorkService
 
 SHUTDOWN_REASON = "server shutting down"
+# Unary calls that wait for a task: bounded by limits.max_wait_s instead (in the services).
+WAITING = {"/cronoq.v1.Tasks/Wait", "/cronoq.v1.Tasks/Submit"}
 
 
 def build(cfg: ServerConfig) -> ServerApp:
@@ -44,7 +48,10 @@ def build(cfg: ServerConfig) -> ServerApp:
         cfg,
         launcher_factory=lambda _: work,
         registrars=[register],
-        interceptors=[AuthInterceptor(authenticator)] if enabled else [],
+        interceptors=[
+            *([AuthInterceptor(authenticator)] if enabled else []),
+            RequestTimeout(cfg.limits.request_timeout_s),
+        ],
         http_authorize=_http_authorize(authenticator) if enabled else None,
     )
 
@@ -72,3 +79,42 @@ def _http_authorize(
         use_principal(principal)
 
     return authorize
+
+
+class RequestTimeout(grpc.aio.ServerInterceptor):
+    """limits.request_timeout_s for unary calls: a call still running then ends with
+    DEADLINE_EXCEEDED. Waits are exempt (Wait, and Submit with wait=true)."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = handler_call_details.method
+        behavior: Any = handler.unary_unary  # an async behavior (grpc.aio)
+        seconds = self._seconds
+
+        async def bounded(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if method in WAITING and (method.endswith("/Wait") or request.wait):
+                return await behavior(request, context)
+            try:
+                return await asyncio.wait_for(behavior(request, context), seconds)
+            except TimeoutError:
+                await context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"the request took longer than limits.request_timeout_s ({seconds:g} s)",
+                )
+
+        return grpc.unary_unary_rpc_method_handler(
+            bounded,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
