@@ -1,4 +1,5 @@
-"""bench/library.py --quick runs to the end and prints every figure (targets are not checked)."""
+"""bench/library.py and bench/server.py --quick run to the end and print every figure (targets
+are not checked)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "library.py"
+SERVER_BENCH = BENCH.parent / "server.py"
 
 # One pattern per figure line; each must carry a number, and targeted figures a verdict.
 FIGURES = {
@@ -51,3 +53,46 @@ def test_quick_benchmark_prints_every_figure() -> None:
         if not re.search(pattern, proc.stdout, flags=re.MULTILINE)
     ]
     assert not missing, f"figure lines missing: {missing}\n{proc.stdout}"
+
+
+SERVER_FIGURES = {
+    "a": r"^\[a\]  bare grpc\.aio echo .*[\d,]+ pairs/s .*servicer \d+ us, worker \d+ us",
+    "b": r"^\[b\]  server, SubmitBatch .*[\d,]+ tasks/s .*[\d.]+x \[a\] .*(PASS|MISS)",
+    "b-cpu": r"^     CPU per 1k tasks: server [\d,]+ ms, worker [\d,]+ ms",
+    "c": r"^\[c\]  Submit\(wait=true\) round trip .*p50 [\d.]+ ms  p99 [\d.]+ ms .*(PASS|MISS)",
+    "header-python": r"^python: ",
+    "header-platform": r"^platform: .*grpcio ",
+    "header-cpus": r"^cpus: ",
+    "summary": r"^targets:  \d/2 met",
+}
+
+SERVER_PROFILE = {
+    "rate": r"^\[b\] under cProfile, N=[\d,]+: [\d,]+ tasks/s; server CPU [\d,]+ ms per 1k",
+    "areas": r"^ +[\d.]+%  +[\d.]+ us/task  cronoq\.server$",
+    "top": r"ncalls +tottime +percall +cumtime",
+}
+
+
+def _run(args: list[str], patterns: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SERVER_BENCH), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=BENCH.parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    missing = [
+        name
+        for name, pattern in patterns.items()
+        if not re.search(pattern, proc.stdout, flags=re.MULTILINE)
+    ]
+    assert not missing, f"lines missing: {missing}\n{proc.stdout}"
+
+
+def test_quick_server_benchmark_prints_every_figure() -> None:
+    _run(["--quick"], SERVER_FIGURES)
+
+
+def test_quick_server_profile_prints_where_the_time_goes() -> None:
+    _run(["--quick", "--profile"], SERVER_PROFILE)
