@@ -34,7 +34,11 @@ log = logging.getLogger("cronoq.server")
 REGISTER_TIMEOUT = 10.0
 MAX_FAIL_MESSAGE = 8192
 
-_PRIORITY_NAMES = ("PRIORITY_CRITICAL", "PRIORITY_HIGH", "PRIORITY_NORMAL", "PRIORITY_LOW")
+# cronoq.v1.Priority numbers by engine class, looked up once.
+_PRIORITY = tuple(
+    pb.Priority.Value(n)
+    for n in ("PRIORITY_CRITICAL", "PRIORITY_HIGH", "PRIORITY_NORMAL", "PRIORITY_LOW")
+)
 _CODES = {
     "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
@@ -147,19 +151,20 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
 
     def _lease(self, att: Attempt) -> pb.Lease:
         rec = att.task
-        tags = rec.tags or {}
         msg = pb.Lease(
             lease=att.lease,
             task_id=rec.id,
             attempt=att.number,
             payload=rec.payload if isinstance(rec.payload, bytes) else b"",
-            content_type=tags.get(CONTENT_TYPE_TAG, ""),
             kind=rec.kind,
             key=rec.key or "",
-            tags={k: v for k, v in tags.items() if not k.startswith("cronoq.")},
             pool=rec.pool,
-            priority=pb.Priority.Value(_PRIORITY_NAMES[rec.cls]),
+            priority=_PRIORITY[rec.cls],
         )
+        tags = rec.tags
+        if tags:  # (a map argument costs even when empty: set it only when there are tags)
+            msg.content_type = tags.get(CONTENT_TYPE_TAG, "")
+            msg.tags.update({k: v for k, v in tags.items() if not k.startswith("cronoq.")})
         if rec.timeout is not None:
             msg.timeout_s = rec.timeout
         if rec.deadline is not None:
