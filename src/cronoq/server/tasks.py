@@ -126,19 +126,28 @@ class _Base:
     def _pool_retry(self, engine: Engine) -> dict[str, RetryPolicy]:
         return {name: p.cfg.retry for name, p in engine.pools.items()}
 
-    def _spec(
-        self, spec: pb.TaskSpec, field: str, engine: Engine, context: Context
-    ) -> tuple[bytes, dict[str, Any]]:
-        payload, options = convert.spec_to_task(
-            spec,
-            self._limits,
-            field=field,
-            default_pool=self._sched.default_pool,
-            pool_retry=self._pool_retry(engine),
-        )
-        _add_traceparent(options, context, self._limits)
-        _scope(options, field, self._sched.default_pool, current_principal())
-        return payload, options
+    def _specs(
+        self, specs: Sequence[tuple[str, pb.TaskSpec]], engine: Engine, context: Context
+    ) -> list[tuple[bytes, dict[str, Any]]]:
+        """Each (field name, TaskSpec) as submit()'s payload and options. What is the same for
+        every task of the call (pool retry defaults, the caller, its traceparent) is looked
+        up once."""
+        retry = self._pool_retry(engine)
+        caller = current_principal()
+        trace = _traceparent(context, self._limits)
+        default_pool = self._sched.default_pool
+        out = []
+        for field, spec in specs:
+            payload, options = convert.spec_to_task(
+                spec, self._limits, field=field, default_pool=default_pool, pool_retry=retry
+            )
+            if trace is not None:
+                tags = options.get("tags") or {}
+                tags.setdefault("traceparent", trace)
+                options["tags"] = tags
+            _scope(options, field, default_pool, caller)
+            out.append((payload, options))
+        return out
 
 
 def _scope(options: dict[str, Any], field: str, default_pool: str, caller: Principal) -> None:
@@ -170,17 +179,13 @@ def _pool_filter(pools: set[str], caller: Principal) -> set[str]:
     return pools or set(caller.pools)
 
 
-def _add_traceparent(options: dict[str, Any], context: Context, limits: LimitsSettings) -> None:
-    """A `traceparent` request header becomes the task tag of that name unless the spec has
-    one (SERVER.md 3.1), so attempts carry the caller's trace."""
-    tags = options.get("tags") or {}
-    if "traceparent" in tags:
-        return
+def _traceparent(context: Context, limits: LimitsSettings) -> str | None:
+    """A `traceparent` request header: it becomes the task tag of that name unless the spec
+    has one (SERVER.md 3.1), so attempts carry the caller's trace."""
     for k, v in context.invocation_metadata() or ():
         if k == "traceparent" and isinstance(v, str):
-            tags["traceparent"] = convert.check_name("traceparent", v, limits.max_tag_len)
-            options["tags"] = tags
-            return
+            return convert.check_name("traceparent", v, limits.max_tag_len)
+    return None
 
 
 async def _settle(handle: TaskHandle) -> None:
@@ -250,7 +255,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
     @_rpc
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         engine = self._engine()
-        payload, options = self._spec(request.task, "task", engine, context)
+        ((payload, options),) = self._specs([("task", request.task)], engine, context)
         budget = 0.0
         if request.wait:
             requested = request.wait_timeout_s if request.HasField("wait_timeout_s") else None
@@ -275,9 +280,9 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             raise InvalidArgument(
                 "tasks", f"at most max_tasks_per_batch={self._limits.max_tasks_per_batch} tasks"
             )
-        specs = [
-            self._spec(spec, f"tasks[{i}]", engine, context) for i, spec in enumerate(request.tasks)
-        ]
+        specs = self._specs(
+            [(f"tasks[{i}]", spec) for i, spec in enumerate(request.tasks)], engine, context
+        )
         self._admit(engine, [options for _, options in specs])
         handles = await self._sched.submit_batch(
             [Task(payload, **options) for payload, options in specs]
