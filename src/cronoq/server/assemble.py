@@ -14,6 +14,7 @@ from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .app import ServerApp
 from .auth import Authenticator, AuthInterceptor, Unauthenticated, allowed, use_principal
 from .config import ServerConfig
+from .decode import DecodeGuard
 from .http import HttpError, Route
 from .tasks import AdminService, TasksService
 from .work import WorkService
@@ -30,6 +31,8 @@ def build(cfg: ServerConfig) -> ServerApp:
         pool_slot_caps={p.name: p.max_slots_per_worker for p in cfg.pools},
         slot_cap=cfg.limits.max_slots_per_worker,
         max_message_bytes=cfg.limits.max_message_bytes,
+        max_tags=cfg.limits.max_tags,
+        max_tag_len=cfg.limits.max_tag_len,
     )
 
     def register(app: ServerApp, server: grpc.aio.Server) -> None:
@@ -49,6 +52,7 @@ def build(cfg: ServerConfig) -> ServerApp:
         launcher_factory=lambda _: work,
         registrars=[register],
         interceptors=[
+            DecodeGuard(),  # outermost: later layers only ever see decoded requests
             *([AuthInterceptor(authenticator)] if enabled else []),
             RequestTimeout(cfg.limits.request_timeout_s),
         ],

@@ -450,6 +450,8 @@ async def _body(request: web.Request) -> Any:
         return json.loads(raw or b"{}")
     except ValueError as e:
         raise _invalid(f"the body is not JSON: {e}") from None
+    except RecursionError:
+        raise _invalid("the body is not JSON this server reads: nested too deeply") from None
 
 
 def _task_ref(request: web.Request) -> dict[str, str]:

@@ -27,12 +27,14 @@ from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .auth import Principal, current_principal
 from .convert import CONTENT_TYPE_TAG
+from .decode import Undecodable
 from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
 log = logging.getLogger("cronoq.server")
 
 REGISTER_TIMEOUT = 10.0
 MAX_FAIL_MESSAGE = 8192
+MAX_DURATION = 100 * 365 * 86400.0  # durations from clients: at most 100 years (SERVER.md 7)
 
 # cronoq.v1.Priority numbers by engine class, looked up once.
 _PRIORITY = tuple(
@@ -84,12 +86,18 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         slot_cap: int | None,
         max_message_bytes: int,
         register_timeout: float = REGISTER_TIMEOUT,
+        max_tags: int = 32,
+        max_tag_len: int = 256,
     ) -> None:
+        """`max_tags`/`max_tag_len`: limits.max_tags and max_tag_len, which bound the labels and
+        the name a worker registers with, as they bound a task's tags."""
         self._pool_max = dict(pool_max)
         self._pool_caps = dict(pool_slot_caps)
         self._slot_cap = slot_cap
         self._max_message_bytes = max_message_bytes
         self._register_timeout = register_timeout
+        self._max_tags = max_tags
+        self._max_tag_len = max_tag_len
         self.workers: Workers | None = None
         self._kick: Callable[[], None] = lambda: None
         self._streams: dict[int, _Stream] = {}
@@ -202,6 +210,8 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"register was not sent within {self._register_timeout:g} s",
             )
+        except Undecodable as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
             st = self._register(first, caller)
         except _Cut as cut:
@@ -231,8 +241,19 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         if first.WhichOneof("msg") != "register":
             raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
         reg = first.register
-        if "\0" in reg.worker_name or any("\0" in k or "\0" in v for k, v in reg.labels.items()):
+        texts = [reg.worker_name, *reg.labels.keys(), *reg.labels.values()]
+        if any("\0" in t for t in texts):
             raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "register: NUL in a name or label")
+        if len(reg.labels) > self._max_tags:
+            raise _Cut(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"register.labels: at most limits.max_tags={self._max_tags} labels",
+            )
+        if any(len(t.encode()) > self._max_tag_len for t in texts):
+            raise _Cut(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"register: a name or label longer than limits.max_tag_len={self._max_tag_len}",
+            )
         if not caller.sees(reg.pool):
             raise _Cut(
                 grpc.StatusCode.PERMISSION_DENIED, f"register.pool: {reg.pool!r} is not allowed"
@@ -274,8 +295,15 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         except _Cut as cut:
             self._close(st)
             return cut
+        except Undecodable as e:
+            self._close(st)
+            return _Cut(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
+        except Exception:  # a bug of ours: end this stream (never leave a ghost worker)
+            log.exception("event=worker_stream_failed worker=%d", st.worker.id)
+            self._close(st)
+            return _Cut(grpc.StatusCode.INTERNAL, "the server failed handling this stream")
         self._close(st)
         return None
 
@@ -293,6 +321,12 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             f = msg.fail
             message = f.message.encode()[:MAX_FAIL_MESSAGE].decode(errors="ignore")
             retry_after = f.retry_after_s if f.HasField("retry_after_s") else None
+            if retry_after is not None and not 0.0 <= retry_after <= MAX_DURATION:
+                raise _Cut(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"fail.retry_after_s: invalid duration {retry_after!r}"
+                    " (must be finite and within [0, 100 years])",
+                )
             ws.fail(w, f.lease, message, now, permanent=f.permanent, retry_after=retry_after)
         elif kind == "set_slots":
             ws.set_slots(w, msg.set_slots.slots, now)
