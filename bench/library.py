@@ -60,11 +60,9 @@ import asyncio
 import cProfile
 import gc
 import io
-import math
 import os
 import platform
 import pstats
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -72,7 +70,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import cronoq
+from _common import percentile, source, verdict
 from cronoq import Pool, Scheduler, Task
 from cronoq.core.engine import Engine
 from cronoq.core.model import PoolConfig, TaskRecord
@@ -163,22 +161,12 @@ def _scheduler() -> Scheduler:
     return Scheduler([Pool(POOL, noop, autoscale=False, max=SLOTS)])
 
 
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def _rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
 def _us(rate: float) -> str:
     return f"{1e6 / rate:.2f} us each"
-
-
-def _percentile(sorted_xs: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    rank = max(1, math.ceil(p * len(sorted_xs)))
-    return sorted_xs[rank - 1]
 
 
 # --- phase bodies: each returns elapsed seconds of its timed region -------------------------
@@ -547,26 +535,6 @@ async def phase_mem_scheduler(n: int) -> tuple[float, float]:
 # --- the run -------------------------------------------------------------------------------
 
 
-def _source() -> str:
-    """Where cronoq was imported from, and its git commit (+ changed files under src/)."""
-    where = os.path.dirname(os.path.abspath(cronoq.__file__))
-    desc = f"cronoq {cronoq.__version__} from {where}"
-    try:
-        git = ["git", "-C", where]
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=5
-        ).stdout.split("\n")
-    except (OSError, subprocess.SubprocessError):
-        return desc
-    if head:
-        changed = [ln[3:] for ln in dirty if ln.strip()]
-        desc += f" (git {head}" + (f", uncommitted: {', '.join(changed)})" if changed else ")")
-    return desc
-
-
 def _header(sz: Sizes, quick: bool) -> None:
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -575,7 +543,7 @@ def _header(sz: Sizes, quick: bool) -> None:
     print("cronoq library benchmark" + (" (--quick sizes)" if quick else ""))
     print(f"python:   {platform.python_implementation()} {sys.version.split()[0]}")
     print(f"platform: {platform.platform()} ({platform.machine()})")
-    print(f"source:   {_source()}")
+    print(f"source:   {source()}")
     try:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except (AttributeError, OSError):  # not on every platform
@@ -630,7 +598,7 @@ def run(sz: Sizes, quick: bool) -> int:
         nonlocal misses, total
         total += 1
         misses += not ok
-        return _verdict(ok)
+        return verdict(ok)
 
     n = sz.n
     print(
@@ -652,8 +620,8 @@ def run(sz: Sizes, quick: bool) -> int:
         f"({_fmt_runs(runs['batch'])})"
     )
     rt = res["rt"]
-    p50 = _percentile(rt, 0.50) * 1e6
-    p99 = _percentile(rt, 0.99) * 1e6
+    p50 = percentile(rt, 0.50) * 1e6
+    p99 = percentile(rt, 0.99) * 1e6
     print(
         f"[2c] idle round trip        {len(rt):,} samples: p50 {p50:.1f} us  p99 {p99:.1f} us  "
         f"target p50 <= {TARGET_IDLE_P50_US:.0f} us  {target(p50 <= TARGET_IDLE_P50_US)}"
@@ -846,7 +814,7 @@ def profile(phase: str, sz: Sizes, top: int) -> int:
             f"phase 6, backlog {se.backlog:,}, {cycles:,} cycles: {cycles / dt:,.0f} cycles/s "
             "under cProfile"
         )
-    print(f"source: {_source()}")
+    print(f"source: {source()}")
     print(what)
     print(hook.report(top))
     return 0

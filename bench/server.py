@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import math
 import os
 import platform
 import pstats
@@ -54,7 +53,7 @@ from typing import Any
 
 import grpc
 
-import cronoq
+from _common import percentile, source, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.config import LimitsSettings
@@ -363,37 +362,8 @@ async def phase_roundtrip(client: Client, warmup: int, samples: int) -> list[flo
 # --- the run -----------------------------------------------------------------------------------
 
 
-def _percentile(sorted_xs: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    return sorted_xs[max(1, math.ceil(p * len(sorted_xs))) - 1]
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def _runs(xs: list[float]) -> str:
     return "runs " + " ".join(f"{x / 1000:.1f}k" for x in xs)
-
-
-def _source() -> str:
-    """Where cronoq was imported from, and its git commit (+ changed files under src/)."""
-    where = os.path.dirname(os.path.abspath(cronoq.__file__))
-    desc = f"cronoq {cronoq.__version__} from {where}"
-    try:
-        git = ["git", "-C", where]
-        head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, timeout=5
-        ).stdout.split("\n")
-    except (OSError, subprocess.SubprocessError):
-        return desc
-    if head:
-        changed = [ln[3:] for ln in dirty if ln.strip()]
-        desc += f" (git {head}" + (f", uncommitted: {', '.join(changed)})" if changed else ")")
-    return desc
 
 
 def _header(title: str, sz: Sizes) -> None:
@@ -401,7 +371,7 @@ def _header(title: str, sz: Sizes) -> None:
     print(title)
     print(f"python:   {platform.python_implementation()} {sys.version.split()[0]}")
     print(f"platform: {platform.platform()} ({platform.machine()}); grpcio {grpc.__version__}")
-    print(f"source:   {_source()}")
+    print(f"source:   {source()}")
     print(
         f"cpus:     {os.cpu_count()} (usable: {len(os.sched_getaffinity(0))}); load average "
         f"{load}; processes: this client, the server (or echo servicer), one worker"
@@ -457,8 +427,8 @@ async def bench(sz: Sizes) -> int:
     ea = max(echo_runs, key=lambda r: r.rate)
     sb = max(server_runs, key=lambda r: r.rate)
     ratio = sb.rate / ea.rate
-    p50 = _percentile(rt, 0.50) * 1e3
-    p99 = _percentile(rt, 0.99) * 1e3
+    p50 = percentile(rt, 0.50) * 1e3
+    p99 = percentile(rt, 0.99) * 1e3
     print(
         f"[a]  bare grpc.aio echo     N={sz.n:,}: {ea.rate:>8,.0f} pairs/s "
         f"({1e6 / ea.rate:.0f} us each)   CPU per pair: servicer {ea.servicer_cpu * 1e6:.0f} us, "
@@ -467,7 +437,7 @@ async def bench(sz: Sizes) -> int:
     print(
         f"[b]  server, SubmitBatch    N={sz.n:,}: {sb.rate:>8,.0f} tasks/s "
         f"({1e6 / sb.rate:.0f} us each)   {ratio:.2f}x [a]  target >= {TARGET_RATIO}x  "
-        f"{_verdict(ratio >= TARGET_RATIO)}   ({_runs([r.rate for r in server_runs])})"
+        f"{verdict(ratio >= TARGET_RATIO)}   ({_runs([r.rate for r in server_runs])})"
     )
     print(
         f"     CPU per 1k tasks: server {sb.server_cpu * 1e6:,.0f} ms, worker "
@@ -476,7 +446,7 @@ async def bench(sz: Sizes) -> int:
     )
     print(
         f"[c]  Submit(wait=true) round trip  {len(rt):,} samples: p50 {p50:.2f} ms  "
-        f"p99 {p99:.2f} ms  target p50 <= {TARGET_P50_MS:g} ms  {_verdict(p50 <= TARGET_P50_MS)}"
+        f"p99 {p99:.2f} ms  target p50 <= {TARGET_P50_MS:g} ms  {verdict(p50 <= TARGET_P50_MS)}"
     )
     met = (ratio >= TARGET_RATIO) + (p50 <= TARGET_P50_MS)
     print(f"\ntargets:  {met}/2 met")

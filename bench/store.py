@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import cronoq
+from _common import verdict
 from cronoq import Pool, Scheduler, SqliteStore, Task
 
 SLOTS = 64
@@ -126,10 +127,6 @@ async def phase_concurrent(m: int, store: SqliteStore) -> tuple[float, int]:
     return dt, counting.commits
 
 
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 async def _best(reps: int, runs: list[Callable[[], Awaitable[float]]]) -> list[list[float]]:
     """Interleaved runs of each phase, `reps` rounds; returns seconds per phase per round."""
     out: list[list[float]] = [[] for _ in runs]
@@ -158,7 +155,7 @@ async def main_async(n: int, m: int, reps: int) -> None:
         )
         print(
             f"[2]  SQLite batch         N={n:,}: {r_dur:>10,.0f} tasks/s   {ratio:.2f}x [1]  "
-            f"target >= {TARGET_BATCH_RATIO}x  {_verdict(ratio >= TARGET_BATCH_RATIO)}   "
+            f"target >= {TARGET_BATCH_RATIO}x  {verdict(ratio >= TARGET_BATCH_RATIO)}   "
             f"(runs {' '.join(f'{n / x / 1e3:.0f}k' for x in dur)})"
         )
         met = ratio >= TARGET_BATCH_RATIO
@@ -169,7 +166,7 @@ async def main_async(n: int, m: int, reps: int) -> None:
             met += loop_rate >= TARGET_SEQ_RATE
             print(
                 f"{label} M={m:,}: {loop_rate:>10,.0f} acknowledged submits/s  "
-                f"target >= {TARGET_SEQ_RATE:,.0f}  {_verdict(loop_rate >= TARGET_SEQ_RATE)}   "
+                f"target >= {TARGET_SEQ_RATE:,.0f}  {verdict(loop_rate >= TARGET_SEQ_RATE)}   "
                 f"({all_rate:,.0f} tasks/s to the last result)"
             )
         conc = [await phase_concurrent(m, files.store()) for _ in range(reps)]
