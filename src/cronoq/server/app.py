@@ -41,6 +41,7 @@ from .config import (
     library_resources,
 )
 from .http import Authorize, HttpListener, ssl_context
+from .logs import event
 
 __all__ = ["DRAIN_S", "BytesCodec", "Registrar", "ServerApp"]
 
@@ -51,11 +52,6 @@ DRAIN_S = 5.0  # how long the listener drains calls still open at the end (SERVE
 Registrar = Callable[["ServerApp", grpc.aio.Server], None]
 LauncherFactory = Callable[["ServerApp"], Launcher]
 StopHook = Callable[[], Awaitable[None]]
-
-
-def _event(level: int, name: str, **fields: Any) -> None:
-    """Log one structured event: `name` is the message, `fields` go out as key=value pairs."""
-    log.log(level, name, extra={"fields": fields})
 
 
 class BytesCodec:
@@ -166,21 +162,21 @@ class ServerApp:
         self._server = server
         self.grpc_address = SocketAddress(address.host, port)
         tls = self._credentials is not None
-        _event(logging.INFO, "listening", grpc=self.grpc_address, tls=tls)
+        event(log, logging.INFO, "listening", grpc=self.grpc_address, tls=tls)
         self.http_address, self.metrics_address = await self._http.start()
-        _event(logging.INFO, "listening", http=self.http_address, tls=tls)
+        event(log, logging.INFO, "listening", http=self.http_address, tls=tls)
         if self.metrics_address is not None:
-            _event(logging.INFO, "listening", metrics=self.metrics_address, tls=False)
+            event(log, logging.INFO, "listening", metrics=self.metrics_address, tls=False)
         return self.grpc_address
 
     async def lead(self) -> None:
         """Start the scheduler (a standby waits here for the leadership), then serve."""
         if self.store is not None:
-            _event(logging.INFO, "awaiting_leadership", store=self.store.path)
+            event(log, logging.INFO, "awaiting_leadership", store=self.store.path)
         await self.scheduler.start()
         if self._state == "standby":
             self._state = "ready"
-            _event(logging.INFO, "ready")
+            event(log, logging.INFO, "ready")
 
     async def stop(self) -> None:
         """Graceful shutdown (SERVER.md 8.6): refuse new calls, let running attempts finish
@@ -191,7 +187,7 @@ class ServerApp:
             return
         self._state = "stopping"
         grace = self.cfg.server.shutdown_grace_s
-        _event(logging.INFO, "stopping", grace_s=grace)
+        event(log, logging.INFO, "stopping", grace_s=grace)
         await self.scheduler.shutdown(grace)
         for hook in self._on_stop:
             try:
@@ -201,7 +197,7 @@ class ServerApp:
         if self._server is not None:
             await self._server.stop(DRAIN_S)
         await self._http.stop()
-        _event(logging.INFO, "stopped")
+        event(log, logging.INFO, "stopped")
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Listen, lead, and serve until `stop` is set; stopping also ends a standby's wait."""

@@ -28,9 +28,11 @@ from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .auth import Principal, current_principal
 from .convert import CONTENT_TYPE_TAG
 from .decode import Undecodable
+from .logs import event
 from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
 log = logging.getLogger("cronoq.server")
+
 
 REGISTER_TIMEOUT = 10.0
 MAX_FAIL_MESSAGE = 8192
@@ -184,7 +186,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
     def _send(self, w: RemoteWorker, msg: pb.ServerMessage) -> None:
         st = self._streams.get(w.id)
         if st is not None and not st.send(msg):
-            log.warning("event=worker_overflow worker=%d pool=%s", w.id, w.pool)
+            event(log, logging.WARNING, "worker_overflow", worker=w.id, pool=w.pool)
             self._close(st)
 
     def _close(self, st: _Stream) -> None:
@@ -281,7 +283,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         if ttl is not None:
             registered.lease_ttl_s = ttl
         st.send(pb.ServerMessage(registered=registered))  # before any lease can be queued
-        log.info("event=worker_registered worker=%d pool=%s slots=%d", w.id, w.pool, w.granted)
+        event(log, logging.INFO, "worker_registered", worker=w.id, pool=w.pool, slots=w.granted)
         self._kick()
         return st
 
@@ -301,7 +303,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         except Exception:  # a bug of ours: end this stream (never leave a ghost worker)
-            log.exception("event=worker_stream_failed worker=%d", st.worker.id)
+            log.exception("worker_stream_failed", extra={"fields": {"worker": st.worker.id}})
             self._close(st)
             return _Cut(grpc.StatusCode.INTERNAL, "the server failed handling this stream")
         self._close(st)
@@ -348,5 +350,5 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         self._streams.pop(st.worker.id, None)
         if self.workers is not None and not st.worker.gone:
             self.workers.drop(st.worker, time.time())
-            log.info("event=worker_gone worker=%d pool=%s", st.worker.id, st.worker.pool)
+            event(log, logging.INFO, "worker_gone", worker=st.worker.id, pool=st.worker.pool)
             self._kick()
