@@ -272,3 +272,25 @@ async def test_losing_the_leadership_sends_shutdown_not_leader(tmp_path: Any) ->
                 await sched.submit(b"x")
     finally:
         await grpc_server.stop(0)
+
+
+async def test_a_full_outbound_buffer_ends_that_stream() -> None:
+    """The outbound buffer is bounded (2 x slots + 8). (A real gRPC client keeps reading its
+    socket into its own buffer whatever the application does, so the overflow is driven here
+    through the service's own send path.)"""
+    from cronoq.server.work import _Stream
+    from cronoq.server.workers import RemoteWorker
+
+    svc = WorkService(
+        pool_max={"p": 4}, pool_slot_caps={"p": None}, slot_cap=None, max_message_bytes=1 << 20
+    )
+    w = RemoteWorker(1, "p", "w", {}, requested=1, granted=1, registered_at=0.0)
+    st = svc._streams[w.id] = _Stream(w)
+    assert st.queue.maxsize == 2 * 1 + 8
+    ping = pb.ServerMessage(abort=pb.Abort(lease=1, reason="x"))
+    for _ in range(st.queue.maxsize):
+        svc._send(w, ping)
+    assert not st.overflowed and w.id in svc._streams
+    svc._send(w, ping)  # one too many: the stream ends instead of dropping a message
+    assert st.overflowed and w.id not in svc._streams
+    assert st.queue.qsize() == 1 and st.queue.get_nowait() is None  # the writer stops at once
