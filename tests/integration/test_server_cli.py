@@ -10,10 +10,13 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -373,5 +376,17 @@ async def test_tls_listener(tmp_path: Path) -> None:
     async with grpc.aio.secure_channel(str(app.grpc_address), creds, options) as ch:
         request = cronoq_pb2.GetRequest(task=cronoq_pb2.TaskRef(id=3))
         assert (await cronoq_pb2_grpc.TasksStub(ch).Get(request)).id == 3
+
+    def https(scheme: str) -> str:
+        context = ssl.create_default_context(cafile=str(cert))
+        port = app.http_address.port if app.http_address else 0
+        url = f"{scheme}://localhost:{port}/healthz"
+        with urllib.request.urlopen(url, context=context, timeout=5) as r:
+            return str(r.read().decode())
+
+    # the HTTP listener speaks TLS too, and only TLS
+    assert '"ok"' in await asyncio.to_thread(https, "https")
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        await asyncio.to_thread(https, "http")
     stop.set()
     await serving
