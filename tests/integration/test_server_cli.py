@@ -4,6 +4,7 @@ process with stand-in servicers: flags, config errors, logs, port 0, signals, st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import re
@@ -18,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,30 @@ class Server:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+@dataclass
+class Serving:
+    """A server process that is ready: its addresses and a channel to its gRPC listener."""
+
+    server: Server
+    address: str
+    http_address: str
+    channel: grpc.Channel
+
+
+@contextlib.contextmanager
+def serving_process(directory: Path, config: str) -> Iterator[Serving]:
+    """Start a server with `config` (its HTTP address on port 0 too), wait until it serves,
+    and kill it at the end: the module-scoped fixtures of the process-level test files."""
+    s = Server(write(directory, config))
+    try:
+        http_address = s.wait_for(r"event=listening http=(\S+)").group(1)
+        s.wait_for("event=ready")
+        with grpc.insecure_channel(s.address) as channel:
+            yield Serving(s, s.address, http_address, channel)
+    finally:
+        s.kill()
 
 
 @pytest.fixture

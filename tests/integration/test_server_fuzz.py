@@ -26,7 +26,7 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_server_cli import PORT0, Server, write
+from test_server_cli import PORT0, Serving, serving_process
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 
@@ -124,24 +124,10 @@ METHODS = {
 }
 
 
-@dataclass
-class Target:
-    server: Server
-    grpc_address: str
-    http_address: str
-    channel: grpc.Channel
-
-
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    s = Server(write(tmp_path_factory.mktemp("fuzz"), CONFIG))
-    try:
-        http_address = s.wait_for(r"event=listening http=(\S+)").group(1)
-        s.wait_for("event=ready")
-        with grpc.insecure_channel(s.address) as channel:
-            yield Target(s, s.address, http_address, channel)
-    finally:
-        s.kill()
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
+    with serving_process(tmp_path_factory.mktemp("fuzz"), CONFIG) as serving:
+        yield serving
 
 
 # --- calling any method with bytes -----------------------------------------------------------
@@ -208,7 +194,7 @@ RAW = st.one_of(
 @pytest.mark.parametrize("path", sorted(METHODS))
 @settings(max_examples=20, **SETTINGS)
 @given(bodies=st.lists(RAW, min_size=1, max_size=3))
-def test_random_bytes(target: Target, path: str, bodies: list[bytes]) -> None:
+def test_random_bytes(target: Serving, path: str, bodies: list[bytes]) -> None:
     """Bytes that are no message of the method's type are the client's fault: INVALID_ARGUMENT
     (or another refusal), never INTERNAL or UNKNOWN."""
     check_answer(path, invoke(target.channel, path, bodies))
@@ -370,12 +356,12 @@ def absurd(descriptor: Any) -> st.SearchStrategy[Message]:
     return st.fixed_dictionaries(required, optional=fields).map(lambda v: _build(cls, v))
 
 
-def _absurd_test(path: str, examples: int) -> Callable[[Target], None]:
+def _absurd_test(path: str, examples: int) -> Callable[[Serving], None]:
     method = METHODS[path]
 
     @settings(max_examples=examples, **SETTINGS)
     @given(msg=absurd(method.input_type))
-    def test(target: Target, msg: Message) -> None:
+    def test(target: Serving, msg: Message) -> None:
         check_answer(path, invoke(target.channel, path, [msg.SerializeToString()]))
 
     return test
@@ -396,7 +382,7 @@ test_absurd_remove_recurring = _absurd_test("/cronoq.v1.Admin/RemoveRecurring", 
     "path",
     ["/cronoq.v1.Admin/Snapshot", "/cronoq.v1.Admin/ListWorkers", "/cronoq.v1.Admin/ListRecurring"],
 )
-def test_empty_requests_after_the_fuzzing(target: Target, path: str) -> None:
+def test_empty_requests_after_the_fuzzing(target: Serving, path: str) -> None:
     """The Admin views still answer, and their answers parse, whatever the fuzzing added."""
     outcome = invoke(target.channel, path, [b""])
     assert outcome.code is Code.OK, outcome
@@ -534,7 +520,7 @@ CASES = list(_cases())
 
 
 @pytest.mark.parametrize(("method", "request_"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_absurd_value_is_invalid_argument(target: Target, method: str, request_: Message) -> None:
+def test_absurd_value_is_invalid_argument(target: Serving, method: str, request_: Message) -> None:
     service = "Admin" if "Recurring" in method else "Tasks"
     path = f"/cronoq.v1.{service}/{method}"
     outcome = invoke(target.channel, path, [request_.SerializeToString()], watch_s=3.0)
@@ -542,7 +528,7 @@ def test_absurd_value_is_invalid_argument(target: Target, method: str, request_:
     assert outcome.details, "the refusal names the field and the rule"
 
 
-def test_self_dependency_and_far_times_are_refused_or_harmless(target: Target) -> None:
+def test_self_dependency_and_far_times_are_refused_or_harmless(target: Serving) -> None:
     """A task depending on its own key, and start/deadline times at the ends of int64."""
     stub = target.channel.unary_unary("/cronoq.v1.Tasks/Submit")
     own = _submit(key="self-dep", deps=[pb.Dep(target=pb.TaskRef(key="self-dep"))])
@@ -558,7 +544,7 @@ def test_self_dependency_and_far_times_are_refused_or_harmless(target: Target) -
             )
 
 
-def test_oversized_message_is_resource_exhausted(target: Target) -> None:
+def test_oversized_message_is_resource_exhausted(target: Serving) -> None:
     request = _submit(payload=b"x" * (MAX_MESSAGE + 1))
     outcome = invoke(target.channel, "/cronoq.v1.Tasks/Submit", [request.SerializeToString()])
     assert outcome.code is Code.RESOURCE_EXHAUSTED, outcome
@@ -784,12 +770,12 @@ def _workers_of(channel: grpc.Channel, *pools: str) -> list[str]:
     return [w.name for w in _list_workers(channel) if w.pool in pools]
 
 
-def test_absurd_worker_streams_end_only_themselves(target: Target) -> None:
+def test_absurd_worker_streams_end_only_themselves(target: Serving) -> None:
     submit = target.channel.unary_unary("/cronoq.v1.Tasks/Submit")
-    good = GoodWorker(target.grpc_address)
+    good = GoodWorker(target.address)
     assert good.registered.wait(5), good.ended
-    client = Client(target.grpc_address)
-    fuzz_channel = grpc.insecure_channel(target.grpc_address)
+    client = Client(target.address)
+    fuzz_channel = grpc.insecure_channel(target.address)
     streams: list[tuple[Outcome, list[str | None]]] = []
 
     @settings(max_examples=50, **SETTINGS)
@@ -874,18 +860,18 @@ STREAM_REFUSALS: list[tuple[str, list[pb.WorkerMessage], grpc.StatusCode]] = [
     ("name", "plan", "code"), STREAM_REFUSALS, ids=[c[0] for c in STREAM_REFUSALS]
 )
 def test_worker_stream_refusals(
-    target: Target, name: str, plan: list[pb.WorkerMessage], code: grpc.StatusCode
+    target: Serving, name: str, plan: list[pb.WorkerMessage], code: grpc.StatusCode
 ) -> None:
     """SERVER.md 4.2 and 4.6: a refused register or a protocol violation cuts the stream with
     its code (and a stream without a violation would end OK on the half-close)."""
-    with grpc.insecure_channel(target.grpc_address) as channel:
+    with grpc.insecure_channel(target.address) as channel:
         outcome, got = absurd_stream(channel, plan, ["ignore"], open_s=1.0)
     assert outcome.code is code, f"{name}: {outcome}"
     assert [m.WhichOneof("msg") for m in got] in ([], ["registered"])
 
 
 @pytest.mark.parametrize("retry_after", [INF, NAN, -1.0, 1e300])
-def test_fail_with_an_absurd_retry_after(target: Target, retry_after: float) -> None:
+def test_fail_with_an_absurd_retry_after(target: Serving, retry_after: float) -> None:
     """A worker's `fail.retry_after_s` is a duration it sends: finite and within [0, 100 years]
     (SERVER.md 3.1), else the stream is cut with INVALID_ARGUMENT; the attempt then fails as
     retryable like any of a dropped stream, so the task is offered again, never parked
@@ -893,7 +879,7 @@ def test_fail_with_an_absurd_retry_after(target: Target, retry_after: float) -> 
     submit = target.channel.unary_unary("/cronoq.v1.Tasks/Submit")
     raw = submit(_submit(pool="edge", payload=b"edge").SerializeToString(), timeout=5)
     task_id = pb.SubmitResponse.FromString(raw).id
-    with grpc.insecure_channel(target.grpc_address) as channel:
+    with grpc.insecure_channel(target.address) as channel:
         register = pb.WorkerMessage(register=pb.Register(pool="edge", slots=1))
         outbox: queue.Queue[pb.WorkerMessage | None] = queue.Queue()
         outbox.put(register)
@@ -925,14 +911,14 @@ def test_fail_with_an_absurd_retry_after(target: Target, retry_after: float) -> 
     )
 
 
-def test_undecodable_message_after_register_ends_that_stream(target: Target) -> None:
+def test_undecodable_message_after_register_ends_that_stream(target: Serving) -> None:
     """A registered worker whose next message does not decode: its stream ends at once (not at
     the client's deadline), the worker is unregistered, and no lease goes to it any more."""
     register = pb.WorkerMessage(register=pb.Register(pool="corrupt", slots=2))
     outbox: queue.Queue[bytes | None] = queue.Queue()
     outbox.put(register.SerializeToString())
     outbox.put(b"\x80")  # a varint cut short
-    with grpc.insecure_channel(target.grpc_address) as channel:
+    with grpc.insecure_channel(target.address) as channel:
         started = time.monotonic()
         call = channel.stream_stream(WORK)(_messages(outbox), timeout=3)
         kinds = []
@@ -1044,7 +1030,7 @@ def _dumps(value: Any) -> bytes:
 @pytest.mark.parametrize("route", sorted(ROUTE_BODIES))
 @settings(max_examples=40, **SETTINGS)
 @given(data=st.data())
-def test_http_post_random_bodies(target: Target, route: str, data: st.DataObject) -> None:
+def test_http_post_random_bodies(target: Serving, route: str, data: st.DataObject) -> None:
     """Random bytes, random JSON and absurd objects of the route's shape: 2xx or a 4xx JSON
     error, never a 5xx."""
     shaped = ROUTE_BODIES[route].map(_dumps)
@@ -1072,7 +1058,7 @@ MALFORMED = {
 
 @pytest.mark.parametrize("route", sorted(ROUTE_BODIES))
 @pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
-def test_http_post_malformed_bodies(target: Target, route: str, body: bytes) -> None:
+def test_http_post_malformed_bodies(target: Serving, route: str, body: bytes) -> None:
     status, answer = http_call(target.http_address, "POST", route, body)
     check_http(route, status, answer)
 
@@ -1085,7 +1071,7 @@ PATH_IDS = st.one_of(st.sampled_from([0, 1, 2**64 - 1, 2**64, 10**40]), st.integ
 
 @settings(max_examples=40, **SETTINGS)
 @given(key=PATH_KEYS, task_id=PATH_IDS, body=st.one_of(st.none(), st.binary(max_size=16)))
-def test_http_absurd_paths(target: Target, key: str, task_id: int, body: bytes | None) -> None:
+def test_http_absurd_paths(target: Serving, key: str, task_id: int, body: bytes | None) -> None:
     """Cancel by absurd id or key, and DELETE an absurd schedule name: never a 5xx."""
     quoted = urllib.parse.quote(key, safe="")
     for method, path in (
@@ -1100,7 +1086,7 @@ def test_http_absurd_paths(target: Target, key: str, task_id: int, body: bytes |
 # --- last: the server survived it all --------------------------------------------------------
 
 
-def test_server_survived_the_fuzzing(target: Target) -> None:
+def test_server_survived_the_fuzzing(target: Serving) -> None:
     assert target.server.proc.poll() is None, "the server process died"
     status, body = http_call(target.http_address, "GET", "/healthz")
     assert (status, json.loads(body)) == (200, {"status": "ok"})

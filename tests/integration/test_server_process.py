@@ -17,13 +17,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import pytest
 from test_server_auth import AUTH, METHODS, ROLE_OF, Stubs, code_of, md, ref
-from test_server_cli import PORT0, Server, write
+from test_server_cli import PORT0, Serving, serving_process
 from test_server_work import Worker
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
@@ -75,28 +74,14 @@ max_message_bytes = 65536
 CONFIG = PORT0 + LIMITS + POOLS + RESOURCES + AUTH
 
 
-@dataclass
-class Target:
-    server: Server
-    address: str
-    http_address: str
-    channel: grpc.Channel
-
-
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    s = Server(write(tmp_path_factory.mktemp("process"), CONFIG))
-    try:
-        http_address = s.wait_for(r"event=listening http=(\S+)").group(1)
-        s.wait_for("event=ready")
-        with grpc.insecure_channel(s.address) as channel:
-            yield Target(s, s.address, http_address, channel)
-    finally:
-        s.kill()
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
+    with serving_process(tmp_path_factory.mktemp("process"), CONFIG) as serving:
+        yield serving
 
 
 @contextlib.asynccontextmanager
-async def connect(target: Target) -> AsyncIterator[Stubs]:
+async def connect(target: Serving) -> AsyncIterator[Stubs]:
     async with grpc.aio.insecure_channel(target.address) as ch:
         yield Stubs(ch)
 
@@ -169,7 +154,7 @@ def sync_code(channel: grpc.Channel, method: str, metadata: Sequence[tuple[str, 
 
 @pytest.mark.parametrize("caller", list(CALLERS))
 @pytest.mark.parametrize("method", list(METHODS))
-def test_role_matrix(target: Target, method: str, caller: str) -> None:
+def test_role_matrix(target: Serving, method: str, caller: str) -> None:
     assert len(METHODS) == 13
     code = sync_code(target.channel, method, CALLERS[caller])
     if caller in ("none", "unknown"):
@@ -183,7 +168,7 @@ def test_role_matrix(target: Target, method: str, caller: str) -> None:
 # --- (2) the rows of SERVER.md 3.2 -------------------------------------------------------------
 
 
-async def test_not_found_unknown_task(target: Target) -> None:
+async def test_not_found_unknown_task(target: Serving) -> None:
     async with connect(target) as s:
         who = md("client")
         for t in (987654321, "no-such-key"):
@@ -195,7 +180,7 @@ async def test_not_found_unknown_task(target: Target) -> None:
                 assert await code_of(c) is Code.NOT_FOUND, t
 
 
-async def test_not_found_unknown_pool(target: Target) -> None:
+async def test_not_found_unknown_pool(target: Serving) -> None:
     async with connect(target) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=spec("nope")), metadata=md("client"))
         code, details = await refused(c)
@@ -211,7 +196,7 @@ async def test_not_found_unknown_pool(target: Target) -> None:
         w.close()
 
 
-async def test_not_found_unknown_dependency(target: Target) -> None:
+async def test_not_found_unknown_dependency(target: Serving) -> None:
     async with connect(target) as s:
         for dep in (pb.TaskRef(key="nobody"), pb.TaskRef(id=987654321)):
             c = s.tasks.Submit(
@@ -220,7 +205,7 @@ async def test_not_found_unknown_dependency(target: Target) -> None:
             assert await code_of(c) is Code.NOT_FOUND, dep
 
 
-async def test_resource_exhausted_full_pool(target: Target) -> None:
+async def test_resource_exhausted_full_pool(target: Serving) -> None:
     async with connect(target) as s:
         held = [await submit(s, "tiny"), await submit(s, "tiny")]
         try:
@@ -237,7 +222,7 @@ async def test_resource_exhausted_full_pool(target: Target) -> None:
             await cancel(s, *held)
 
 
-async def test_resource_exhausted_total_pending(target: Target) -> None:
+async def test_resource_exhausted_total_pending(target: Serving) -> None:
     async with connect(target) as s:
         snap = await s.admin.Snapshot(pb.Empty(), metadata=md("admin"))
         room = MAX_PENDING_TOTAL - snap.pending
@@ -260,7 +245,7 @@ async def test_resource_exhausted_total_pending(target: Target) -> None:
         await cancel(s, await submit(s, "bulk"))
 
 
-async def test_failed_precondition_reservation_conflict(target: Target) -> None:
+async def test_failed_precondition_reservation_conflict(target: Serving) -> None:
     async with connect(target) as s:
         fixed: dict[str, Any] = {"start_in_s": 3600.0, "duration_hint_s": 60.0}
         first = await submit(s, "resv", **fixed)
@@ -327,7 +312,7 @@ REASONS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_SPECS))
-async def test_invalid_argument_submit(target: Target, case: str) -> None:
+async def test_invalid_argument_submit(target: Serving, case: str) -> None:
     async with connect(target) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=BAD_SPECS[case]), metadata=md("client"))
         code, details = await refused(c)
@@ -350,7 +335,7 @@ BAD_BATCHES: dict[str, pb.SubmitBatchRequest] = {
 
 
 @pytest.mark.parametrize("case", list(BAD_BATCHES))
-async def test_invalid_argument_batch(target: Target, case: str) -> None:
+async def test_invalid_argument_batch(target: Serving, case: str) -> None:
     async with connect(target) as s:
         before = await s.admin.Snapshot(pb.Empty(), metadata=md("admin"))
         c = s.tasks.SubmitBatch(BAD_BATCHES[case], metadata=md("client"))
@@ -398,7 +383,7 @@ BAD_OTHERS: dict[str, tuple[str, str, Any]] = {
 
 
 @pytest.mark.parametrize("case", list(BAD_OTHERS))
-async def test_invalid_argument_other(target: Target, case: str) -> None:
+async def test_invalid_argument_other(target: Serving, case: str) -> None:
     service, method, request = BAD_OTHERS[case]
     async with connect(target) as s:
         c = getattr(getattr(s, service), method)(request, metadata=md("admin"))
@@ -406,7 +391,7 @@ async def test_invalid_argument_other(target: Target, case: str) -> None:
         assert code is Code.INVALID_ARGUMENT and REASONS[case] in details, details
 
 
-async def test_resource_exhausted_message_too_large(target: Target) -> None:
+async def test_resource_exhausted_message_too_large(target: Serving) -> None:
     async with connect(target) as s:
         big = pb.SubmitRequest(task=spec(payload=b"x" * 70_000))  # over max_message_bytes
         assert await code_of(s.tasks.Submit(big, metadata=md("client"))) is (
@@ -414,7 +399,7 @@ async def test_resource_exhausted_message_too_large(target: Target) -> None:
         )
 
 
-async def test_deadline_exceeded_waits(target: Target) -> None:
+async def test_deadline_exceeded_waits(target: Serving) -> None:
     async with connect(target) as s:
         tid = await submit(s)
         try:
@@ -430,7 +415,7 @@ async def test_deadline_exceeded_waits(target: Target) -> None:
             await cancel(s, tid, "waited")
 
 
-async def test_data_loss_for_a_lagging_watch(target: Target) -> None:
+async def test_data_loss_for_a_lagging_watch(target: Serving) -> None:
     """A Watch that is not read while many events come falls behind the scheduler's event
     buffer (1024 events) and ends DATA_LOSS."""
     async with connect(target) as s:
@@ -454,7 +439,7 @@ async def test_data_loss_for_a_lagging_watch(target: Target) -> None:
         assert "fell behind" in (e.value.details() or "")
 
 
-async def test_scoping(target: Target) -> None:
+async def test_scoping(target: Serving) -> None:
     async with connect(target) as s:
         hidden = await submit(s, "b", key="scoped-b")
         try:
@@ -482,7 +467,7 @@ async def test_scoping(target: Target) -> None:
             await cancel(s, hidden)
 
 
-async def test_tenant_permission_denied(target: Target) -> None:
+async def test_tenant_permission_denied(target: Serving) -> None:
     async with connect(target) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=spec(tenant="t2")), metadata=md("tenant"))
         assert await code_of(c) is Code.PERMISSION_DENIED
@@ -496,7 +481,7 @@ async def test_tenant_permission_denied(target: Target) -> None:
 # --- (3) each RPC's happy path -------------------------------------------------------------
 
 
-async def test_submit_and_duplicate(target: Target) -> None:
+async def test_submit_and_duplicate(target: Serving) -> None:
     async with connect(target) as s:
         req = pb.SubmitRequest(task=spec(key="happy"))
         first = await s.tasks.Submit(req, metadata=md("client"))
@@ -508,7 +493,7 @@ async def test_submit_and_duplicate(target: Target) -> None:
             await cancel(s, first.id)
 
 
-async def test_submit_wait_with_a_raw_worker(target: Target) -> None:
+async def test_submit_wait_with_a_raw_worker(target: Serving) -> None:
     async with connect(target) as s:
         w = AuthWorker(s)
         assert (await w.register("echo", slots=1)).slots == 1
@@ -524,7 +509,7 @@ async def test_submit_wait_with_a_raw_worker(target: Target) -> None:
         w.close()
 
 
-async def test_submit_batch(target: Target) -> None:
+async def test_submit_batch(target: Serving) -> None:
     async with connect(target) as s:
         batch = pb.SubmitBatchRequest(
             tasks=[
@@ -542,7 +527,7 @@ async def test_submit_batch(target: Target) -> None:
             await cancel(s, *ids)
 
 
-async def test_cancel(target: Target) -> None:
+async def test_cancel(target: Serving) -> None:
     async with connect(target) as s:
         tid = await submit(s)
         req = pb.CancelRequest(task=ref(tid))
@@ -551,7 +536,7 @@ async def test_cancel(target: Target) -> None:
         assert (await get(s, tid)).status == pb.TASK_STATUS_CANCELLED
 
 
-async def test_get_by_id_and_key(target: Target) -> None:
+async def test_get_by_id_and_key(target: Serving) -> None:
     async with connect(target) as s:
         tid = await submit(s, key="get-me", kind="k1")
         try:
@@ -563,7 +548,7 @@ async def test_get_by_id_and_key(target: Target) -> None:
             await cancel(s, tid)
 
 
-async def test_list_tasks_paging(target: Target) -> None:
+async def test_list_tasks_paging(target: Serving) -> None:
     async with connect(target) as s:
         ids = [await submit(s, "page") for _ in range(5)]
         try:
@@ -595,7 +580,7 @@ async def test_list_tasks_paging(target: Target) -> None:
             await cancel(s, *ids)
 
 
-async def test_wait(target: Target) -> None:
+async def test_wait(target: Serving) -> None:
     async with connect(target) as s:
         tid = await submit(s)
         waiting = s.tasks.Wait(pb.WaitRequest(task=ref(tid), timeout_s=4), metadata=md("client"))
@@ -606,7 +591,7 @@ async def test_wait(target: Target) -> None:
         assert not result.HasField("output")
 
 
-async def test_watch_receives_an_event(target: Target) -> None:
+async def test_watch_receives_an_event(target: Serving) -> None:
     async with connect(target) as s:
         watch = s.tasks.Watch(pb.WatchRequest(pools=["watch"]), metadata=md("client"))
         event = None
@@ -621,7 +606,7 @@ async def test_watch_receives_an_event(target: Target) -> None:
         watch.cancel()
 
 
-async def test_snapshot(target: Target) -> None:
+async def test_snapshot(target: Serving) -> None:
     async with connect(target) as s:
         tid = await submit(s, "misc")
         snap = await s.admin.Snapshot(pb.Empty(), metadata=md("metrics"))
@@ -637,7 +622,7 @@ async def test_snapshot(target: Target) -> None:
         assert [p.name for p in scoped.pools] == ["a"]
 
 
-async def test_recurring(target: Target) -> None:
+async def test_recurring(target: Serving) -> None:
     async with connect(target) as s:
         req = pb.RecurringRequest(
             name="yearly", cron="0 0 1 1 *", tz="Europe/Paris", template=spec(kind="y")
@@ -660,7 +645,7 @@ async def test_recurring(target: Target) -> None:
         assert "yearly" not in [r.name for r in listed.schedules]
 
 
-async def test_list_workers(target: Target) -> None:
+async def test_list_workers(target: Serving) -> None:
     async with connect(target) as s:
         w = AuthWorker(s)
         w.send(
@@ -687,7 +672,7 @@ async def test_list_workers(target: Target) -> None:
 # --- (4) worker protocol over raw streams (SERVER.md 4) -------------------------------------
 
 
-async def test_heartbeats_keep_a_lease_past_the_ttl(target: Target) -> None:
+async def test_heartbeats_keep_a_lease_past_the_ttl(target: Serving) -> None:
     async with connect(target) as s:
         w = AuthWorker(s)
         reg = await w.register("ttl", slots=1)
@@ -708,7 +693,7 @@ async def test_heartbeats_keep_a_lease_past_the_ttl(target: Target) -> None:
         w.close()
 
 
-async def test_no_heartbeat_aborts_and_retries(target: Target) -> None:
+async def test_no_heartbeat_aborts_and_retries(target: Serving) -> None:
     async with connect(target) as s:
         w = AuthWorker(s)
         await w.register("ttl", slots=1)
@@ -727,7 +712,7 @@ async def test_no_heartbeat_aborts_and_retries(target: Target) -> None:
         w.close()
 
 
-async def test_nack_goes_to_another_worker_with_the_same_lease(target: Target) -> None:
+async def test_nack_goes_to_another_worker_with_the_same_lease(target: Serving) -> None:
     async with connect(target) as s:
         a = AuthWorker(s)
         await a.register("nack", slots=1)
@@ -747,7 +732,7 @@ async def test_nack_goes_to_another_worker_with_the_same_lease(target: Target) -
         b.close()
 
 
-async def test_set_slots_zero_drains(target: Target) -> None:
+async def test_set_slots_zero_drains(target: Serving) -> None:
     async with connect(target) as s:
         w = AuthWorker(s)
         await w.register("drain", slots=2)
@@ -773,7 +758,7 @@ async def test_set_slots_zero_drains(target: Target) -> None:
         w.close()
 
 
-async def test_disconnect_retries_on_another_worker(target: Target) -> None:
+async def test_disconnect_retries_on_another_worker(target: Serving) -> None:
     async with connect(target) as s:
         a = AuthWorker(s)
         await a.register("drop", slots=1)
@@ -792,7 +777,7 @@ async def test_disconnect_retries_on_another_worker(target: Target) -> None:
         b.close()
 
 
-def test_server_still_serving(target: Target) -> None:
+def test_server_still_serving(target: Serving) -> None:
     assert target.server.proc.poll() is None
     assert sync_code(target.channel, "ListWorkers", md("admin")) is Code.OK
     assert not any("level=error" in line for line in target.server.lines)
