@@ -754,15 +754,8 @@ class Scheduler:
         except CronError as e:
             raise SchedulerError(f"configuration error: {e}") from None
         resources = tpl.extra.get("resources")
-        for rname, amount in (resources or {}).items():
-            r = s.engine.resources.get(rname)
-            if r is None:
-                raise SubmitError("unknown_resource", f"unknown resource {rname!r}")
-            if amount > r.cfg.capacity:
-                raise SubmitError(
-                    "resource_exceeds_capacity",
-                    f"requested amount exceeds capacity of resource {rname!r}",
-                )
+        if resources:
+            s.engine.resolve_resources(resources)  # the checks a submit of it would make
         sched = Recurring(
             name=name,
             spec=spec,

@@ -507,12 +507,16 @@ class Engine:
             self._resolve_deps(rec, extra, batch)
 
     def _resolve_resources(self, extra: dict[str, Any]) -> None:
-        """Check the amounts and keep the (resource, amount) pairs dispatch and release use;
-        tasks asking for the same amounts share one tuple (few distinct requests exist)."""
+        """Keep the checked (resource, amount) pairs dispatch and release use."""
         res = extra.get("resources")
-        if not res:
-            return
-        sig = tuple(res.items())
+        if res:
+            extra["_res"] = self.resolve_resources(res)
+
+    def resolve_resources(self, amounts: Mapping[str, int]) -> Wanted:
+        """Check requested amounts (SubmitError: unknown_resource, resource_exceeds_capacity)
+        and return them as (resource, amount) pairs; requests for the same amounts share one
+        tuple (few distinct requests exist)."""
+        sig = tuple(amounts.items())
         wanted = self._wanted.get(sig)
         if wanted is None:
             pairs = []
@@ -530,7 +534,7 @@ class Engine:
             if len(self._wanted) >= _WANTED_CACHE:
                 self._wanted.clear()
             self._wanted[sig] = wanted
-        extra["_res"] = wanted
+        return wanted
 
     def _resolve_deps(
         self, rec: TaskRecord, extra: dict[str, Any], batch: dict[str, TaskRecord] | None
