@@ -518,21 +518,8 @@ def event_to_pb(ev: StatusEvent) -> pb.StatusEvent:
 
 # --- snapshots ---------------------------------------------------------------------------------
 
-_TOTALS = (
-    "submitted",
-    "dispatched",
-    "succeeded",
-    "failed",
-    "dead_lettered",
-    "cancelled",
-    "skipped",
-    "missed",
-    "shed",
-    "retries",
-    "timeouts",
-    "lease_expiries",
-    "stale_completions",
-)
+# The engine's totals that cronoq.v1.Totals carries: its field names.
+_TOTALS = tuple(f.name for f in pb.Totals.DESCRIPTOR.fields)
 
 
 def snapshot_to_pb(snap: Snapshot, workers: Sequence[pb.WorkerInfo] = ()) -> pb.SnapshotResponse:
