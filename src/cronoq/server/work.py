@@ -29,6 +29,7 @@ from .auth import Principal, current_principal
 from .convert import CONTENT_TYPE_TAG
 from .decode import Undecodable
 from .logs import event
+from .tasks import Refused
 from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
 log = logging.getLogger("cronoq.server")
@@ -47,15 +48,6 @@ _CODES = {
     "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
 }
-
-
-class _Cut(Exception):
-    """End the stream with this status (a protocol violation or a refused register)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class _Stream:
@@ -216,7 +208,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         try:
             st = self._register(first, caller)
-        except _Cut as cut:
+        except Refused as cut:
             await context.abort(cut.code, cut.message)
         reader = asyncio.ensure_future(self._read(st, request_iterator))
         try:
@@ -241,27 +233,27 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
 
     def _register(self, first: pb.WorkerMessage, caller: Principal) -> _Stream:
         if first.WhichOneof("msg") != "register":
-            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
         reg = first.register
         texts = [reg.worker_name, *reg.labels.keys(), *reg.labels.values()]
         if any("\0" in t for t in texts):
-            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "register: NUL in a name or label")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "register: NUL in a name or label")
         if len(reg.labels) > self._max_tags:
-            raise _Cut(
+            raise Refused(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"register.labels: at most limits.max_tags={self._max_tags} labels",
             )
         if any(len(t.encode()) > self._max_tag_len for t in texts):
-            raise _Cut(
+            raise Refused(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"register: a name or label longer than limits.max_tag_len={self._max_tag_len}",
             )
         if not caller.sees(reg.pool):
-            raise _Cut(
+            raise Refused(
                 grpc.StatusCode.PERMISSION_DENIED, f"register.pool: {reg.pool!r} is not allowed"
             )
         if not caller.may_claim(reg.labels):
-            raise _Cut(
+            raise Refused(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "register.labels: claims labels your credential does not allow",
             )
@@ -271,7 +263,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
                 reg.pool, reg.slots, reg.worker_name, dict(reg.labels), time.time()
             )
         except WorkerError as e:
-            raise _Cut(_CODES[e.code], e.message) from None
+            raise Refused(_CODES[e.code], e.message) from None
         st = self._streams[w.id] = _Stream(w)
         registered = pb.Registered(
             worker_id=w.id,
@@ -289,23 +281,23 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
 
     async def _read(
         self, st: _Stream, request_iterator: AsyncIterator[pb.WorkerMessage]
-    ) -> _Cut | None:
+    ) -> Refused | None:
         """Handle the worker's messages until its stream ends; a violation ends it early."""
         try:
             async for msg in request_iterator:
                 self._handle(st.worker, msg)
-        except _Cut as cut:
+        except Refused as cut:
             self._close(st)
             return cut
         except Undecodable as e:
             self._close(st)
-            return _Cut(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            return Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         except Exception:  # a bug of ours: end this stream (never leave a ghost worker)
             log.exception("worker_stream_failed", extra={"fields": {"worker": st.worker.id}})
             self._close(st)
-            return _Cut(grpc.StatusCode.INTERNAL, "the server failed handling this stream")
+            return Refused(grpc.StatusCode.INTERNAL, "the server failed handling this stream")
         self._close(st)
         return None
 
@@ -324,7 +316,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             message = f.message.encode()[:MAX_FAIL_MESSAGE].decode(errors="ignore")
             retry_after = f.retry_after_s if f.HasField("retry_after_s") else None
             if retry_after is not None and not 0.0 <= retry_after <= MAX_DURATION:
-                raise _Cut(
+                raise Refused(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"fail.retry_after_s: invalid duration {retry_after!r}"
                     " (must be finite and within [0, 100 years])",
@@ -340,9 +332,9 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         elif kind == "cancelled":
             ws.cancelled(w, msg.cancelled.lease, now)
         elif kind == "register":
-            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "register was already sent")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "register was already sent")
         else:
-            raise _Cut(grpc.StatusCode.INVALID_ARGUMENT, "a worker message without a case set")
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "a worker message without a case set")
         self._kick()
 
     def _drop(self, st: _Stream) -> None:
