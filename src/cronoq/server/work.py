@@ -26,7 +26,7 @@ from ..core.model import Attempt
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .auth import Principal, current_principal
-from .convert import CONTENT_TYPE_TAG
+from .convert import CONTENT_TYPE_TAG, priority_to_pb
 from .decode import Undecodable
 from .logs import event
 from .tasks import Refused
@@ -38,12 +38,6 @@ log = logging.getLogger("cronoq.server")
 REGISTER_TIMEOUT = 10.0
 MAX_FAIL_MESSAGE = 8192
 MAX_DURATION = 100 * 365 * 86400.0  # durations from clients: at most 100 years (SERVER.md 7)
-
-# cronoq.v1.Priority numbers by engine class, looked up once.
-_PRIORITY = tuple(
-    pb.Priority.Value(n)
-    for n in ("PRIORITY_CRITICAL", "PRIORITY_HIGH", "PRIORITY_NORMAL", "PRIORITY_LOW")
-)
 _CODES = {
     "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
@@ -161,7 +155,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             kind=rec.kind,
             key=rec.key or "",
             pool=rec.pool,
-            priority=_PRIORITY[rec.cls],
+            priority=priority_to_pb(rec.cls),
         )
         tags = rec.tags
         if tags:  # (a map argument costs even when empty: set it only when there are tags)
