@@ -22,7 +22,7 @@ from .core.engine import Actions, Engine, Journal
 from .core.model import FAILED, SUCCEEDED, Attempt, StatusEvent, TaskRecord
 from .core.recurring import Recurring
 from .errors import SchedulerError
-from .store.codec import Codec, encode_with
+from .store.codec import Codec, encode_with, must_be_bytes
 from .store.rows import insert_row, record_from_row, retry_from, schedule_row, update_row
 from .store.sqlite import Batch, SqliteStore, Stored, from_ns
 
@@ -42,9 +42,7 @@ def encode_payload(codec: Codec, payload: Any) -> bytes:
         raise TypeError(
             f"payload cannot be stored by the scheduler's codec: {type(e).__name__}: {e}"
         ) from None
-    if not isinstance(data, bytes):
-        raise TypeError("codec.encode must return bytes")
-    return data
+    return must_be_bytes(data)
 
 
 class _Group:

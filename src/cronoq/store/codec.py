@@ -52,7 +52,11 @@ def check_codec(codec: object) -> Codec:
 
 def encode_with(codec: Codec, obj: Any) -> bytes:
     """Encode, insisting on bytes; the codec's own errors propagate unchanged."""
-    data = codec.encode(obj)
+    return must_be_bytes(codec.encode(obj))
+
+
+def must_be_bytes(data: object) -> bytes:
+    """What a codec's encode() returned, if it is bytes (a codec contract error otherwise)."""
     if not isinstance(data, bytes):
         raise TypeError("codec.encode must return bytes")
     return data
