@@ -28,6 +28,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from .config import AuthSettings, Grant
+from .errors import Refused
 
 __all__ = [
     "ADMIN",
@@ -154,13 +155,6 @@ class Authenticator:
         return dataclasses.replace(found, bearer=token)
 
 
-class _Denied(Exception):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Authenticate and check the role of every call, then set its principal.
 
@@ -187,7 +181,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return _checked_first(handler, self._by_certificate(method))
         try:
             use_principal(self._admit(header, (), method))
-        except _Denied as denied:
+        except Refused as denied:
             return _refusal(denied.code, denied.message)
         return await continuation(handler_call_details)
 
@@ -195,9 +189,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         try:
             principal = self._auth.authenticate(header, names)
         except Unauthenticated as e:
-            raise _Denied(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
         if not allowed(principal, method):
-            raise _Denied(
+            raise Refused(
                 grpc.StatusCode.PERMISSION_DENIED, f"role {principal.role!r} may not call {method}"
             )
         return principal
@@ -209,7 +203,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             names = [n.decode() for n in context.auth_context().get("peer_dns", ())]
             try:
                 use_principal(self._admit(None, names, method))
-            except _Denied as denied:
+            except Refused as denied:
                 await context.abort(denied.code, denied.message)
 
         return check

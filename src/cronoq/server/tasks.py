@@ -41,8 +41,9 @@ from cronoq.server import convert
 from cronoq.server.auth import Principal, current_principal
 from cronoq.server.config import LimitsSettings
 from cronoq.server.convert import InvalidArgument, TooLarge
+from cronoq.server.errors import Refused
 
-__all__ = ["AdminService", "Refused", "TasksService"]
+__all__ = ["AdminService", "TasksService"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -60,15 +61,6 @@ _SUBMIT_CODES = {
     "overloaded": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "reservation_conflict": grpc.StatusCode.FAILED_PRECONDITION,
 }
-
-
-class Refused(Exception):
-    """An RPC ends with this status code (not found, deadline, unavailable...)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:

@@ -28,8 +28,8 @@ from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .auth import Principal, current_principal
 from .convert import CONTENT_TYPE_TAG, priority_to_pb
 from .decode import Undecodable
+from .errors import Refused
 from .logs import event
-from .tasks import Refused
 from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
 log = logging.getLogger("cronoq.server")
