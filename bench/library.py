@@ -239,33 +239,50 @@ async def phase_roundtrip(warmup: int, samples: int) -> list[float]:
     return out
 
 
-def phase_core(backlog: int, completions: int, hook: Any = None) -> tuple[float, int]:
-    """(elapsed seconds, completed cycles) of the virtual-clock engine loop."""
-    t_start = 0.0
-    eng = Engine([PoolConfig(POOL, capacity=SLOTS, min=SLOTS, max=SLOTS)], t_start)
+def _steady(
+    eng: Engine, make: Callable[[int], TaskRecord], first: int, completions: int, hook: Any
+) -> tuple[float, int, int]:
+    """(elapsed seconds, completed cycles, most starts in one step) of the steady loop that
+    [3], [5a] and [5c] time: each step advances the virtual clock 1 us, dispatches, completes
+    every start at once and submits `make(n)` in its place, so the backlog stays constant."""
     submit = eng.submit
-    for i in range(backlog):
-        submit(TaskRecord(None, POOL, i & 3), t_start)
-    nxt = backlog
-    done = 0
-    step = 0
     advance = eng.advance
     dispatch = eng.dispatch
     take = eng.take
     complete = eng.complete
+    nxt = first
+    done = 0
+    step = 0
+    peak = 0
     with hook or _NoHook():
         t0 = time.perf_counter()
         while done < completions:
             step += 1
-            now = t_start + step * 1e-6
+            now = step * 1e-6
             advance(now)
             dispatch(now)
-            for att in take().starts:
+            starts = take().starts
+            if len(starts) > peak:
+                peak = len(starts)
+            for att in starts:
                 complete(att, now, None)
-                submit(TaskRecord(None, POOL, nxt & 3), now)
+                submit(make(nxt), now)
                 nxt += 1
                 done += 1
         dt = time.perf_counter() - t0
+    return dt, done, peak
+
+
+def phase_core(backlog: int, completions: int, hook: Any = None) -> tuple[float, int]:
+    """(elapsed seconds, completed cycles) of the virtual-clock engine loop."""
+    eng = _core_engine()
+
+    def make(i: int) -> TaskRecord:
+        return TaskRecord(None, POOL, i & 3)
+
+    for i in range(backlog):
+        eng.submit(make(i), 0.0)
+    dt, done, _ = _steady(eng, make, backlog, completions, hook)
     assert eng.totals["succeeded"] == done and eng.live == backlog, (eng.totals, eng.live)
     return dt, done
 
@@ -277,32 +294,15 @@ def _core_engine(**kw: Any) -> Engine:
 
 def phase_fair(backlog: int, completions: int, tenants: int, hook: Any = None) -> tuple[float, int]:
     """[5a]: the [3] loop on a fair-share pool; task i -> tenant (i // 4) % tenants, class i % 4."""
-    t_start = 0.0
     names = [f"tenant-{j}" for j in range(tenants)]
     eng = _core_engine(fair_share=True)
-    submit = eng.submit
+
+    def make(i: int) -> TaskRecord:
+        return TaskRecord(None, POOL, i & 3, tenant=names[(i >> 2) % tenants])
+
     for i in range(backlog):
-        submit(TaskRecord(None, POOL, i & 3, tenant=names[(i >> 2) % tenants]), t_start)
-    nxt = backlog
-    done = 0
-    step = 0
-    advance = eng.advance
-    dispatch = eng.dispatch
-    take = eng.take
-    complete = eng.complete
-    with hook or _NoHook():
-        t0 = time.perf_counter()
-        while done < completions:
-            step += 1
-            now = t_start + step * 1e-6
-            advance(now)
-            dispatch(now)
-            for att in take().starts:
-                complete(att, now, None)
-                submit(TaskRecord(None, POOL, nxt & 3, tenant=names[(nxt >> 2) % tenants]), now)
-                nxt += 1
-                done += 1
-        dt = time.perf_counter() - t0
+        eng.submit(make(i), 0.0)
+    dt, done, _ = _steady(eng, make, backlog, completions, hook)
     assert eng.totals["succeeded"] == done and eng.live == backlog, (eng.totals, eng.live)
     assert all(q.n for q in eng.pools[POOL].queues.classes)  # every class stayed populated
     return dt, done
@@ -360,45 +360,24 @@ def phase_chains(tasks: int, length: int, hook: Any = None) -> ChainRun:
 def phase_semaphore(backlog: int, completions: int, hook: Any = None) -> tuple[float, int, float]:
     """[5c]: (elapsed seconds, completed cycles, seconds of the untimed first dispatch) of the
     [3] loop where every task needs one permit of an 8-permit semaphore."""
-    t_start = 0.0
     eng = Engine(
         [PoolConfig(POOL, capacity=SLOTS, min=SLOTS, max=SLOTS)],
-        t_start,
+        0.0,
         resources=[ResourceConfig(SEM, "semaphore", permits=SEM_PERMITS)],
     )
-    submit = eng.submit
+
+    def make(i: int) -> TaskRecord:
+        return TaskRecord(None, POOL, i & 3, extra={"resources": {SEM: 1}})
+
     for i in range(backlog):
-        submit(TaskRecord(None, POOL, i & 3, extra={"resources": {SEM: 1}}), t_start)
-    advance = eng.advance
-    dispatch = eng.dispatch
-    take = eng.take
-    complete = eng.complete
+        eng.submit(make(i), 0.0)
     # The first dispatch starts 8 tasks and parks the rest of the backlog on the semaphore:
     # setup, like queueing the backlog. Its starts are taken by the first timed loop.
     t0 = time.perf_counter()
-    dispatch(t_start)
+    eng.dispatch(0.0)
     prime = time.perf_counter() - t0
     sem = eng.resources[SEM]
-    nxt = backlog
-    done = 0
-    step = 0
-    peak = 0
-    with hook or _NoHook():
-        t0 = time.perf_counter()
-        while done < completions:
-            step += 1
-            now = t_start + step * 1e-6
-            advance(now)
-            dispatch(now)
-            starts = take().starts
-            if len(starts) > peak:
-                peak = len(starts)
-            for att in starts:
-                complete(att, now, None)
-                submit(TaskRecord(None, POOL, nxt & 3, extra={"resources": {SEM: 1}}), now)
-                nxt += 1
-                done += 1
-        dt = time.perf_counter() - t0
+    dt, done, peak = _steady(eng, make, backlog, completions, hook)
     assert eng.totals["succeeded"] == done and eng.live == backlog, (eng.totals, eng.live)
     assert peak == SEM_PERMITS and sem.in_use <= SEM_PERMITS, (peak, sem.in_use)
     return dt, done, prime
