@@ -50,3 +50,12 @@ __all__ = [
     "TaskHandle",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`cronoq.client` imports on first use, so `import cronoq` never needs grpc."""
+    if name == "client":
+        import importlib
+
+        return importlib.import_module("cronoq.client")
+    raise AttributeError(f"module 'cronoq' has no attribute {name!r}")

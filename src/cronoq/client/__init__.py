@@ -1,0 +1,63 @@
+"""`cronoq.client`: the gRPC client and remote worker for `cronoq-server` (docs/client.md).
+
+Needs the `client` extra (`pip install 'cronoq[client]'`); `import cronoq` alone never imports
+this package or grpc. The API matches the published `cronoq.client` name for name (CLIENT.md).
+"""
+
+# Re-exported on purpose (CLIENT.md 1.2): `cronoq.client.Retryable is cronoq.Retryable`.
+from cronoq.errors import CronoqError as CronoqError
+from cronoq.errors import Permanent as Permanent
+from cronoq.errors import Retryable as Retryable
+
+from ._client import (
+    Client,
+    Event,
+    PoolSnapshot,
+    RecurringInfo,
+    Result,
+    Snapshot,
+    Submitted,
+    TaskInfo,
+    TaskPage,
+    Totals,
+    WorkerGroup,
+    WorkerInfo,
+    task,
+)
+from ._common import CancelTask, ClientError, Reject
+from ._common import Payload as Payload
+from ._common import TaskRef as TaskRef
+from ._worker import MAX_REDIRECTS as MAX_REDIRECTS
+from ._worker import PROTOCOL_VERSION, Lease, Worker
+from ._worker import Handler as Handler
+
+__all__ = [
+    "CancelTask",
+    "Client",
+    "ClientError",
+    "Event",
+    "Lease",
+    "PROTOCOL_VERSION",
+    "PoolSnapshot",
+    "RecurringInfo",
+    "Reject",
+    "Result",
+    "Snapshot",
+    "Submitted",
+    "TaskInfo",
+    "TaskPage",
+    "Totals",
+    "Worker",
+    "WorkerGroup",
+    "WorkerInfo",
+    "task",
+]
+
+# Pickles and reprs name the public module, as they do for the published client, so an error
+# pickled by either one unpickles with the other.
+for _cls in (
+    CancelTask, Client, ClientError, Event, Lease, PoolSnapshot, RecurringInfo, Reject, Result,
+    Snapshot, Submitted, TaskInfo, TaskPage, Totals, Worker, WorkerGroup, WorkerInfo,
+):  # fmt: skip
+    _cls.__module__ = __name__
+del _cls

@@ -1,0 +1,616 @@
+"""The remote worker: serves one pool of `cronoq-server` over `Workers/Work` (CLIENT.md 4).
+
+A `Worker` runs *sessions*: each opens a channel and one bidirectional stream, sends `register`
+first, runs every leased attempt as its own asyncio task and reports exactly one outcome per
+attempt it finishes. Sessions repeat with backoff until `stop()` or a fatal error; a shard
+redirect is followed only when it is safe to send the worker's credential there.
+
+The per-lease path is kept lean on purpose (one task per attempt, a timer handle instead of a
+task for heartbeats, a deque for the outbox): a worker must cost about what a hand-written
+stub loop costs per lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+from urllib.parse import urlsplit
+
+import grpc
+import grpc.aio
+
+from cronoq.errors import Permanent, Retryable
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+
+from ._common import (
+    CancelTask,
+    ClientError,
+    Payload,
+    Reject,
+    encode_payload,
+    is_secure,
+    metadata,
+    open_channel,
+    priority_name,
+)
+
+__all__ = ["MAX_REDIRECTS", "PROTOCOL_VERSION", "Handler", "Lease", "Worker"]
+
+log = logging.getLogger("cronoq.client")
+
+PROTOCOL_VERSION = 3
+MAX_REDIRECTS = 3
+
+Handler: TypeAlias = Callable[["Lease"], Awaitable[Payload]]
+
+_OVERHEAD = 1024  # bytes of a Complete besides its output: outputs must leave room for them
+_CLOSE_WAIT = 5.0  # how long stop() lets the server end the stream after the half-close
+_POLL = 0.1  # stop() re-checks the running leases at least this often while draining
+_HEALTHY = 10  # a session longer than this many backoff maxima resets the reconnect delay
+_SHARD_ENDPOINT = "cronoq-shard-endpoint"
+# Options that name the configured server: wrong for any other host a redirect leads to.
+_SERVER_NAME_OPTIONS = frozenset({"grpc.ssl_target_name_override", "grpc.default_authority"})
+_FATAL = frozenset(
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+_WORK = "/cronoq.v1.Workers/Work"
+# By wire value; a value newer than these stubs reads as no priority rather than failing.
+_PRIORITIES = {value: priority_name(value) for value in pb.Priority.values()}
+
+_MSG_STOPPING = "worker is stopping"
+_MSG_NO_SLOT = "worker has no free slot"
+
+
+@dataclass
+class Lease:
+    """One attempt handed to the handler: the task's data plus `cancelled`, set when the
+    attempt is abandoned (abort, end of the stream, stop), so a handler can notice it."""
+
+    id: int
+    task_id: int
+    attempt: int
+    payload: bytes
+    content_type: str
+    kind: str
+    key: str
+    tags: dict[str, str]
+    timeout: float | None
+    deadline: float | None
+    pool: str = ""
+    priority: str | None = None
+    lease_ttl: float | None = None
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def json(self) -> Any:
+        """The payload decoded as JSON; an empty payload is None (a task submitted without)."""
+        return json.loads(self.payload) if self.payload else None
+
+    def text(self) -> str:
+        """The payload decoded as UTF-8 (strict)."""
+        return self.payload.decode("utf-8")
+
+
+class _Outbox:
+    """What a session sends, in order; `None` half-closes the request stream.
+
+    A deque and one waiter future: cheaper than an asyncio.Queue for a message per lease.
+    """
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[pb.WorkerMessage | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, msg: pb.WorkerMessage | None) -> None:
+        self._items.append(msg)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def messages(self) -> AsyncIterator[pb.WorkerMessage]:
+        items = self._items
+        loop = asyncio.get_running_loop()
+        while True:
+            if not items:
+                waiter = self._waiter = loop.create_future()
+                await waiter
+                continue
+            msg = items.popleft()
+            if msg is None:
+                return
+            yield msg
+
+
+class _Session:
+    """One stream: its outbox, its call, and whether the server has answered the register."""
+
+    __slots__ = ("call", "closed", "cut", "outbox", "registered")
+
+    def __init__(self, outbox: _Outbox) -> None:
+        self.outbox = outbox
+        self.call: grpc.aio.StreamStreamCall[pb.WorkerMessage, pb.ServerMessage] | None = None
+        self.registered = False
+        self.closed = asyncio.Event()
+        self.cut = False  # stop() cancelled the call itself: its CancelledError ends the session
+
+
+class _Attempt:
+    """A running lease: the handler's task, the outbox its outcome goes to, its heartbeat."""
+
+    __slots__ = ("lease", "outbox", "period", "task", "timer")
+
+    def __init__(self, lease: Lease, outbox: _Outbox) -> None:
+        self.lease = lease
+        self.outbox = outbox
+        self.period = 0.0
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def abandon(self) -> None:
+        """The server gave this attempt up (or will): tell the handler, report nothing."""
+        self.lease.cancelled.set()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.task is not None:
+            self.task.cancel()
+
+
+class _LoopState:
+    """What belongs to one event loop: asyncio objects cannot move between loops, so a worker
+    used under several `asyncio.run()` calls gets a fresh set on each loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.registered = asyncio.Event()
+        self.wake = asyncio.Event()  # ends a backoff wait when stop() begins
+        self.idle = asyncio.Event()  # a lease ended while draining
+        self.reset()
+
+    def reset(self) -> None:
+        """Ready for a new run(): the events stay the same objects, so waiters keep working."""
+        self.draining = False
+        self.stopping = False
+        self.ended = False  # a run() on this loop has returned or raised
+        self.shutdown: asyncio.Task[None] | None = None
+        self.wake.clear()
+        self.idle.clear()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _shard_endpoint(md: grpc.aio.Metadata | None) -> str | None:
+    for key, value in md or ():
+        if key == _SHARD_ENDPOINT and isinstance(value, str):
+            return value
+    return None
+
+
+def _fail(lease: int, message: str, permanent: bool) -> pb.WorkerMessage:
+    return pb.WorkerMessage(fail=pb.Fail(lease=lease, message=message, permanent=permanent))
+
+
+class Worker:
+    """Serves `pool` of the server at `target` with `handler`, `slots` leases at a time."""
+
+    def __init__(
+        self,
+        target: str,
+        pool: str,
+        handler: Handler,
+        *,
+        slots: int = 1,
+        token: str | None = None,
+        name: str = "",
+        tls: bool = False,
+        credentials: grpc.ChannelCredentials | None = None,
+        reconnect: bool = True,
+        backoff: tuple[float, float] = (0.1, 5.0),
+        grace: float = 10.0,
+        options: Sequence[tuple[str, Any]] | None = None,
+        labels: Mapping[str, str] | None = None,
+        insecure_redirect_http: bool = False,
+    ) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, not {slots}")
+        self.target = target
+        self.pool = pool
+        self.handler = handler
+        self.slots = slots
+        self.name = name
+        self.reconnect = reconnect
+        self.backoff = backoff
+        self.grace = grace
+        self.labels = {str(k): str(v) for k, v in (labels or {}).items()}
+        self.insecure_redirect_http = insecure_redirect_http
+        self._token = token
+        self._tls = tls
+        self._credentials = credentials
+        self._options = options
+        self._metadata = metadata(token)
+        self.worker_id: int | None = None
+        self.lease_ttl: float | None = None
+        self.granted_slots: int | None = None
+        self.server_protocol: int | None = None
+        self.max_message_bytes: int | None = None
+        self.last_shutdown: str | None = None
+        self.connections = 0
+        self._running: dict[int, _Attempt] = {}
+        self._session: _Session | None = None
+        self._ls: _LoopState | None = None
+
+    def __repr__(self) -> str:
+        return f"Worker({self.target!r}, {self.pool!r}, slots={self.slots})"
+
+    @property
+    def running(self) -> int:
+        """Leases held now: handler started, no outcome yet, not abandoned."""
+        return len(self._running)
+
+    # --- public API ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until `stop()`; raises ClientError for what reconnecting cannot fix (4.10)."""
+        ls = self._state()
+        if ls.ended:
+            ls.reset()
+        try:
+            await self._serve(ls)
+        finally:
+            ls.ended = True
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop taking leases, let running ones finish for up to `grace` seconds (default
+        `self.grace`), cancel the rest and close the stream. Every caller awaits the one
+        shutdown, which a caller's cancellation does not interrupt."""
+        ls = self._state()
+        if ls.shutdown is None:
+            ls.shutdown = ls.loop.create_task(
+                self._shutdown(ls, self.grace if grace is None else grace)
+            )
+        await asyncio.shield(ls.shutdown)
+
+    async def wait_registered(self, timeout: float | None = None) -> None:
+        """Wait for the current session's `registered`; TimeoutError after `timeout` s."""
+        await asyncio.wait_for(self._state().registered.wait(), timeout)
+
+    # --- sessions --------------------------------------------------------------------------
+
+    def _state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        ls = self._ls
+        if ls is None or ls.loop is not loop:
+            ls = self._ls = _LoopState(loop)
+            self._running = {}
+        return ls
+
+    async def _serve(self, ls: _LoopState) -> None:
+        loop = ls.loop
+        first, most = self.backoff
+        endpoint, redirected = self.target, False
+        delay = first
+        redirects = 0
+        while not (ls.draining or ls.stopping):
+            started = loop.time()
+            not_leader = False
+            try:
+                not_leader = await self._session_run(ls, endpoint, redirected)
+            except grpc.aio.AioRpcError as e:
+                if ls.stopping:
+                    return
+                follow = self._redirect(e, endpoint, redirects)
+                if follow is not None:
+                    redirects += 1
+                    log.info("worker redirected to shard %s (%s)", follow, e.details())
+                    endpoint, redirected = follow, True
+                    continue
+                redirects = 0
+                code = e.code()
+                if code == grpc.StatusCode.UNAVAILABLE and redirected:
+                    endpoint, redirected = self.target, False
+                if code in _FATAL or not self.reconnect:
+                    raise ClientError.from_rpc(e) from e
+                if ls.draining:
+                    return
+                log.warning("worker stream failed: %s: %s", code.name, e.details())
+            else:
+                redirects = 0
+                if ls.stopping or ls.draining:
+                    return
+                if not self.reconnect:
+                    raise ClientError("unavailable", "worker stream ended")
+                log.info("worker stream ended (%s); reconnecting", self.last_shutdown or "closed")
+            if not_leader or loop.time() - started > _HEALTHY * most:
+                delay = first
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ls.wake.wait(), delay)
+            delay = min(delay * 2, most)
+
+    async def _session_run(self, ls: _LoopState, endpoint: str, redirected: bool) -> bool:
+        """One stream, to its end; True when the server said it lost its leadership."""
+        outbox = _Outbox()
+        outbox.put(
+            pb.WorkerMessage(
+                register=pb.Register(
+                    pool=self.pool,
+                    slots=self.slots,
+                    worker_name=self.name,
+                    protocol_version=PROTOCOL_VERSION,
+                    labels=self.labels,
+                )
+            )
+        )
+        options = self._options
+        if redirected and options is not None:
+            options = [o for o in options if o[0] not in _SERVER_NAME_OPTIONS]
+        channel = open_channel(
+            endpoint, tls=self._tls, credentials=self._credentials, options=options
+        )
+        session = _Session(outbox)
+        try:
+            work = channel.stream_stream(
+                _WORK,
+                request_serializer=pb.WorkerMessage.SerializeToString,
+                response_deserializer=pb.ServerMessage.FromString,
+            )
+            call = session.call = work(outbox.messages(), metadata=self._metadata)
+            self._session = session
+            self.connections += 1
+            return await self._read(ls, session, call)
+        finally:
+            self._session = None
+            ls.registered.clear()
+            self._abandon_all(ls)
+            session.closed.set()
+            await channel.close()
+
+    async def _read(
+        self,
+        ls: _LoopState,
+        session: _Session,
+        call: grpc.aio.StreamStreamCall[pb.WorkerMessage, pb.ServerMessage],
+    ) -> bool:
+        on_lease = self._on_lease
+        while True:
+            try:
+                msg = await call.read()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if session.cut and (task is None or not task.cancelling()):
+                    return False
+                raise
+            if not isinstance(msg, pb.ServerMessage):  # grpc.aio.EOF: the server ended it
+                return False
+            kind = msg.WhichOneof("msg")
+            if kind == "lease":
+                on_lease(ls, session, msg.lease)
+            elif kind == "abort":
+                att = self._running.pop(msg.abort.lease, None)
+                if att is not None:
+                    att.abandon()
+                    if ls.draining:
+                        ls.idle.set()
+            elif kind == "registered":
+                self._on_registered(ls, session, msg.registered)
+            elif kind == "shutdown":
+                self.last_shutdown = msg.shutdown.reason or "shutdown"
+                return bool(msg.shutdown.not_leader)
+
+    def _on_registered(self, ls: _LoopState, session: _Session, r: pb.Registered) -> None:
+        self.worker_id = r.worker_id
+        self.lease_ttl = r.lease_ttl_s if r.HasField("lease_ttl_s") else None
+        self.granted_slots = r.slots or self.slots  # a v1 server grants nothing explicitly
+        self.server_protocol = r.protocol_version or 1
+        self.max_message_bytes = r.max_message_bytes or None
+        session.registered = True
+        ls.registered.set()
+
+    def _abandon_all(self, ls: _LoopState) -> None:
+        running = self._running
+        if running:
+            attempts = list(running.values())
+            running.clear()
+            for att in attempts:
+                att.abandon()
+            ls.idle.set()
+
+    # --- leases ----------------------------------------------------------------------------
+
+    def _hand_back(self, lease: int, reason: str) -> pb.WorkerMessage:
+        """Give a lease back unrun: a nack since protocol 2, a retryable fail before."""
+        if (self.server_protocol or 1) >= 2:
+            return pb.WorkerMessage(nack=pb.Nack(lease=lease, reason=reason))
+        return _fail(lease, reason, False)
+
+    def _on_lease(self, ls: _LoopState, session: _Session, m: pb.Lease) -> None:
+        running = self._running
+        if ls.draining or ls.stopping:
+            session.outbox.put(self._hand_back(m.lease, _MSG_STOPPING))
+            return
+        if len(running) >= (self.granted_slots or self.slots):
+            session.outbox.put(self._hand_back(m.lease, _MSG_NO_SLOT))
+            return
+        lease = Lease(
+            m.lease,
+            m.task_id,
+            m.attempt,
+            m.payload,
+            m.content_type,
+            m.kind,
+            m.key,
+            dict(m.tags),
+            m.timeout_s if m.HasField("timeout_s") else None,
+            m.deadline_unix_ns / 1e9 if m.HasField("deadline_unix_ns") else None,
+            m.pool or self.pool,
+            _PRIORITIES.get(m.priority),
+            m.lease_ttl_s if m.HasField("lease_ttl_s") else self.lease_ttl,
+        )
+        att = _Attempt(lease, session.outbox)
+        ttl = lease.lease_ttl
+        loop = ls.loop
+        if ttl:
+            att.period = max(ttl / 3, 0.01)
+            att.timer = loop.call_later(att.period, self._beat, att)
+        running[lease.id] = att
+        att.task = loop.create_task(self._attempt(ls, att))
+
+    def _beat(self, att: _Attempt) -> None:
+        att.outbox.put(pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=att.lease.id)))
+        att.timer = asyncio.get_running_loop().call_later(att.period, self._beat, att)
+
+    async def _attempt(self, ls: _LoopState, att: _Attempt) -> None:
+        """Run the handler and queue its one outcome (CLIENT.md 4.6), or none if abandoned."""
+        lease = att.lease
+        msg: pb.WorkerMessage | None
+        try:
+            try:
+                value = await self.handler(lease)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if (
+                    lease.cancelled.is_set()
+                    or ls.stopping
+                    or (task is not None and task.cancelling())
+                ):
+                    msg = None
+                else:
+                    msg = _fail(lease.id, "CancelledError: raised by the handler", False)
+            except Reject as e:
+                msg = self._hand_back(lease.id, str(e) or "rejected by the handler")
+            except CancelTask as e:
+                if (self.server_protocol or 1) >= 2:
+                    msg = pb.WorkerMessage(cancelled=pb.Cancelled(lease=lease.id))
+                else:
+                    msg = _fail(lease.id, str(e) or "cancelled by the handler", True)
+            except Permanent as e:
+                msg = _fail(lease.id, str(e) or "permanent failure", True)
+            except Retryable as e:
+                msg = _fail(lease.id, str(e) or "retryable failure", False)
+                if e.retry_after is not None:
+                    msg.fail.retry_after_s = float(e.retry_after)
+            except Exception as e:
+                msg = _fail(lease.id, f"{type(e).__name__}: {e}", False)
+            else:
+                msg = self._complete(lease.id, value)
+        finally:
+            if self._running.get(lease.id) is att:
+                del self._running[lease.id]
+                if ls.draining:
+                    ls.idle.set()
+            if att.timer is not None:
+                att.timer.cancel()
+                att.timer = None
+        if msg is not None:
+            att.outbox.put(msg)
+
+    def _complete(self, lease: int, value: Any) -> pb.WorkerMessage:
+        try:
+            output, content_type = encode_payload(value)
+        except (TypeError, ValueError) as e:
+            return _fail(lease, f"handler output is not JSON-serialisable: {e}", True)
+        limit = self.max_message_bytes
+        if limit is not None and len(output) + _OVERHEAD > limit:
+            return _fail(
+                lease,
+                f"output of {len(output)} bytes exceeds the server's message limit"
+                f" of {limit} bytes",
+                True,
+            )
+        return pb.WorkerMessage(
+            complete=pb.Complete(lease=lease, output=output, content_type=content_type)
+        )
+
+    # --- redirects -------------------------------------------------------------------------
+
+    def _redirect(self, e: grpc.aio.AioRpcError, endpoint: str, redirects: int) -> str | None:
+        """The shard endpoint to follow for this error, None when it is no redirect; raises
+        ClientError("failed_precondition") for a redirect it must not follow (4.11)."""
+        if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+            return None
+        to = _shard_endpoint(e.initial_metadata())
+        if to is None:
+            to = _shard_endpoint(e.trailing_metadata())
+        if to is None:
+            return None
+
+        def refuse(why: str) -> ClientError:
+            return ClientError("failed_precondition", f"{why}: {e.details()}")
+
+        if redirects >= MAX_REDIRECTS:
+            raise refuse(f"{redirects + 1} shard redirects in a row (at most {MAX_REDIRECTS})")
+        if not to.startswith(("http://", "https://")):
+            raise refuse(f"shard endpoint {to!r} is not an http(s) endpoint")
+        try:
+            parts = urlsplit(to)
+            host = parts.hostname
+            _ = parts.port
+        except ValueError:
+            host = None
+        if host is None or "@" in parts.netloc:
+            raise refuse(f"shard endpoint {to!r} is not a plain host and port")
+        if to.startswith("http://"):
+            if is_secure(endpoint, self._tls, self._credentials):
+                raise refuse(f"refusing to leave TLS for the plaintext shard endpoint {to!r}")
+            if self._token and not _loopback(host):
+                if not self.insecure_redirect_http:
+                    raise refuse(
+                        f"refusing to send the token in plaintext to shard endpoint {to!r}"
+                        " (insecure_redirect_http=True allows it)"
+                    )
+                log.warning("sending the worker token in plaintext to shard endpoint %s", to)
+        return to
+
+    # --- stop ------------------------------------------------------------------------------
+
+    async def _shutdown(self, ls: _LoopState, grace: float) -> None:
+        ls.draining = True
+        ls.wake.set()
+        session = self._session
+        if session is not None and session.registered:
+            session.outbox.put(pb.WorkerMessage(set_slots=pb.SetSlots(slots=0)))
+        loop = ls.loop
+        end = loop.time() + grace
+        while self._running:
+            left = end - loop.time()
+            if left <= 0:
+                break
+            ls.idle.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ls.idle.wait(), min(left, _POLL))
+        ls.stopping = True
+        self._abandon_all(ls)
+        session = self._session
+        if session is None:
+            return
+        session.outbox.put(None)
+        if session.call is None:
+            return
+        try:
+            await asyncio.wait_for(session.closed.wait(), _CLOSE_WAIT)
+        except TimeoutError:
+            session.cut = True
+            session.call.cancel()
