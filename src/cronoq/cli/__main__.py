@@ -1,0 +1,5 @@
+"""`python -m cronoq.cli`: the same as the `cronoq` script."""
+
+from cronoq.cli import main
+
+main()

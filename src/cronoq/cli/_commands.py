@@ -1,0 +1,647 @@
+"""The `cronoq` commands (SERVER.md 11) on top of `cronoq.client.Client`.
+
+Each command turns its options into client calls, runs them in one `asyncio.run`, and prints a
+table (or JSON with `--json`). Commands do not handle errors: they propagate to `run()`, which
+turns each kind into one line on stderr and the exit code docs/cli.md lists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import click
+import grpc
+import grpc.aio
+from rich.console import Console, RenderableType
+
+from cronoq import __version__
+from cronoq.client import Client, ClientError, Payload, TaskInfo
+from cronoq.client._common import open_channel
+
+from . import _top
+from ._params import DURATION, PAIR, REF, RESOURCE, TIME
+from ._render import (
+    event_line,
+    recurring_table,
+    result_detail,
+    task_detail,
+    task_table,
+    to_json,
+    workers_table,
+)
+
+__all__ = ["cli", "run"]
+
+EXIT_OK = 0
+EXIT_NOT_SUCCEEDED = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_UNREACHABLE = 4
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+
+DEFAULT_SERVER = "http://127.0.0.1:7070"
+STATUSES = (
+    "blocked", "scheduled", "ready", "running", "retrying", "succeeded", "failed",
+    "dead_lettered", "cancelled", "skipped", "missed", "shed",
+)  # fmt: skip
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Unreachable(Exception):
+    """No connection to the server within `--connect-timeout`, or the connection failed."""
+
+
+@dataclass
+class Settings:
+    """The global options, shared by every command through the click context."""
+
+    server: str = DEFAULT_SERVER
+    token: str | None = None
+    credentials: grpc.ChannelCredentials | None = None
+    connect_timeout: float = 5.0
+    json: bool = False
+    debug: bool = False
+
+    def call(self, work: Callable[[Client], Awaitable[int]]) -> int:
+        """Run `work` with a connected client; fail fast when the server cannot be reached,
+        because gRPC calls would otherwise wait for a connection far longer than a person."""
+
+        if self.debug:
+            logging.basicConfig(level=logging.DEBUG)
+
+        async def connected() -> int:
+            await _probe(self)
+            async with Client(self.server, token=self.token, credentials=self.credentials) as c:
+                return await work(c)
+
+        return asyncio.run(connected())
+
+    def show(self, value: Any, renderable: RenderableType) -> None:
+        """Print `value` as JSON with `--json`, otherwise `renderable` for people."""
+        if self.json:
+            click.echo(to_json(value))
+        else:
+            Console(highlight=False).print(renderable)
+
+
+async def _probe(settings: Settings) -> None:
+    """Raise Unreachable unless a channel like the client's gets ready in time."""
+    channel = open_channel(
+        settings.server, tls=False, credentials=settings.credentials, options=None
+    )
+    try:
+        await asyncio.wait_for(_ready(channel, settings.server), settings.connect_timeout)
+    except TimeoutError:
+        raise Unreachable(
+            f"cannot reach {settings.server}: no connection within {settings.connect_timeout:g}s"
+        ) from None
+    finally:
+        await channel.close()
+
+
+async def _ready(channel: grpc.aio.Channel, server: str) -> None:
+    """Wait for READY; a failed attempt (refused, TLS mismatch) is final, not retried."""
+    state = channel.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.READY:
+        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+            raise Unreachable(
+                f"cannot reach {server}: connection failed (is the server running, with TLS "
+                "only if the address says https://?)"
+            )
+        await channel.wait_for_state_change(state)
+        state = channel.get_state(try_to_connect=True)
+
+
+def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and param.name is not None:
+        setattr(ctx.ensure_object(Settings), param.name, True)
+
+
+def _output_flags(f: _F) -> _F:
+    """`--json` and `--debug`, accepted before and after the subcommand's name."""
+    f = click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_flag,
+        help="Show tracebacks and client logs.",
+    )(f)
+    return click.option(
+        "--json",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_flag,
+        help="Print JSON for scripts.",
+    )(f)
+
+
+def _read_pem(path: Path | None) -> bytes | None:
+    return None if path is None else path.read_bytes()
+
+
+_PEM = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(
+    __version__, "-V", "--version", prog_name="cronoq", message="%(prog)s %(version)s"
+)
+@click.option(
+    "--server",
+    envvar="CRONOQ_SERVER",
+    default=DEFAULT_SERVER,
+    show_default=True,
+    help="Server address; https:// selects TLS. Env CRONOQ_SERVER.",
+)
+@click.option("--token", envvar="CRONOQ_TOKEN", help="Bearer token. Env CRONOQ_TOKEN.")
+@click.option("--ca", type=_PEM, help="PEM file of the CA that signed the server's certificate.")
+@click.option("--cert", type=_PEM, help="PEM client certificate (mutual TLS; needs --key).")
+@click.option("--key", "key_file", type=_PEM, help="PEM private key of --cert.")
+@click.option(
+    "--connect-timeout",
+    type=DURATION,
+    default=5.0,
+    show_default=True,
+    help="Give up when the server accepts no connection within this time.",
+)
+@_output_flags
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    server: str,
+    token: str | None,
+    ca: Path | None,
+    cert: Path | None,
+    key_file: Path | None,
+    connect_timeout: float,
+) -> None:
+    """Submit and inspect cronoq tasks, and watch the server live with `cronoq top`.
+
+    Durations are seconds (1.5) or a number with a unit: 500ms, 30s, 5m, 2h, 1d.
+    Exit codes: 0 ok, 1 task not succeeded, 2 usage, 3 refused by the server,
+    4 server unreachable, 124 timeout.
+    """
+    settings = ctx.ensure_object(Settings)
+    settings.server, settings.token, settings.connect_timeout = server, token, connect_timeout
+    if (cert is None) != (key_file is None):
+        raise click.UsageError("--cert and --key go together (mutual TLS)")
+    if ca or cert:
+        settings.credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read_pem(ca),
+            private_key=_read_pem(key_file),
+            certificate_chain=_read_pem(cert),
+        )
+
+
+def _task_options(f: _F) -> _F:
+    """The task options `submit` and `recurring add` share (CLIENT.md 3.3)."""
+    options = [
+        click.option(
+            "--file",
+            type=click.File("rb"),
+            help="Read the payload from this file ('-' for stdin).",
+        ),
+        click.option(
+            "--json-payload",
+            is_flag=True,
+            help="The payload is JSON: check it and send it as application/json.",
+        ),
+        click.option("--content-type", help="Media type of the payload."),
+        click.option("--pool", help="Pool (default: the server's first pool)."),
+        click.option("--kind", help="Free-form task kind, shown to workers."),
+        click.option("--key", help="Unique key: a second submit with it is a duplicate."),
+        click.option(
+            "--priority",
+            type=click.Choice(["critical", "high", "normal", "low"], case_sensitive=False),
+            help="Priority class (default normal).",
+        ),
+        click.option("--tenant", help="Tenant for fair sharing."),
+        click.option("--deadline-in", type=DURATION, help="Deadline, relative."),
+        click.option("--tolerance", type=DURATION, help="Allowed lateness of a fixed start."),
+        click.option(
+            "--on-miss",
+            type=click.Choice(["run_late", "skip", "fail"]),
+            help="What a missed fixed start does.",
+        ),
+        click.option("--timeout", type=DURATION, help="Time limit of each attempt."),
+        click.option("--max-attempts", type=click.IntRange(min=1), help="Retry budget."),
+        click.option("--tag", type=PAIR, multiple=True, help="Tag name=value (repeatable)."),
+        click.option("--label", type=PAIR, multiple=True, help="Required worker label name=value."),
+        click.option(
+            "--resource", type=RESOURCE, multiple=True, help="Resource name=amount to hold."
+        ),
+        click.option("--duration-hint", type=DURATION, help="Expected run time."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+_PLAIN_OPTIONS = (
+    "pool", "kind", "key", "priority", "tenant", "deadline_in", "deadline_at", "start_in",
+    "start_at", "tolerance", "on_miss", "timeout", "duration_hint",
+)  # fmt: skip
+
+
+def _task_kwargs(arg: str | None, options: dict[str, Any]) -> tuple[Payload, dict[str, Any]]:
+    """The payload and the `task()` keyword arguments of the given options; unset ones are left
+    out so the client's and the server's defaults apply."""
+    for relative, absolute in (("deadline_in", "deadline_at"), ("start_in", "start_at")):
+        if options.get(relative) is not None and options.get(absolute) is not None:
+            raise click.UsageError(
+                f"--{relative.replace('_', '-')} and --{absolute.replace('_', '-')} exclude "
+                "each other"
+            )
+    payload, content_type = _payload(
+        arg, options["file"], options["json_payload"], options["content_type"]
+    )
+    kwargs = {n: options[n] for n in _PLAIN_OPTIONS if options.get(n) is not None}
+    if content_type:
+        kwargs["content_type"] = content_type
+    if options["max_attempts"]:
+        kwargs["retry"] = {"max_attempts": options["max_attempts"]}
+    for option, name in (("tag", "tags"), ("label", "labels"), ("resource", "resources")):
+        if options[option]:
+            kwargs[name] = dict(options[option])
+    if options.get("after"):
+        kwargs["after"] = list(options["after"])
+    return payload, kwargs
+
+
+def _payload(
+    arg: str | None, file: IO[bytes] | None, as_json: bool, content_type: str | None
+) -> tuple[Payload, str | None]:
+    """An argument is sent as text, file and stdin bytes as they are; `--json-payload` checks
+    the text and sends it unchanged, typed application/json."""
+    if arg is not None and file is not None:
+        raise click.UsageError("give the payload as an argument or with --file, not both")
+    data: str | bytes
+    if arg == "-":
+        data = sys.stdin.buffer.read()
+    elif file is not None:
+        data = file.read()
+    elif arg is not None:
+        data = arg
+    elif as_json:
+        raise click.UsageError("--json-payload needs a payload")
+    else:
+        return None, content_type
+    if not as_json:
+        return data, content_type
+    try:
+        json.loads(data)
+    except ValueError as e:
+        raise click.BadParameter(f"not valid JSON: {e}", param_hint="PAYLOAD") from None
+    encoded = data.encode("utf-8") if isinstance(data, str) else data
+    return encoded, content_type or "application/json"
+
+
+@cli.command()
+@click.argument("payload", required=False)
+@_task_options
+@click.option("--deadline-at", type=TIME, help="Deadline, RFC 3339 time.")
+@click.option("--start-in", type=DURATION, help="Fixed start, relative.")
+@click.option("--start-at", type=TIME, help="Fixed start, RFC 3339 time.")
+@click.option("--after", type=REF, multiple=True, help="Run after this task succeeds (repeatable).")
+@click.option("--wait", is_flag=True, help="Wait for the result; exit 1 unless it succeeded.")
+@click.option("--wait-timeout", type=DURATION, help="With --wait: give up after this (exit 124).")
+@_output_flags
+@click.pass_obj
+def submit(
+    settings: Settings,
+    /,
+    payload: str | None,
+    wait: bool,
+    wait_timeout: float | None,
+    **options: Any,
+) -> int:
+    """Submit a task and print its id (and its result with --wait).
+
+    PAYLOAD is sent as text; '-' reads stdin.
+    """
+    if wait_timeout is not None and not wait:
+        raise click.UsageError("--wait-timeout needs --wait")
+    value, kwargs = _task_kwargs(payload, options)
+
+    async def work(c: Client) -> int:
+        done = await c.submit(value, wait=wait, wait_timeout=wait_timeout, **kwargs)
+        if settings.json:
+            click.echo(to_json(done))
+        else:
+            click.echo(str(done.id))
+            if done.duplicate:
+                click.echo(f"cronoq: task {done.id} has this key already (duplicate)", err=True)
+            if done.result is not None:
+                Console(highlight=False).print(result_detail(done.result))
+        failed = done.result is not None and not done.result.ok
+        return EXIT_NOT_SUCCEEDED if failed else EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@click.argument("ref", type=REF)
+@_output_flags
+@click.pass_obj
+def get(settings: Settings, ref: int | str) -> int:
+    """Show a task; REF is its id or, when not a number, its key."""
+
+    async def work(c: Client) -> int:
+        info = await c.get(ref)
+        settings.show(info, task_detail(info))
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@click.argument("ref", type=REF)
+@click.option("--timeout", type=DURATION, help="Give up after this (exit 124).")
+@click.option("--output", is_flag=True, help="Print only the output bytes.")
+@_output_flags
+@click.pass_obj
+def wait(settings: Settings, ref: int | str, timeout: float | None, output: bool) -> int:
+    """Wait until a task ends; exit 0 if it succeeded, 1 otherwise."""
+
+    async def work(c: Client) -> int:
+        result = await c.wait(ref, timeout=timeout)
+        if output and not settings.json:
+            sys.stdout.buffer.write(result.output or b"")
+            sys.stdout.flush()
+        else:
+            settings.show(result, result_detail(result))
+        return EXIT_OK if result.ok else EXIT_NOT_SUCCEEDED
+
+    return settings.call(work)
+
+
+@cli.command()
+@click.argument("ref", type=REF)
+@_output_flags
+@click.pass_obj
+def cancel(settings: Settings, ref: int | str) -> int:
+    """Cancel a task; prints whether it was cancelled (not if it had already ended)."""
+
+    async def work(c: Client) -> int:
+        cancelled = await c.cancel(ref)
+        text = "cancelled" if cancelled else "not cancelled: the task had already ended"
+        settings.show({"ref": ref, "cancelled": cancelled}, text)
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command("list")
+@click.option("--pool", "pools", multiple=True, help="Only this pool (repeatable).")
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice(STATUSES, case_sensitive=False),
+    multiple=True,
+    help="Only this status (repeatable).",
+)
+@click.option("--after", type=click.IntRange(min=0), default=0, help="Only ids above this.")
+@click.option("--limit", type=click.IntRange(min=0), default=0, help="Page size (server default).")
+@click.option("--all", "all_pages", is_flag=True, help="Follow the pages to the end.")
+@_output_flags
+@click.pass_obj
+def list_tasks(
+    settings: Settings,
+    pools: tuple[str, ...],
+    statuses: tuple[str, ...],
+    after: int,
+    limit: int,
+    all_pages: bool,
+) -> int:
+    """List tasks in id order, one page (or every page with --all)."""
+
+    async def work(c: Client) -> int:
+        page = await c.list_tasks(pools=pools, statuses=statuses, after=after, limit=limit)
+        tasks: list[TaskInfo] = list(page.tasks)
+        missing = set(page.unavailable_shards)
+        while all_pages and page.next_after is not None:
+            page = await c.list_tasks(
+                pools=pools, statuses=statuses, after=page.next_after, limit=limit
+            )
+            tasks += page.tasks
+            missing.update(page.unavailable_shards)
+        if missing:
+            names = ", ".join(sorted(missing))
+            click.echo(f"cronoq: warning: shards not answering, tasks missing: {names}", err=True)
+        document = {
+            "tasks": tasks,
+            "next_after": page.next_after,
+            "unavailable_shards": sorted(missing),
+        }
+        settings.show(document, task_table(tasks))
+        if page.next_after is not None and not settings.json:
+            click.echo(f"cronoq: more tasks: cronoq list --after {page.next_after}", err=True)
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@click.option("--pool", "pools", multiple=True, help="Only this pool (repeatable).")
+@click.option("--id", "ids", type=click.IntRange(min=1), multiple=True, help="Only this task id.")
+@click.option("--key", "keys", multiple=True, help="Only this task key (repeatable).")
+@click.option(
+    "--all-transitions", "--all", is_flag=True, help="Every status change, not just the ends."
+)
+@click.option("--count", type=click.IntRange(min=1), help="Stop after this many events.")
+@_output_flags
+@click.pass_obj
+def watch(
+    settings: Settings,
+    pools: tuple[str, ...],
+    ids: tuple[int, ...],
+    keys: tuple[str, ...],
+    all_transitions: bool,
+    count: int | None,
+) -> int:
+    """Print status events as they happen (terminal ones unless --all-transitions)."""
+
+    async def work(c: Client) -> int:
+        seen = 0
+        events = c.watch(
+            list(pools), ids=list(ids), keys=list(keys), all_transitions=all_transitions
+        )
+        async for event in events:
+            click.echo(to_json(event, lines=True) if settings.json else event_line(event))
+            seen += 1
+            if count is not None and seen >= count:
+                break
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@_output_flags
+@click.pass_obj
+def workers(settings: Settings) -> int:
+    """List the connected workers."""
+
+    async def work(c: Client) -> int:
+        found = await c.list_workers()
+        settings.show(found, workers_table(found))
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@_output_flags
+@click.pass_obj
+def snapshot(settings: Settings) -> int:
+    """Print the server's snapshot as JSON (see `cronoq top` for a readable view)."""
+
+    async def work(c: Client) -> int:
+        click.echo(to_json(await c.snapshot()))
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@click.option(
+    "--interval", type=DURATION, default=1.0, show_default=True, help="Time between refreshes."
+)
+@click.option("--pool", "pools", multiple=True, help="Only this pool (repeatable).")
+@click.option("--once", is_flag=True, help="Print one frame and exit (no terminal needed).")
+@_output_flags
+@click.pass_obj
+def top(settings: Settings, interval: float, pools: tuple[str, ...], once: bool) -> int:
+    """Live view of pools, workers, totals and failures; quit with q or Ctrl-C."""
+    if settings.json:
+        raise click.UsageError("top has no JSON output; use `cronoq snapshot`")
+    if interval <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--interval")
+    console = Console(highlight=False)
+    if not once and not console.is_terminal:
+        raise click.UsageError("top needs a terminal; use --once for a single frame")
+
+    async def work(c: Client) -> int:
+        if once:
+            await _top.run_once(c, settings.server, pools, console)
+        else:
+            await _top.run_live(c, settings.server, interval, pools, console)
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.group()
+def recurring() -> None:
+    """Cron schedules that submit a task at each occurrence."""
+
+
+@recurring.command("add")
+@click.argument("name")
+@click.argument("cron")
+@click.argument("payload", required=False)
+@click.option("--tz", help="IANA time zone of the cron expression (default UTC).")
+@click.option(
+    "--overlap",
+    type=click.Choice(["skip", "allow", "queue", "queue_on_success"]),
+    default="skip",
+    show_default=True,
+    help="What an occurrence does while the previous one still runs.",
+)
+@_task_options
+@_output_flags
+@click.pass_obj
+def recurring_add(
+    settings: Settings,
+    /,
+    name: str,
+    cron: str,
+    payload: str | None,
+    tz: str | None,
+    overlap: str,
+    **options: Any,
+) -> int:
+    """Create or replace the schedule NAME; the task options make the template."""
+    value, kwargs = _task_kwargs(payload, options)
+
+    async def work(c: Client) -> int:
+        await c.add_recurring(name, cron, value, tz=tz, overlap=overlap, **kwargs)
+        settings.show({"name": name, "saved": True}, f"saved schedule {name}")
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@recurring.command("list")
+@_output_flags
+@click.pass_obj
+def recurring_list(settings: Settings) -> int:
+    """List the schedules by name."""
+
+    async def work(c: Client) -> int:
+        schedules = await c.list_recurring()
+        settings.show(schedules, recurring_table(schedules))
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@click.command("rm")
+@click.argument("name")
+@_output_flags
+@click.pass_obj
+def recurring_rm(settings: Settings, name: str) -> int:
+    """Remove the schedule NAME (alias: remove)."""
+
+    async def work(c: Client) -> int:
+        removed = await c.remove_recurring(name)
+        text = f"removed schedule {name}" if removed else f"no schedule named {name}"
+        settings.show({"name": name, "removed": removed}, text)
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+recurring.add_command(recurring_rm)
+recurring.add_command(recurring_rm, "remove")
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return its exit code: every failure becomes one stderr line
+    (with the traceback before it under `--debug`)."""
+    settings = Settings()
+    try:
+        code = cli.main(args=argv, prog_name="cronoq", standalone_mode=False, obj=settings)
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.ctx.get_help() if e.ctx else "", err=True)
+        return EXIT_USAGE
+    except click.ClickException as e:
+        ctx = e.ctx if isinstance(e, click.UsageError) else None
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        return _fail(settings, e, EXIT_USAGE, f"{e.format_message().rstrip('.')}{hint}")
+    except Unreachable as e:
+        return _fail(settings, e, EXIT_UNREACHABLE, f"unavailable: {e}")
+    except ClientError as e:
+        refused = e.code != "unavailable"
+        return _fail(settings, e, EXIT_REFUSED if refused else EXIT_UNREACHABLE, str(e))
+    except TimeoutError as e:
+        return _fail(settings, e, EXIT_TIMEOUT, f"timeout: {e}")
+    except (KeyboardInterrupt, click.Abort):
+        return EXIT_INTERRUPTED
+    return code if isinstance(code, int) else EXIT_OK
+
+
+def _fail(settings: Settings, error: BaseException, code: int, line: str) -> int:
+    if settings.debug:
+        traceback.print_exception(error)
+    click.echo(f"cronoq: error: {line}", err=True)
+    return code

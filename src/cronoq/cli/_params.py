@@ -1,0 +1,104 @@
+"""Parameter types of the `cronoq` command line: durations, times, task references, pairs.
+
+Each type turns bad input into a click usage error that names the option, so the command exits
+2 with one line instead of sending something the server would refuse less clearly.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+__all__ = [
+    "DURATION",
+    "PAIR",
+    "REF",
+    "RESOURCE",
+    "TIME",
+    "parse_duration",
+    "parse_ref",
+    "parse_time",
+]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`: a plain number (`1.5`) or a number with one unit (`500ms`, `2h`).
+
+    Negative, infinite and exponent forms are refused: every duration the server takes is a
+    finite number of seconds, and a typo should not turn into a surprising one.
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(
+            f"bad duration {text!r}: give seconds (1.5) or a number with a unit "
+            "ms, s, m, h or d (500ms, 30s, 5m, 2h)"
+        )
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 time with its offset (`2030-01-02T09:00:00Z`); a zone is required because a
+    time without one would silently mean this machine's local time."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"bad time {text!r}: use RFC 3339, e.g. 2030-01-02T09:00:00Z") from None
+    if when.tzinfo is None:
+        raise ValueError(f"bad time {text!r}: add a zone offset, e.g. Z or +02:00")
+    return when
+
+
+def parse_ref(text: str) -> int | str:
+    """A task reference: all digits is an id, anything else is a key."""
+    if not text:
+        raise ValueError("empty task reference: give an id or a key")
+    return int(text) if text.isdigit() else text
+
+
+if TYPE_CHECKING:  # generic in recent click, not subscriptable at run time in older
+    _ParamType = click.ParamType[Any, Any]
+else:
+    _ParamType = click.ParamType
+
+
+class _Converting(_ParamType):
+    """A click type from a function that raises ValueError with a message for the user."""
+
+    def __init__(self, name: str, parse: Any) -> None:
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value  # a default given already converted
+        try:
+            return self._parse(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"bad pair {text!r}: use name=value")
+    return name, value
+
+
+def _resource(text: str) -> tuple[str, int]:
+    name, amount = _pair(text)
+    if not amount.isdigit() or int(amount) < 1:
+        raise ValueError(f"bad resource {text!r}: use name=amount with a whole amount >= 1")
+    return name, int(amount)
+
+
+DURATION = _Converting("duration", parse_duration)
+TIME = _Converting("time", parse_time)
+REF = _Converting("ref", parse_ref)
+PAIR = _Converting("name=value", _pair)
+RESOURCE = _Converting("name=amount", _resource)

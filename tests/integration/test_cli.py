@@ -1,0 +1,343 @@
+"""The `cronoq` command line as a user runs it: every command a real process against a real
+`cronoq-server` process, with a raw echo worker serving pool `default` (pool `idle` has none,
+so its tasks stay pending)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import test_server_auth
+from test_server_auth import mtls_config
+from test_server_cli import PORT0, serving_process
+from test_server_e2e import EchoWorker
+
+COMMAND = [sys.executable, "-m", "cronoq.cli"]
+CONFIG = (
+    PORT0
+    + '[[pools]]\nname = "default"\nmax = 4\n[[pools]]\nname = "idle"\nmax = 2\n'
+    + '[[resources]]\nkind = "semaphore"\nname = "gpu"\npermits = 2\n'
+)
+pki = test_server_auth.pki  # the fixture: a CA with server and client certificates
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("CRONOQ_")} | {"COLUMNS": "100"}
+
+
+def cronoq(
+    server: str | None, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `cronoq [--server S] ARGS` and return what it did."""
+    where = ["--server", server] if server else []
+    return subprocess.run(
+        [*COMMAND, *where, *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=30
+    )
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line a failure must print (and no traceback)."""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("cronoq: error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving_process(tmp_path_factory.mktemp("cli"), CONFIG) as s:
+        worker = EchoWorker(s.address, slots=2)
+        worker.registered.get(timeout=5)
+        yield f"http://{s.address}"
+        worker.stop()
+
+
+def submit_idle(server: str, *args: str) -> int:
+    done = cronoq(server, "submit", "--pool", "idle", *args)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def test_submit_an_argument_and_wait(server: str) -> None:
+    done = cronoq(server, "submit", "hello", "--key", "cli-arg", "--wait", "--wait-timeout", "5s")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.isdigit()
+    assert "succeeded" in done.stdout and "olleh" in done.stdout
+    again = cronoq(server, "submit", "other", "--key", "cli-arg")
+    assert (again.returncode, again.stdout.strip()) == (0, first)
+    assert "duplicate" in again.stderr
+
+
+def test_submit_json_and_a_failed_task_exits_1(server: str) -> None:
+    done = cronoq(server, "--json", "submit", "hi", "--wait")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["duplicate"] is False
+    assert answer["result"]["status"] == "succeeded"
+    assert (answer["result"]["output"], answer["result"]["output_encoding"]) == ("ih", "utf-8")
+    # the echo worker fails "flaky..." once; with one attempt that is the end
+    failed = cronoq(server, "submit", "flaky", "--max-attempts", "1", "--wait", "--json")
+    assert failed.returncode == 1, failed.stderr
+    assert json.loads(failed.stdout)["result"]["status"] in ("failed", "dead_lettered")
+
+
+def test_submit_from_a_file_and_from_stdin(server: str, tmp_path: Path) -> None:
+    payload = tmp_path / "payload.json"
+    payload.write_text('{"n": 1}')
+    by_file = cronoq(server, "submit", "--file", str(payload), "--json-payload")
+    assert by_file.returncode == 0, by_file.stderr
+    output = cronoq(server, "wait", by_file.stdout.strip(), "--output", "--timeout", "5")
+    assert (output.returncode, output.stdout) == (0, '}1 :"n"{')
+    by_stdin = cronoq(server, "submit", "-", stdin="from stdin")
+    assert by_stdin.returncode == 0, by_stdin.stderr
+    output = cronoq(server, "wait", by_stdin.stdout.strip(), "--output")
+    assert (output.returncode, output.stdout) == (0, "nidts morf")
+
+
+def test_task_options_reach_the_server(server: str) -> None:
+    task = submit_idle(
+        server, "x", "--kind", "report", "--priority", "HIGH", "--key", "cli-opts",
+        "--tenant", "acme", "--deadline-in", "1h", "--timeout", "30s", "--max-attempts", "2",
+        "--tag", "team=ops", "--label", "zone=b", "--resource", "gpu=1",
+        "--duration-hint", "500ms", "--content-type", "text/x-report", "--tolerance", "2s",
+        "--on-miss", "skip",
+    )  # fmt: skip
+    info = json.loads(cronoq(server, "get", "cli-opts", "--json").stdout)
+    assert (info["id"], info["pool"], info["kind"]) == (task, "idle", "report")
+    assert (info["priority"], info["tenant"], info["max_attempts"]) == ("high", "acme", 2)
+    later = submit_idle(server, "--start-at", "2099-01-01T00:00:00Z", "--after", str(task))
+    assert json.loads(cronoq(server, "--json", "get", str(later)).stdout)["status"] == "blocked"
+    start_in = submit_idle(server, "--start-in", "1h")
+    assert json.loads(cronoq(server, "--json", "get", str(start_in)).stdout)["status"] == (
+        "scheduled"
+    )
+
+
+def test_get_shows_a_task_and_refuses_an_unknown_one(server: str) -> None:
+    task = submit_idle(server, "y", "--key", "cli-get")
+    shown = cronoq(server, "get", str(task))
+    assert shown.returncode == 0
+    fields = dict(line.split(None, 1) for line in shown.stdout.splitlines())
+    assert (fields["id"], fields["status"], fields["pool"], fields["key"]) == (
+        str(task), "ready", "idle", "cli-get"
+    )  # fmt: skip
+    unknown = cronoq(server, "get", "987654321")
+    assert unknown.returncode == 3
+    assert one_error_line(unknown).startswith("cronoq: error: not_found: ")
+    assert unknown.stdout == ""
+    debug = cronoq(server, "--debug", "get", "987654321")
+    assert debug.returncode == 3
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.splitlines()[-1].startswith("cronoq: error: not_found: ")
+
+
+def test_wait_times_out_with_124_and_cancel(server: str) -> None:
+    task = submit_idle(server, "z")
+    started = time.monotonic()
+    waited = cronoq(server, "wait", str(task), "--timeout", "300ms")
+    assert waited.returncode == 124
+    assert "timeout" in one_error_line(waited)
+    assert time.monotonic() - started < 10
+    cancelled = cronoq(server, "cancel", str(task))
+    assert (cancelled.returncode, cancelled.stdout.strip()) == (0, "cancelled")
+    again = cronoq(server, "cancel", str(task), "--json")
+    assert json.loads(again.stdout) == {"ref": task, "cancelled": False}
+    ended = cronoq(server, "wait", str(task), "--json")
+    assert ended.returncode == 1
+    assert json.loads(ended.stdout)["status"] == "cancelled"
+
+
+def test_list_filters_pages_and_json(server: str) -> None:
+    ids = [submit_idle(server, "p") for _ in range(3)]
+    table = cronoq(server, "list", "--pool", "idle", "--status", "ready", "--after", str(ids[0]))
+    assert table.returncode == 0
+    rows = [line.split() for line in table.stdout.splitlines()[2:]]
+    assert [int(r[0]) for r in rows] == ids[1:]
+    assert {(r[1], r[2]) for r in rows} == {("ready", "idle")}
+    page = cronoq(server, "list", "--pool", "idle", "--after", str(ids[0] - 1), "--limit", "1")
+    assert f"--after {ids[0]}" in page.stderr
+    every = cronoq(server, "--json", "list", "--pool", "idle", "--limit", "1", "--all")
+    document = json.loads(every.stdout)
+    assert set(ids) <= {t["id"] for t in document["tasks"]}
+    assert (document["next_after"], document["unavailable_shards"]) == (None, [])
+
+
+def test_watch_stops_after_count(server: str) -> None:
+    lines = subprocess.Popen(
+        [*COMMAND, "--server", server, "watch", "--pool", "default", "--count", "2"],
+        stdout=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    jsons = subprocess.Popen(
+        [*COMMAND, "--server", server, "watch", "--json", "--all", "--count", "3"],
+        stdout=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    end = time.monotonic() + 20
+    while (lines.poll() is None or jsons.poll() is None) and time.monotonic() < end:
+        cronoq(server, "submit", "w", "--wait")  # until both watchers have subscribed and seen
+    out, _ = lines.communicate(timeout=5)
+    events, _ = jsons.communicate(timeout=5)
+    assert (lines.returncode, jsons.returncode) == (0, 0)
+    assert [line.split()[3] for line in out.splitlines()] == ["succeeded", "succeeded"]
+    statuses = [json.loads(line)["status"] for line in events.splitlines()]
+    assert len(statuses) == 3 and {"ready", "running"} & set(statuses)
+
+
+def test_workers_and_snapshot(server: str) -> None:
+    table = cronoq(server, "workers")
+    assert table.returncode == 0
+    assert table.stdout.splitlines()[2].split()[1:5] == ["echo", "default", "-", "0/2"]
+    (worker,) = json.loads(cronoq(server, "--json", "workers").stdout)
+    assert (worker["name"], worker["pool"], worker["slots"]) == ("echo", "default", 2)
+    snapshot = json.loads(cronoq(server, "snapshot").stdout)
+    assert [p["name"] for p in snapshot["pools"]] == ["default", "idle"]
+    assert snapshot["workers_connected"] == 1 and snapshot["totals"]["submitted"] >= 0
+
+
+def test_top_once_shows_pools_and_totals(server: str) -> None:
+    cronoq(server, "submit", "t", "--wait")
+    frame = cronoq(server, "top", "--once")
+    assert frame.returncode == 0, frame.stderr
+    assert f"cronoq top  {server}  serving" in frame.stdout
+    rows = {line.split()[0]: line.split() for line in frame.stdout.splitlines() if line.strip()}
+    assert {"default", "idle", "submitted"} <= set(rows)
+    assert int(rows["submitted"][1]) >= 1 and "lease expiries" in frame.stdout
+    assert "\x1b[" not in frame.stdout  # no colours without a terminal
+    only = cronoq(server, "top", "--once", "--pool", "idle")
+    assert "default " not in only.stdout.split("worker groups")[0].split("pools")[1]
+    live = cronoq(server, "top")  # not a terminal, no --once
+    assert live.returncode == 2 and "--once" in one_error_line(live)
+
+
+def test_top_live_in_a_terminal_quits_on_q(server: str) -> None:
+    screen_fd, terminal = pty.openpty()
+    top = subprocess.Popen(
+        [*COMMAND, "--server", server, "top", "--interval", "0.2"],
+        stdin=terminal, stdout=terminal, stderr=terminal, env=ENV,
+    )  # fmt: skip
+    os.close(terminal)
+    try:
+        screen = b""
+        end = time.monotonic() + 10
+        while b"recent failures" not in screen and time.monotonic() < end:
+            if select.select([screen_fd], [], [], 0.1)[0]:
+                screen += os.read(screen_fd, 65536)
+        assert b"recent failures" in screen and b"\x1b[?1049h" in screen  # the full screen
+        os.write(screen_fd, b"q")
+        assert top.wait(timeout=5) == 0
+    finally:
+        top.kill()
+        os.close(screen_fd)
+
+
+def test_recurring_add_list_and_remove(server: str) -> None:
+    added = cronoq(
+        server, "recurring", "add", "cli-nightly", "0 3 * * *", "job", "--pool", "idle",
+        "--tz", "Europe/Paris", "--overlap", "queue", "--key", "nightly", "--priority", "low",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    table = cronoq(server, "recurring", "list")
+    row = next(line.split() for line in table.stdout.splitlines() if "cli-nightly" in line)
+    assert row[:6] == ["cli-nightly", "0", "3", "*", "*", "*"]
+    assert row[6:9] == ["Europe/Paris", "idle", "default"] and row[9] == "queue"
+    (schedule,) = [
+        s
+        for s in json.loads(cronoq(server, "recurring", "list", "--json").stdout)
+        if s["name"] == "cli-nightly"
+    ]
+    assert (schedule["overlap"], schedule["tz"]) == ("queue", "Europe/Paris")
+    assert schedule["next_at"] > time.time()
+    removed = cronoq(server, "recurring", "rm", "cli-nightly")
+    assert (removed.returncode, removed.stdout.strip()) == (0, "removed schedule cli-nightly")
+    gone = cronoq(server, "--json", "recurring", "remove", "cli-nightly")
+    assert json.loads(gone.stdout) == {"name": "cli-nightly", "removed": False}
+    bad = cronoq(server, "recurring", "add", "cli-bad", "not a cron")
+    assert bad.returncode == 3
+    assert one_error_line(bad).startswith("cronoq: error: invalid_argument: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["submit", "--deadline-in", "5x"], "--deadline-in"),
+        (["wait", "1", "--timeout", "soon"], "--timeout"),
+        (["submit", "--file", "/no/such/payload"], "--file"),
+        (["submit", "--bogus"], "--bogus"),
+        (["--bogus", "list"], "--bogus"),
+        (["submit", "x", "--wait-timeout", "1"], "--wait"),
+        (["submit", "--start-at", "2030-01-01T00:00:00"], "--start-at"),
+        (["submit", "--tag", "novalue"], "--tag"),
+        (["submit", "{", "--json-payload"], "JSON"),
+        (["top", "--once", "--json"], "snapshot"),
+        (["nosuch"], "nosuch"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args: list[str], names: str) -> None:
+    done = cronoq("http://127.0.0.1:9", *args)
+    assert done.returncode == 2
+    assert names in one_error_line(done)
+
+
+def test_version_and_help() -> None:
+    from cronoq import __version__
+
+    assert cronoq(None, "-V").stdout == f"cronoq {__version__}\n"
+    assert "recurring" in cronoq(None, "-h").stdout
+    assert "--all-transitions" in cronoq(None, "watch", "--help").stdout
+
+
+def test_an_unreachable_server_fails_fast_with_4() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    started = time.monotonic()
+    done = cronoq(f"http://127.0.0.1:{port}", "list")
+    assert done.returncode == 4
+    assert f"cannot reach http://127.0.0.1:{port}" in one_error_line(done)
+    with socket.socket() as silent:  # accepts TCP, never speaks HTTP/2
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        hung = cronoq(address, "--connect-timeout", "500ms", "get", "1")
+    assert hung.returncode == 4
+    assert "no connection within 0.5s" in one_error_line(hung)
+    assert time.monotonic() - started < 8
+
+
+def test_a_bad_token_is_refused_with_3(tmp_path: Path) -> None:
+    config = PORT0 + '[[auth.tokens]]\ntoken = "cli-admin-token-0123456789abcdef"\nrole = "admin"\n'
+    with serving_process(tmp_path, config) as s:
+        good = cronoq(s.address, "--token", "cli-admin-token-0123456789abcdef", "list")
+        assert good.returncode == 0, good.stderr
+        bad = cronoq(s.address, "--token", "wrong-token-0123456789abcdef", "list")
+        assert bad.returncode == 3
+        assert one_error_line(bad).startswith("cronoq: error: unauthenticated")
+
+
+def test_mutual_tls_with_pem_files(pki: Path, tmp_path: Path) -> None:
+    with serving_process(tmp_path, mtls_config(pki)) as s:
+        server = "https://localhost:" + s.address.rsplit(":", 1)[1]
+        ca, ops = ["--ca", str(pki / "ca.pem")], ["--cert", str(pki / "ops.pem")]
+        mine = cronoq(server, *ca, *ops, "--key", str(pki / "ops.key"), "list", "--pool", "a")
+        assert mine.returncode == 0, mine.stderr
+        other = cronoq(server, *ca, *ops, "--key", str(pki / "ops.key"), "list", "--pool", "b")
+        assert other.returncode == 3  # the certificate maps to a client of pool "a" only
+        anonymous = cronoq(server, *ca, "list")  # the server asks for a client certificate
+        assert anonymous.returncode == 4 and "connection failed" in one_error_line(anonymous)
+        half = cronoq(server, *ca, *ops, "list")
+        assert half.returncode == 2 and "--key" in one_error_line(half)
+
+
+def test_without_grpc_the_command_says_what_to_install() -> None:
+    code = "import sys; sys.modules['grpc'] = None; from cronoq.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "list"], capture_output=True, text=True, env=ENV, timeout=30
+    )
+    assert done.returncode == 2
+    assert "pip install 'cronoq[client]'" in one_error_line(done)
