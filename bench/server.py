@@ -4,7 +4,7 @@ Machines here are noisy and gRPC's own cost per message dominates, so the server
 printed as a ratio to a bare grpc.aio echo measured in the same run, and both take the best of
 interleaved runs. Every process (this client, the server or echo servicer, the worker) is a
 separate Python process on loopback; the echo servicer and the worker are this file run with
-the hidden `--role echo|worker`.
+the hidden `--role echo|worker|client-worker`.
 
 Phases
 ------
@@ -23,6 +23,12 @@ Phases
      1k tasks.
 [c]  sequential Tasks.Submit(wait=true) round trips with the same worker, after a warm-up:
      p50 and p99 (target p50 <= 2 ms).
+[d]  [a] again with `cronoq.client.Worker` (64 slots, a no-op handler) in place of the raw
+     worker: its CPU per lease against the raw worker's in [a] (target <= 1.5x).
+[e]  the client path: `cronoq.client.Client.submit_batch` of 10k tasks (`task()` specs built
+     before timing, batches of limits.max_tasks_per_batch), `Client.wait` on the last and
+     `Client.snapshot` until all succeeded, served by a second server whose only worker is
+     `cronoq.client.Worker` with 64 slots. Tasks/s and the Worker's CPU per 1k tasks.
 
 Usage: python bench/server.py [--n N] [--quick] [--profile] [--top K]
 
@@ -66,6 +72,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 TARGET_RATIO = 0.5
 TARGET_P50_MS = 2.0
+TARGET_WORKER_CPU = 1.5  # cronoq.client.Worker CPU per lease / the raw worker's
+CLIENT_N = 10_000
 
 CONFIG = f"""\
 [server]
@@ -107,10 +115,11 @@ class Sizes:
     reps: int
     rt_warmup: int
     rt_samples: int
+    client_n: int
 
 
-FULL = Sizes(n=20_000, reps=3, rt_warmup=200, rt_samples=2_000)
-QUICK = Sizes(n=2_000, reps=1, rt_warmup=20, rt_samples=200)
+FULL = Sizes(n=20_000, reps=3, rt_warmup=200, rt_samples=2_000, client_n=CLIENT_N)
+QUICK = Sizes(n=2_000, reps=1, rt_warmup=20, rt_samples=200, client_n=1_000)
 
 
 # --- the two helper processes: this file run with --role ----------------------------------
@@ -207,6 +216,31 @@ async def worker_main(target: str, slots: int) -> None:
         print(f"done leases={leases} cpu={time.process_time() - cpu0:.6f}", flush=True)
 
 
+async def client_worker_main(target: str, slots: int) -> None:
+    """The same as worker_main with `cronoq.client.Worker` and a no-op handler. It prints the
+    CPU spent from its registration to the end of the stream (against the echo servicer,
+    which ends the stream after its N pairs), or to SIGTERM (against the server)."""
+    from cronoq.client import ClientError, Lease, Worker
+
+    leases = 0
+
+    async def handle(lease: Lease) -> None:
+        nonlocal leases
+        leases += 1
+
+    worker = Worker(target, POOL, handle, slots=slots, name="bench", reconnect=False)
+    serving = asyncio.create_task(worker.run())
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGTERM, lambda: asyncio.ensure_future(worker.stop())
+    )
+    await worker.wait_registered(30)
+    cpu0 = time.process_time()
+    print(f"registered slots={worker.granted_slots}", flush=True)
+    with contextlib.suppress(ClientError):  # the echo servicer ends the stream: run() raises
+        await serving
+    print(f"done leases={leases} cpu={time.process_time() - cpu0:.6f}", flush=True)
+
+
 # --- child processes -------------------------------------------------------------------------
 
 
@@ -266,8 +300,8 @@ def _me(role: str, *args: str) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--role", role, *args]
 
 
-def start_worker(target: str) -> Proc:
-    w = Proc(_me("worker", "--target", target), "worker")
+def start_worker(target: str, role: str = "worker") -> Proc:
+    w = Proc(_me(role, "--target", target), role)
     slots = int(w.expect(r"^registered slots=(\d+)").group(1))
     assert slots == SLOTS, slots
     return w
@@ -295,8 +329,8 @@ class EchoRun:
     worker_cpu: float
 
 
-def phase_echo(echo: Proc, target: str, n: int) -> EchoRun:
-    worker = Proc(_me("worker", "--target", target), "echo worker")
+def phase_echo(echo: Proc, target: str, n: int, role: str = "worker") -> EchoRun:
+    worker = Proc(_me(role, "--target", target), f"echo {role}")
     try:
         m = echo.expect(r"^pairs=(\d+) seconds=([\d.]+) cpu=([\d.]+)", timeout=60 + n / 500)
         w = worker.expect(r"^done leases=(\d+) cpu=([\d.]+)")
@@ -343,6 +377,26 @@ async def phase_server(client: Client, n: int, server: Proc, worker: Proc) -> Se
     return ServerRun(n / dt, (server.cpu() - cpu_s) / n, (worker.cpu() - cpu_w) / n)
 
 
+async def phase_client(n: int, fleet: Fleet) -> ServerRun:
+    """[e]: the [b] measurement through `cronoq.client.Client` (built on the loop it runs on)."""
+    from cronoq.client import Client as PyClient
+    from cronoq.client import task
+
+    specs = [task() for _ in range(n)]
+    async with PyClient(fleet.target) as client:
+        goal = (await client.snapshot()).totals.succeeded + n
+        cpu_s, cpu_w = fleet.server.cpu(), fleet.worker.cpu()
+        t0 = time.perf_counter()
+        last = 0
+        for i in range(0, n, BATCH):
+            last = (await client.submit_batch(specs[i : i + BATCH]))[-1].id
+        await client.wait(last)
+        while (await client.snapshot()).totals.succeeded < goal:
+            await asyncio.sleep(0.001)
+        dt = time.perf_counter() - t0
+    return ServerRun(n / dt, (fleet.server.cpu() - cpu_s) / n, (fleet.worker.cpu() - cpu_w) / n)
+
+
 async def phase_roundtrip(client: Client, warmup: int, samples: int) -> list[float]:
     """Seconds per Submit(wait=true) of a no-op task, one at a time, after `warmup` of them."""
     request = pb.SubmitRequest(task=pb.TaskSpec(), wait=True)
@@ -377,24 +431,25 @@ def _header(title: str, sz: Sizes) -> None:
         f"{load}; processes: this client, the server (or echo servicer), one worker"
     )
     print(
-        f"sizes:    N={sz.n:,}, best of {sz.reps} interleaved runs of [a]/[b]; SubmitBatch of "
-        f"{BATCH:,}; round trips {sz.rt_samples:,} after {sz.rt_warmup:,} warm-up; "
-        f"{SLOTS} slots"
+        f"sizes:    N={sz.n:,} ([e]: {sz.client_n:,}), best of {sz.reps} interleaved runs of "
+        f"[a]/[b]/[d]/[e]; SubmitBatch of {BATCH:,}; round trips {sz.rt_samples:,} after "
+        f"{sz.rt_warmup:,} warm-up; {SLOTS} slots"
     )
     print()
 
 
 class Fleet:
-    """The server and its worker, on a temporary configuration file; stopped on exit."""
+    """The server and its worker (the raw one, or `cronoq.client.Worker` with
+    role="client-worker"), on a temporary configuration file; stopped on exit."""
 
-    def __init__(self, profile_to: str | None = None) -> None:
+    def __init__(self, profile_to: str | None = None, role: str = "worker") -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="cronoq-bench-")
         cfg = os.path.join(self.dir.name, "server.toml")
         with open(cfg, "w") as f:
             f.write(CONFIG)
         self.server, self.target = start_server(cfg, profile_to)
         try:
-            self.worker = start_worker(self.target)
+            self.worker = start_worker(self.target, role)
         except BaseException:
             self.server.stop()
             raise
@@ -410,17 +465,24 @@ async def bench(sz: Sizes) -> int:
     echo_port = echo.expect(r"^port=(\d+)").group(1)
     echo_target = f"127.0.0.1:{echo_port}"
     fleet = Fleet()
+    py_fleet = Fleet(role="client-worker")
     try:
         async with grpc.aio.insecure_channel(fleet.target) as channel:
             client = Client(channel)
             await phase_server(client, min(sz.n, 2 * BATCH), fleet.server, fleet.worker)  # warm-up
+            await phase_client(min(sz.client_n, 2 * BATCH), py_fleet)  # warm-up
             echo_runs: list[EchoRun] = []
             server_runs: list[ServerRun] = []
+            py_echo_runs: list[EchoRun] = []
+            client_runs: list[ServerRun] = []
             for _ in range(sz.reps):
                 echo_runs.append(phase_echo(echo, echo_target, sz.n))
                 server_runs.append(await phase_server(client, sz.n, fleet.server, fleet.worker))
+                py_echo_runs.append(phase_echo(echo, echo_target, sz.n, "client-worker"))
+                client_runs.append(await phase_client(sz.client_n, py_fleet))
             rt = await phase_roundtrip(client, sz.rt_warmup, sz.rt_samples)
     finally:
+        py_fleet.close()
         fleet.close()
         echo.stop()
 
@@ -448,8 +510,27 @@ async def bench(sz: Sizes) -> int:
         f"[c]  Submit(wait=true) round trip  {len(rt):,} samples: p50 {p50:.2f} ms  "
         f"p99 {p99:.2f} ms  target p50 <= {TARGET_P50_MS:g} ms  {verdict(p50 <= TARGET_P50_MS)}"
     )
-    met = (ratio >= TARGET_RATIO) + (p50 <= TARGET_P50_MS)
-    print(f"\ntargets:  {met}/2 met")
+    # The Worker's CPU per lease is compared run by run with the raw worker's of the same round
+    # (each is its own process's CPU, so the load of the other processes matters little).
+    worker_ratios = [
+        d.worker_cpu / a.worker_cpu for a, d in zip(echo_runs, py_echo_runs, strict=True)
+    ]
+    wr = min(worker_ratios)
+    pd = max(py_echo_runs, key=lambda r: r.rate)
+    print(
+        f"[d]  echo, cronoq.client.Worker  N={sz.n:,}: {pd.rate:>8,.0f} pairs/s   CPU per lease "
+        f"{pd.worker_cpu * 1e6:.0f} us = {wr:.2f}x the raw worker's  target <= "
+        f"{TARGET_WORKER_CPU}x  {verdict(wr <= TARGET_WORKER_CPU)}   "
+        f"(runs {' '.join(f'{r:.2f}x' for r in worker_ratios)})"
+    )
+    ce = max(client_runs, key=lambda r: r.rate)
+    print(
+        f"[e]  Client.submit_batch + Worker  N={sz.client_n:,}: {ce.rate:>8,.0f} tasks/s   "
+        f"CPU per 1k tasks: Worker {ce.worker_cpu * 1e6:,.0f} ms, server "
+        f"{ce.server_cpu * 1e6:,.0f} ms   ({_runs([r.rate for r in client_runs])})"
+    )
+    met = (ratio >= TARGET_RATIO) + (p50 <= TARGET_P50_MS) + (wr <= TARGET_WORKER_CPU)
+    print(f"\ntargets:  {met}/3 met")
     return 0
 
 
@@ -528,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--top", type=int, default=25, help="functions shown with --profile (25)")
     # The helper processes: this file is also the echo servicer of [a] and the worker.
-    ap.add_argument("--role", choices=("echo", "worker"), help=argparse.SUPPRESS)
+    ap.add_argument("--role", choices=("echo", "worker", "client-worker"), help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
@@ -540,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.role == "worker":
         asyncio.run(worker_main(args.target, SLOTS))
+        return 0
+    if args.role == "client-worker":
+        asyncio.run(client_worker_main(args.target, SLOTS))
         return 0
     if args.profile:
         _header("cronoq server benchmark, profile of [b]", sz)

@@ -60,10 +60,12 @@ SERVER_FIGURES = {
     "b": r"^\[b\]  server, SubmitBatch .*[\d,]+ tasks/s .*[\d.]+x \[a\] .*(PASS|MISS)",
     "b-cpu": r"^     CPU per 1k tasks: server [\d,]+ ms, worker [\d,]+ ms",
     "c": r"^\[c\]  Submit\(wait=true\) round trip .*p50 [\d.]+ ms  p99 [\d.]+ ms .*(PASS|MISS)",
+    "d": r"^\[d\]  echo, cronoq\.client\.Worker .*= [\d.]+x the raw worker's .*(PASS|MISS)",
+    "e": r"^\[e\]  Client\.submit_batch \+ Worker .*[\d,]+ tasks/s .*Worker [\d,]+ ms, server",
     "header-python": r"^python: ",
     "header-platform": r"^platform: .*grpcio ",
     "header-cpus": r"^cpus: ",
-    "summary": r"^targets:  \d/2 met",
+    "summary": r"^targets:  \d/3 met",
 }
 
 SERVER_PROFILE = {
