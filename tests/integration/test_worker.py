@@ -1257,6 +1257,11 @@ async def test_real_refusals_end_run_after_one_connection(real: Serving) -> None
         with pytest.raises(ClientError) as e:
             await w.run()
         assert e.value.code == code and w.connections in (1, 2)
+    await asyncio.sleep(0.05)
+    # Each ended session closed its outbox, so grpc's tasks feeding the calls have finished
+    # (a session that left them waiting shows here, and as "Task was destroyed" at exit).
+    feeders = [t for t in asyncio.all_tasks() if "consume_request_iterator" in repr(t)]
+    assert feeders == []
 
 
 async def test_real_heartbeats_keep_a_lease_past_its_ttl(real: Serving) -> None:

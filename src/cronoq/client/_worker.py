@@ -124,6 +124,12 @@ class _Outbox:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def close(self) -> None:
+        """Drop what is unsent and end the stream: the session is over, and grpc's task that
+        feeds the call from `messages()` must finish rather than wait forever."""
+        self._items.clear()
+        self.put(None)
+
     async def messages(self) -> AsyncIterator[pb.WorkerMessage]:
         items = self._items
         loop = asyncio.get_running_loop()
@@ -385,6 +391,7 @@ class Worker:
             self._session = None
             ls.registered.clear()
             self._abandon_all(ls)
+            outbox.close()
             session.closed.set()
             await channel.close()
 
