@@ -17,6 +17,7 @@ import logging
 import re
 import shutil
 import socket
+import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -1310,3 +1311,31 @@ async def test_real_reconnect_after_a_server_restart(tmp_path: Path) -> None:
                 second.kill()
     finally:
         first.kill()
+
+
+async def test_real_not_leader_shutdown_when_the_server_is_fenced(tmp_path: Path) -> None:
+    """Another process taking the SQLite leadership (here: the test bumping the epoch in the
+    file, as a new leader does) fences the server at its next write: it tells its workers
+    shutdown{not_leader}, and the worker reconnects after backoff[0], not a grown delay."""
+    db = tmp_path / "q.db"
+    config = write(
+        tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{db}"\n[[pools]]\nname = "default"\n'
+    )
+    server = await asyncio.to_thread(Server, config)
+    try:
+        await asyncio.to_thread(server.wait_for, "event=ready")
+        w = Worker(server.address, "default", echo, backoff=(0.05, 5.0))
+        async with running(w), stubs(server.address) as s:
+            await w.wait_registered(5)
+            assert (await s.wait(await s.submit("default", b"led"))).output == b"led"
+            with sqlite3.connect(db) as other:
+                other.execute("UPDATE cronoq_leader SET epoch = epoch + 1, holder = 'other'")
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await s.submit("default", b"fenced")  # its commit finds the lease taken
+            await until(lambda: w.last_shutdown is not None)
+            assert "leadership lost" in (w.last_shutdown or "")
+            # The deposed server refuses (UNAVAILABLE); the worker keeps trying from 0.05 s.
+            await until(lambda: w.connections >= 3)
+            assert w.worker_id == 1 and w.running == 0
+    finally:
+        server.kill()
