@@ -49,6 +49,7 @@ EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 
 DEFAULT_SERVER = "http://127.0.0.1:7070"
+PIPE_WIDTH = 200
 STATUSES = (
     "blocked", "scheduled", "ready", "running", "retrying", "succeeded", "failed",
     "dead_lettered", "cancelled", "skipped", "missed", "shed",
@@ -90,7 +91,14 @@ class Settings:
         if self.json:
             click.echo(to_json(value))
         else:
-            Console(highlight=False).print(renderable)
+            _console().print(renderable)
+
+
+def _console() -> Console:
+    """Rich's console for our output. Piped output gets a wide page instead of rich's 80
+    columns, so table cells (names, times, cron lines) are not cut or wrapped for `grep`."""
+    probe = Console(highlight=False)
+    return probe if probe.is_terminal else Console(highlight=False, width=PIPE_WIDTH)
 
 
 async def _probe(settings: Settings) -> None:
@@ -341,7 +349,7 @@ def submit(
             if done.duplicate:
                 click.echo(f"cronoq: task {done.id} has this key already (duplicate)", err=True)
             if done.result is not None:
-                Console(highlight=False).print(result_detail(done.result))
+                _console().print(result_detail(done.result))
         failed = done.result is not None and not done.result.ok
         return EXIT_NOT_SUCCEEDED if failed else EXIT_OK
 
@@ -526,7 +534,7 @@ def top(settings: Settings, interval: float, pools: tuple[str, ...], once: bool)
         raise click.UsageError("top has no JSON output; use `cronoq snapshot`")
     if interval <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--interval")
-    console = Console(highlight=False)
+    console = _console()
     if not once and not console.is_terminal:
         raise click.UsageError("top needs a terminal; use --once for a single frame")
 
