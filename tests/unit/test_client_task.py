@@ -585,3 +585,15 @@ def test_data_classes_are_frozen() -> None:
     with pytest.raises(AttributeError):
         r.status = "failed"  # type: ignore[misc]
     assert (r.message, r.output_available) == ("", False)
+
+
+def test_stubs_under_the_published_private_name() -> None:
+    """`cronoq._proto` names the same modules, so specs built either way are one class."""
+    import cronoq._proto.cronoq_pb2 as published
+
+    from cronoq._proto import cronoq_pb2_grpc
+    from cronoq.proto.cronoq.v1 import cronoq_pb2 as ours
+    from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc as ours_grpc
+
+    assert published is ours and cronoq_pb2_grpc is ours_grpc
+    assert isinstance(task("x"), published.TaskSpec)
