@@ -376,6 +376,8 @@ class Scheduler:
             None if store is None else JsonCodec() if codec is None else check_codec(codec)
         )
         self._ended: str | None = None  # why the last session stopped on its own
+        # A lost session closes its store in the background; the next start waits for it.
+        self._closing: asyncio.Task[None] | None = None
         self._launcher = launcher
         self._resources = [r.core_config() for r in resources or ()]
         self._pool_names = [p.name for p in pools]
@@ -423,6 +425,12 @@ class Scheduler:
         store = self._store
         stored = None
         first = 1
+        closing, self._closing = self._closing, None
+        if closing is not None and closing.get_loop() is loop:
+            try:
+                await closing
+            except Exception as e:  # the file is closed whatever went wrong on the way
+                log.warning("closing the store after the lost session failed: %s", e)
         if store is not None:
             await store.open()
             try:
@@ -521,7 +529,7 @@ class Scheduler:
             self._launcher.lost(reason)
         self._close_session(s)
         if s.durable is not None:
-            s.loop.create_task(s.durable.close(release_lease=False))
+            self._closing = s.loop.create_task(s.durable.close(release_lease=False))
 
     async def __aenter__(self) -> Scheduler:
         await self.start()

@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import ssl
 import subprocess
 import sys
@@ -272,6 +273,81 @@ def test_sqlite_standby_until_the_leader_stops(tmp_path: Path, servers: list[Ser
     assert leader.terminate(timeout=10) == 0  # a clean stop releases the lease at once
     standby.wait_for("event=ready", timeout=5)
     assert get_code(standby.address) is grpc.StatusCode.INVALID_ARGUMENT
+    assert standby.terminate(timeout=10) == 0
+
+
+def _fence(db: Path) -> None:
+    """What a new leader does to the file: a higher epoch and another holder (its lease here
+    already expired, so whoever asks next takes the leadership)."""
+    with sqlite3.connect(db) as other:
+        other.execute(
+            "UPDATE cronoq_leader SET epoch = epoch + 1, holder = 'intruder', expires_unix_ns = 0"
+        )
+
+
+def _submit(address: str, key: str) -> int:
+    with grpc.insecure_channel(address) as ch:
+        spec = cronoq_pb2.TaskSpec(key=key)
+        reply = cronoq_pb2_grpc.TasksStub(ch).Submit(cronoq_pb2.SubmitRequest(task=spec), timeout=5)
+        return int(reply.id)
+
+
+def _get_key(address: str, key: str) -> int:
+    with grpc.insecure_channel(address) as ch:
+        ref = cronoq_pb2.TaskRef(key=key)
+        return int(cronoq_pb2_grpc.TasksStub(ch).Get(cronoq_pb2.GetRequest(task=ref), timeout=5).id)
+
+
+def test_a_fenced_leader_stands_by_again_and_leads_again(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """SERVER.md 8.4: a leader that finds the leadership taken stops serving at once, stands
+    by, and serves again (new epoch, state recovered from the file) once it leads again."""
+    db = tmp_path / "q.db"
+    server = Server(write(tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{db}"\n'))
+    servers.append(server)
+    server.wait_for("event=ready")
+    first = _submit(server.address, "before")
+    _fence(db)
+    with contextlib.suppress(grpc.RpcError):
+        _submit(server.address, "during")  # its commit finds the leadership taken
+    server.wait_for(r"event=standing_by reason=.*fenced")
+    server.wait_for("event=awaiting_leadership")
+    server.wait_for("event=ready")
+    assert _get_key(server.address, "before") == first
+    again = _submit(server.address, "after")
+    assert again >> 48 == (first >> 48) + 2  # the intruder's epoch, then ours
+    assert server.terminate(timeout=10) == 0
+
+
+def test_failover_between_two_processes_and_back(tmp_path: Path, servers: list[Server]) -> None:
+    """A leader fenced while a standby waits: one of the two leads next (the other stands
+    by), and when that one stops the other takes over; the task submitted first survives."""
+    db = tmp_path / "q.db"
+    config = write(tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{db}"\n')
+    a = Server(config)
+    servers.append(a)
+    a.wait_for("event=ready")
+    b = Server(config)
+    servers.append(b)
+    b.wait_for("event=awaiting_leadership")
+    first = _submit(a.address, "first")
+    _fence(db)
+    with contextlib.suppress(grpc.RpcError):
+        _submit(a.address, "during")
+    a.wait_for(r"event=standing_by")
+    end = time.monotonic() + 10
+    while (codes := {get_code(a.address), get_code(b.address)}) != {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAVAILABLE,
+    }:
+        assert time.monotonic() < end, codes
+        time.sleep(0.1)
+    leader, standby = (a, b) if get_code(a.address) is grpc.StatusCode.INVALID_ARGUMENT else (b, a)
+    assert _get_key(leader.address, "first") == first
+    assert leader.terminate(timeout=10) == 0  # a clean stop hands over at once
+    standby.wait_for("event=ready", timeout=5)
+    assert _get_key(standby.address, "first") == first
     assert standby.terminate(timeout=10) == 0
 
 

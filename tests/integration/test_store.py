@@ -1254,6 +1254,29 @@ async def test_fenced_leader_stops_and_a_new_one_takes_over_after_the_lease(
         await s2.shutdown()
 
 
+async def test_the_same_scheduler_leads_again_after_it_was_fenced(tmp_path: Path) -> None:
+    """start() right after a lost session (the server's "stand by again"): the new session
+    waits for the lost one's file to close, then leads with a new epoch and resumes."""
+    path = tmp_path / "cronoq.db"
+    rec = Recorder()
+    s = make(path, rec)
+    await s.start()
+    try:
+        first = await s.submit("one", key="one")
+        assert await asyncio.wait_for(first.result(), 2.0) == "one"
+        execute(path, "UPDATE cronoq_leader SET epoch = epoch + 1, holder = 'thief', "
+                      "expires_unix_ns = 0 WHERE id = 1")  # fmt: skip
+        with pytest.raises(SchedulerError):
+            await s.submit("lost")  # its commit finds the leadership taken
+        assert not s.started
+        await s.start()  # at once: the thief's lease has already expired
+        h = await s.handle("one")
+        assert h is not None and await asyncio.wait_for(h.result(), 2.0) == "one"
+        assert (await s.submit("two")).id == epoch_id(3)
+    finally:
+        await s.shutdown()
+
+
 async def test_recurring_key_freed_by_removal_is_free_after_restart(tmp_path: Path) -> None:
     """remove_recurring cancels the occurrence created ahead and frees its key, so adding the
     schedule again creates that occurrence anew; a restart in between must not change that."""

@@ -1316,7 +1316,8 @@ async def test_real_reconnect_after_a_server_restart(tmp_path: Path) -> None:
 async def test_real_not_leader_shutdown_when_the_server_is_fenced(tmp_path: Path) -> None:
     """Another process taking the SQLite leadership (here: the test bumping the epoch in the
     file, as a new leader does) fences the server at its next write: it tells its workers
-    shutdown{not_leader}, and the worker reconnects after backoff[0], not a grown delay."""
+    shutdown{not_leader}, stands by, and leads again once that lease (already expired here)
+    is free; the worker reconnects from backoff[0] and is served by the new session."""
     db = tmp_path / "q.db"
     config = write(
         tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{db}"\n[[pools]]\nname = "default"\n'
@@ -1329,13 +1330,19 @@ async def test_real_not_leader_shutdown_when_the_server_is_fenced(tmp_path: Path
             await w.wait_registered(5)
             assert (await s.wait(await s.submit("default", b"led"))).output == b"led"
             with sqlite3.connect(db) as other:
-                other.execute("UPDATE cronoq_leader SET epoch = epoch + 1, holder = 'other'")
+                other.execute(
+                    "UPDATE cronoq_leader SET epoch = epoch + 1, holder = 'other', "
+                    "expires_unix_ns = 0"
+                )
             with contextlib.suppress(grpc.aio.AioRpcError):
                 await s.submit("default", b"fenced")  # its commit finds the lease taken
             await until(lambda: w.last_shutdown is not None)
             assert "leadership lost" in (w.last_shutdown or "")
-            # The deposed server refuses (UNAVAILABLE); the worker keeps trying from 0.05 s.
-            await until(lambda: w.connections >= 3)
-            assert w.worker_id == 1 and w.running == 0
+            await asyncio.to_thread(server.wait_for, "event=ready")  # leading again
+            await w.wait_registered(5)
+            task = await s.submit("default", b"again")
+            assert task >> 48 == 3  # epoch 1, the other's 2, then ours again
+            assert (await s.wait(task)).output == b"again"
+            assert w.connections >= 2
     finally:
         server.kill()

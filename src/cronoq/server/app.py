@@ -15,9 +15,11 @@ interceptors (`cronoq.server.http.Authorize`).
 
 Life cycle: `listen()` binds the listeners at once, even on a standby (SERVER.md 8.3); `lead()`
 starts the scheduler, which with a SQLite store waits there until this process holds the
-leadership; `stop()` is the graceful shutdown. Until `ready`, every gRPC call is refused with
-UNAVAILABLE by the readiness interceptor, whatever method it names, and every HTTP API route
-with 503.
+leadership, and stands by again whenever the leadership is lost (SERVER.md 8.4): the same
+scheduler starts a new session once this process leads again, recovering from the file what
+the leader in between left there. `stop()` is the graceful shutdown. Until `ready`, every gRPC
+call is refused with UNAVAILABLE by the readiness interceptor, whatever method it names, and
+every HTTP API route with 503.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, cast
 
 import grpc
 
+from cronoq.core.engine import Engine
 from cronoq.runtime import Launcher, Scheduler
 from cronoq.store import SqliteStore
 
@@ -93,7 +96,10 @@ class ServerApp:
             drain_s=DRAIN_S,
         )
         self.store = _store(cfg)
-        self.launcher = None if launcher_factory is None else launcher_factory(self)
+        self._lost: asyncio.Future[str] | None = None  # set when a leading session is lost
+        self.launcher = (
+            None if launcher_factory is None else _Reporting(launcher_factory(self), self._on_lost)
+        )
         self.scheduler = Scheduler(
             library_pools(cfg),
             library_resources(cfg),
@@ -170,13 +176,28 @@ class ServerApp:
         return self.grpc_address
 
     async def lead(self) -> None:
-        """Start the scheduler (a standby waits here for the leadership), then serve."""
-        if self.store is not None:
-            event(log, logging.INFO, "awaiting_leadership", store=self.store.path)
-        await self.scheduler.start()
-        if self._state == "standby":
+        """Start the scheduler (a standby waits here for the leadership) and serve; when the
+        leadership is lost, stand by again and serve once it is regained, until stop()."""
+        while True:
+            if self.store is not None:
+                event(log, logging.INFO, "awaiting_leadership", store=self.store.path)
+            self._lost = lost = asyncio.get_running_loop().create_future()
+            await self.scheduler.start()
+            if self._state != "standby":
+                return
             self._state = "ready"
             event(log, logging.INFO, "ready")
+            if self.store is None or self.launcher is None:
+                return  # nothing to lose without a store; nobody to tell without a launcher
+            reason = await lost
+            if self._state != "ready":
+                return
+            self._state = "standby"
+            event(log, logging.WARNING, "standing_by", reason=reason)
+
+    def _on_lost(self, reason: str) -> None:
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(reason)
 
     async def stop(self) -> None:
         """Graceful shutdown (SERVER.md 8.6): refuse new calls, let running attempts finish
@@ -216,6 +237,24 @@ class ServerApp:
                 leading.result()  # a failed start (the store cannot open) ends the server
         finally:
             await self.stop()
+
+
+class _Reporting:
+    """The scheduler's launcher, passed through, that also tells the app when the scheduler
+    lost its session (leadership or store), so that the app can stand by again."""
+
+    def __init__(self, inner: Launcher, on_lost: Callable[[str], None]) -> None:
+        self._inner = inner
+        self._on_lost = on_lost
+        self.launch = inner.launch
+        self.abort = inner.abort
+
+    def bind(self, engine: Engine, kick: Callable[[], None]) -> None:
+        self._inner.bind(engine, kick)
+
+    def lost(self, reason: str) -> None:
+        self._inner.lost(reason)
+        self._on_lost(reason)
 
 
 class _MethodTable:
