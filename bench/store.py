@@ -18,6 +18,12 @@ Phases
      crash or power cut may lose the last commits).
 [4]  the same M submits from 64 concurrent submitters (asyncio tasks, M/64 each): group commit
      lets them share transactions. Tasks/s and commits per task.
+[0]  what this machine allows, measured first: the p50 of a 4 KiB write + fdatasync in the
+     benchmark's directory (what a FULL commit waits for) and of a round trip to the store's
+     thread (what every commit pays twice: to the thread and back to the loop). One commit per
+     acknowledged submit bounds [3a] by 1 / (fdatasync + round trip), printed as its ceiling.
+     [2] is broken down from the best run: the batch's insert transaction, then per 64-task
+     round the commit and the rest (the loop's own work and the wake-ups).
 
 Every durable phase uses a fresh file in a temporary directory on the same file system as
 /tmp. The exit status is 0 whether targets are met or not.
@@ -40,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import cronoq
-from _common import verdict
+from _common import percentile, verdict
 from cronoq import Pool, Scheduler, SqliteStore, Task
 
 SLOTS = 64
@@ -70,6 +76,55 @@ class Files:
 
 def _scheduler(store: SqliteStore | None) -> Scheduler:
     return Scheduler([Pool("default", noop, autoscale=False, max=SLOTS)], store=store)
+
+
+class Timing:
+    """Times every transaction the store thread writes in one run (insert, then rounds)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.commits: list[tuple[float, int]] = []  # (seconds, rows written)
+        inner = store._commit
+
+        def timed(batch: Any) -> None:
+            t0 = time.perf_counter()
+            inner(batch)
+            rows = len(batch.inserts) + len(batch.updates) + len(batch.finishes)
+            self.commits.append((time.perf_counter() - t0, rows))
+
+        store._commit = timed  # type: ignore[method-assign]
+
+
+def machine_floor(directory: str, samples: int) -> tuple[float, float]:
+    """[0]: p50 seconds of a 4 KiB write + fdatasync, and of a store-thread round trip."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    block = b"\0" * 4096
+    syncs = []
+    try:
+        for i in range(samples):
+            t0 = time.perf_counter()
+            os.pwrite(fd, block, (i % 16) * 4096)
+            os.fdatasync(fd)
+            syncs.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        os.remove(path)
+
+    async def round_trips() -> list[float]:
+        store = SqliteStore(os.path.join(directory, "probe.db"))
+        await store.open()
+        out = []
+        try:
+            for _ in range(samples):
+                t0 = time.perf_counter()
+                await store._call(int)  # an empty job: the hand-over and the wake-up only
+                out.append(time.perf_counter() - t0)
+        finally:
+            await store.close()
+        return out
+
+    trips = asyncio.run(round_trips())
+    return percentile(sorted(syncs), 0.5), percentile(sorted(trips), 0.5)
 
 
 class Counting:
@@ -137,14 +192,21 @@ async def _best(reps: int, runs: list[Callable[[], Awaitable[float]]]) -> list[l
     return out
 
 
-async def main_async(n: int, m: int, reps: int) -> None:
+async def main_async(n: int, m: int, reps: int, floor: tuple[float, float]) -> None:
     files = Files()
+    timings: list[Timing] = []
+
+    def timed_store() -> SqliteStore:
+        store = files.store()
+        timings.append(Timing(store))
+        return store
+
     try:
         await phase_batch(min(n, 500), None)  # warm-up
         await phase_batch(min(n, 500), files.store())
         mem, dur = await _best(
             reps,
-            [lambda: phase_batch(n, None), lambda: phase_batch(n, files.store())],
+            [lambda: phase_batch(n, None), lambda: phase_batch(n, timed_store())],
         )
         r_mem = n / min(mem)
         r_dur = n / min(dur)
@@ -158,6 +220,19 @@ async def main_async(n: int, m: int, reps: int) -> None:
             f"target >= {TARGET_BATCH_RATIO}x  {verdict(ratio >= TARGET_BATCH_RATIO)}   "
             f"(runs {' '.join(f'{n / x / 1e3:.0f}k' for x in dur)})"
         )
+        best = timings[dur.index(min(dur))].commits
+        insert = sum(dt for dt, rows in best if rows >= n)
+        rounds = [dt for dt, rows in best if 0 < rows < n]
+        per_round = (min(dur) - insert) / max(1, len(rounds))
+        commit = sum(rounds) / max(1, len(rounds))
+        print(
+            f"     best run: insert of {n:,} rows {insert:.3f} s; {len(rounds)} rounds of "
+            f"{per_round * 1e3:.2f} ms = commit {commit * 1e3:.2f} ms + the rest "
+            f"{(per_round - commit) * 1e3:.2f} ms ([1] spends {min(mem) / len(rounds) * 1e3:.2f} "
+            f"ms per round in all)"
+        )
+        fsync, trip = floor
+        ceiling = 1 / (fsync + trip)
         met = ratio >= TARGET_BATCH_RATIO
         for label, full in (("[3a] sequential, FULL  ", True), ("[3b] sequential, NORMAL", False)):
             seq = [await phase_sequential(m, files.store(full)) for _ in range(reps)]
@@ -169,6 +244,11 @@ async def main_async(n: int, m: int, reps: int) -> None:
                 f"target >= {TARGET_SEQ_RATE:,.0f}  {verdict(loop_rate >= TARGET_SEQ_RATE)}   "
                 f"({all_rate:,.0f} tasks/s to the last result)"
             )
+            if full:
+                print(
+                    f"     ceiling here: 1 / (fdatasync + round trip) = {ceiling:,.0f}/s; "
+                    f"[3a] reaches {loop_rate / ceiling:.2f}x of it"
+                )
         conc = [await phase_concurrent(m, files.store()) for _ in range(reps)]
         best = min(conc)
         print(
@@ -197,7 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         "each commit fsyncs the WAL); files in " + tempfile.gettempdir()
     )
     print(f"sizes:    N={n:,}, M={m:,}, best of {reps} (batch phases interleaved)\n")
-    asyncio.run(main_async(n, m, reps))
+    floor = machine_floor(tempfile.gettempdir(), 50 if args.quick else 500)
+    fsync, trip = floor
+    print(
+        f"[0]  this machine: 4 KiB write + fdatasync p50 {fsync * 1e3:.3f} ms; "
+        f"store-thread round trip p50 {trip * 1e6:.0f} us"
+    )
+    asyncio.run(main_async(n, m, reps, floor))
     return 0
 
 

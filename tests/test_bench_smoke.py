@@ -98,3 +98,30 @@ def test_quick_server_benchmark_prints_every_figure() -> None:
 
 def test_quick_server_profile_prints_where_the_time_goes() -> None:
     _run(["--quick", "--profile"], SERVER_PROFILE)
+
+
+STORE_BENCH = BENCH.parent / "store.py"
+STORE_FIGURES = {
+    "0": r"^\[0\]  this machine: 4 KiB write \+ fdatasync p50 [\d.]+ ms; store-thread round trip",
+    "1": r"^\[1\]  in-memory batch .*[\d,]+ tasks/s",
+    "2": r"^\[2\]  SQLite batch .*[\d,]+ tasks/s +[\d.]+x \[1\] .*(PASS|MISS)",
+    "2-why": r"^     best run: insert of [\d,]+ rows [\d.]+ s; \d+ rounds of [\d.]+ ms = commit",
+    "3a": r"^\[3a\] sequential, FULL .*acknowledged submits/s .*(PASS|MISS)",
+    "3a-ceiling": r"^     ceiling here: 1 / \(fdatasync \+ round trip\) = [\d,]+/s",
+    "3b": r"^\[3b\] sequential, NORMAL .*acknowledged submits/s .*(PASS|MISS)",
+    "4": r"^\[4\]  64 concurrent submitters .*tasks/s .*commits = [\d.]+ per task",
+    "summary": r"^targets:  \d/3 met",
+}
+
+
+def test_quick_store_benchmark_prints_every_figure() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(STORE_BENCH), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCH.parent.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    missing = [n for n, p in STORE_FIGURES.items() if not re.search(p, proc.stdout, re.MULTILINE)]
+    assert not missing, f"figure lines missing: {missing}\n{proc.stdout}"
