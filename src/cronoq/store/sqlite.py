@@ -292,8 +292,8 @@ class SqliteStore:
         return await self._submit(fn, *args)
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        """Queue fn(*args) for the store thread. (A plain queue and call_soon_threadsafe: a
-        round trip costs a fraction of run_in_executor's, and every commit makes one.)"""
+        """Queue fn(*args) for the store thread. (A plain queue and call_soon_threadsafe: no
+        executor bookkeeping on a round trip, which every commit makes.)"""
         if self._jobs is None:
             raise SchedulerError(f"store {self.path!r} is not open")
         loop = asyncio.get_running_loop()
