@@ -39,20 +39,7 @@ FIGURES = {
 
 
 def test_quick_benchmark_prints_every_figure() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=BENCH.parent.parent,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    missing = [
-        name
-        for name, pattern in FIGURES.items()
-        if not re.search(pattern, proc.stdout, flags=re.MULTILINE)
-    ]
-    assert not missing, f"figure lines missing: {missing}\n{proc.stdout}"
+    _run(BENCH, ["--quick"], FIGURES, timeout=600)
 
 
 SERVER_FIGURES = {
@@ -75,29 +62,26 @@ SERVER_PROFILE = {
 }
 
 
-def _run(args: list[str], patterns: dict[str, str]) -> None:
+def _run(script: Path, args: list[str], patterns: dict[str, str], timeout: float = 120) -> None:
+    """Run a benchmark and check that every pattern matches a line of its output."""
     proc = subprocess.run(
-        [sys.executable, str(SERVER_BENCH), *args],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         cwd=BENCH.parent.parent,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    missing = [
-        name
-        for name, pattern in patterns.items()
-        if not re.search(pattern, proc.stdout, flags=re.MULTILINE)
-    ]
-    assert not missing, f"lines missing: {missing}\n{proc.stdout}"
+    missing = [n for n, p in patterns.items() if not re.search(p, proc.stdout, re.MULTILINE)]
+    assert not missing, f"figure lines missing: {missing}\n{proc.stdout}"
 
 
 def test_quick_server_benchmark_prints_every_figure() -> None:
-    _run(["--quick"], SERVER_FIGURES)
+    _run(SERVER_BENCH, ["--quick"], SERVER_FIGURES)
 
 
 def test_quick_server_profile_prints_where_the_time_goes() -> None:
-    _run(["--quick", "--profile"], SERVER_PROFILE)
+    _run(SERVER_BENCH, ["--quick", "--profile"], SERVER_PROFILE)
 
 
 STORE_BENCH = BENCH.parent / "store.py"
@@ -115,13 +99,4 @@ STORE_FIGURES = {
 
 
 def test_quick_store_benchmark_prints_every_figure() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(STORE_BENCH), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=BENCH.parent.parent,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    missing = [n for n, p in STORE_FIGURES.items() if not re.search(p, proc.stdout, re.MULTILINE)]
-    assert not missing, f"figure lines missing: {missing}\n{proc.stdout}"
+    _run(STORE_BENCH, ["--quick"], STORE_FIGURES, timeout=300)
