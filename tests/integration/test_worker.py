@@ -1241,10 +1241,10 @@ async def test_real_stop_drains_within_the_grace_and_cancels_after_it(real: Serv
 
 
 async def test_real_refusals_end_run_after_one_connection(real: Serving) -> None:
-    """The register is read before an unknown pool is refused: one connection exactly. A
-    credential is refused before that, while the worker's register write may still be in
-    flight; grpcio then sometimes reports INTERNAL instead of the server's status
-    (grpc/grpc#36066), which the worker retries like any INTERNAL: at most one more."""
+    """Fatal refusals end run() after exactly one connection (CLIENT.md item 59). The server
+    reads the register before refusing a credential too: refused while the register was in
+    flight, grpcio sometimes reported INTERNAL instead (grpc/grpc#36066), which a worker
+    retries."""
     w = Worker(real.address, "nope", echo, token=WORKER, backoff=FAST)
     with pytest.raises(ClientError) as e:
         await w.run()
@@ -1257,7 +1257,7 @@ async def test_real_refusals_end_run_after_one_connection(real: Serving) -> None
     for w, code in cases:
         with pytest.raises(ClientError) as e:
             await w.run()
-        assert e.value.code == code and w.connections in (1, 2)
+        assert e.value.code == code and w.connections == 1
     await asyncio.sleep(0.05)
     # Each ended session closed its outbox, so grpc's tasks feeding the calls have finished
     # (a session that left them waiting shows here, and as "Task was destroyed" at exit).

@@ -15,6 +15,7 @@ the interceptor (auth disabled) the variable's default is the unrestricted admin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -216,11 +217,20 @@ def _authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | 
     return None
 
 
+# How long a refusal waits for the caller's first message before ending the call anyway.
+FIRST_MESSAGE_WAIT = 1.0
+
+
 def _refusal(code: grpc.StatusCode, message: str) -> Handler:
-    """A handler that ends any call with `code`. Stream-stream reads no request, so it fits
-    every method and never waits for a client that has not sent yet."""
+    """A handler that ends any call with `code`. Stream-stream fits every method. It reads
+    the caller's first message (for a worker, its register) before refusing, waiting at most
+    FIRST_MESSAGE_WAIT: a stream refused while that message is still arriving is sometimes
+    reported by grpcio to the caller as INTERNAL instead of `code` (grpc/grpc#36066), and a
+    worker would take INTERNAL for a reason to reconnect rather than a fatal refusal."""
 
     async def refuse(requests: AsyncIterator[Any], context: Context) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(anext(requests, None), FIRST_MESSAGE_WAIT)
         await context.abort(code, message)
 
     return grpc.stream_stream_rpc_method_handler(refuse)
