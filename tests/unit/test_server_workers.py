@@ -7,7 +7,13 @@ import pytest
 
 from cronoq.core.engine import Engine
 from cronoq.core.model import PoolConfig, RetryPolicy, TaskRecord
-from cronoq.server.workers import MSG_DISCONNECTED, MSG_NACKED, WorkerError, Workers
+from cronoq.server.workers import (
+    MSG_DISCONNECTED,
+    MSG_NACKED,
+    MSG_NO_WORKER,
+    WorkerError,
+    Workers,
+)
 
 T0 = 1_700_000_000.0
 
@@ -39,7 +45,7 @@ def dispatch(eng: Engine, ws: Workers, now: float = T0) -> list[tuple[str, int, 
     """(worker name, task id, attempt) of every lease the engine hands out now."""
     eng.advance(now)
     eng.dispatch(now)
-    return [(w.name, a.task.id, a.number) for w, a in ws.assign(eng.take().starts)]
+    return [(w.name, a.task.id, a.number) for w, a in ws.assign(eng.take().starts, now)]
 
 
 def test_grant_is_capped_by_the_pool_and_both_per_worker_caps() -> None:
@@ -154,6 +160,42 @@ def test_nack_may_move_an_unlabeled_attempt_to_a_labeled_worker() -> None:
     assert dispatch(eng, ws, T0 + 2) == [("plain", nxt.id, 1)]
     assert ws.complete(gpu, next(iter(gpu.leases)), None, T0 + 3)
     assert rec.status_name == "succeeded" and groups.by_key[gpu.key].busy == 0
+
+
+def test_nack_never_moves_an_attempt_into_a_group_slot_the_engine_already_gave_away() -> None:
+    """With a store, started attempts are assigned only after their commit; a hand-back in
+    between must not take their slot (assign() then found no worker, and the server lost the
+    whole commit group: leases until their TTL, unanswered submits)."""
+    eng, ws = setup()
+    gpu = ws.register("p", 1, "gpu", {"gpu": "1"}, T0)
+    submit(eng)
+    dispatch(eng, ws)  # no unlabeled slot yet: the gpu slot runs it
+    ws.register("p", 1, "plain", {}, T0)
+    (nxt,) = submit(eng)
+    eng.dispatch(T0)
+    held = eng.take().starts  # nxt got plain's slot; not assigned yet (its commit is in flight)
+    assert ws.nack(gpu, next(iter(gpu.leases)), T0 + 1) is None  # plain's slot is taken
+    assert [(w.name, a.task.id) for w, a in ws.assign(held, T0 + 1)] == [("plain", nxt.id)]
+    groups = eng.pools["p"].groups
+    assert groups is not None and groups.unlabeled_busy == 1
+
+
+def test_an_attempt_whose_slot_went_before_it_was_assigned_fails_as_retryable() -> None:
+    """A worker drains (its stop()) while a start on its free slot is being written: that
+    attempt runs nowhere; it is retried, and assign() no longer raises (which lost the rest of
+    the commit group on the server)."""
+    eng, ws = setup()
+    ws.register("p", 1, "a", {}, T0)
+    b = ws.register("p", 1, "b", {}, T0)
+    submit(eng)
+    dispatch(eng, ws)
+    (rec,) = submit(eng)
+    eng.dispatch(T0)
+    held = eng.take().starts
+    ws.set_slots(b, 0, T0)
+    assert ws.assign(held, T0 + 1) == []
+    assert (rec.status_name, rec.attempt, rec.message) == ("retrying", 1, MSG_NO_WORKER)
+    assert eng.pools["p"].busy == 1
 
 
 def test_a_dropped_worker_loses_its_slots_and_its_attempts_retry_elsewhere() -> None:

@@ -108,8 +108,11 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
 
     def launch(self, starts: list[Attempt]) -> None:
         assert self.workers is not None
-        for w, att in self.workers.assign(starts):
+        assigned = self.workers.assign(starts, time.time())
+        for w, att in assigned:
             self._send(w, pb.ServerMessage(lease=self._lease(att)))
+        if len(assigned) < len(starts):
+            self._kick()  # some failed for want of a worker: the scheduler retries them
 
     def abort(self, aborts: list[Attempt]) -> None:
         if self.workers is None:

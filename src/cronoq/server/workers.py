@@ -24,6 +24,7 @@ from ..core.model import Attempt
 PROTOCOL_VERSION = 3
 MSG_DISCONNECTED = "worker disconnected"
 MSG_NACKED = "handed back by its worker and no other worker could take it"
+MSG_NO_WORKER = "no worker of its group had a free slot left when it started"
 
 LabelKey = frozenset[tuple[str, str]]
 
@@ -145,17 +146,21 @@ class Workers:
 
     # --- leases ----------------------------------------------------------------------------
 
-    def assign(self, starts: Iterable[Attempt]) -> list[tuple[RemoteWorker, Attempt]]:
-        """Give each attempt the engine started to a worker of its slot's label set."""
+    def assign(self, starts: Iterable[Attempt], now: float) -> list[tuple[RemoteWorker, Attempt]]:
+        """Give each attempt the engine started to a worker of its slot's label set.
+
+        The worker with the most free slots takes it. With a store an attempt is assigned only
+        once its start is written; if its group lost the slot meanwhile (a worker drained or
+        left), the attempt runs nowhere and fails as retryable, as a leaving worker's do."""
         out = []
         for att in starts:
             slot: Group | None = att.slot
             key: LabelKey = frozenset() if slot is None else slot.key
             members = self._sets[att.task.pool].get(key, ())
-            # The engine keeps a group's busy count under the sum of its grants, so one of its
-            # workers has a free slot; the one with the most takes it.
-            w = max(members, key=lambda o: o.free)
-            assert w.free > 0, "the engine started an attempt on a slot no worker has"
+            w = max(members, key=lambda o: o.free, default=None)
+            if w is None or w.free <= 0:
+                self.engine.fail(att, now, MSG_NO_WORKER)
+                continue
             self._hold(w, att)
             out.append((w, att))
         return out
@@ -224,6 +229,20 @@ class Workers:
         self._release(w, lease)
         return self.engine.cancel(att.task.id, now)
 
+    def _group_has_room(self, pool: str, key: LabelKey) -> bool:
+        """Has the engine a free slot in this label group? A worker's `free` misses attempts
+        the engine already started there but that are not assigned yet (with a store they
+        wait for their commit), so moving an attempt into another group must ask the engine,
+        or it takes a slot promised to one of those and their `assign()` finds no worker."""
+        state = self.engine.pools[pool]
+        groups = state.groups
+        if groups is None:  # no labeled slots: every worker has the same (empty) key
+            return True
+        if not key:
+            return groups.unlabeled_busy < state.unlabeled
+        group = groups.by_key.get(key)
+        return group is not None and group.busy < group.capacity
+
     def nack(self, w: RemoteWorker, lease: int, now: float) -> tuple[RemoteWorker, Attempt] | None:
         """The worker hands the lease back unrun. The same attempt goes to another worker of
         the pool whose labels match and that has a free slot (never back to one that handed
@@ -235,10 +254,11 @@ class Workers:
         refused.add(w.id)
         self._release(w, lease)
         wanted: LabelKey = frozenset((att.task.labels or {}).items())
+        pool = att.task.pool
         candidates = [
             o
-            for key, members in self._sets[att.task.pool].items()
-            if wanted <= key
+            for key, members in self._sets[pool].items()
+            if wanted <= key and (key == w.key or self._group_has_room(pool, key))
             for o in members
             if o.free > 0 and o.id not in refused
         ]
