@@ -89,6 +89,9 @@ class Durable:
         self._urgent = False  # something decided during that commit waits for the next
         self._keeper: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        # close() has begun: commit at once, no deferring (the file is about to close).
+        self._closing = False
+        self._closed = False  # the file is closed: what is decided now is not written
         engine.journal = Journal()
 
     # --- start-up ------------------------------------------------------------------------
@@ -157,16 +160,29 @@ class Durable:
         return fut
 
     def flush(self, urgent: bool) -> None:
+        if self._closed:
+            self._discard()
+            return
         if self._inflight is not None or self.failed is not None:
             self._urgent = self._urgent or urgent  # taken when the commit in flight ends
             return
-        if urgent:
+        if urgent or self._closing:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
             self._commit_next()
         elif self._timer is None:
             self._timer = self.loop.call_later(DEFER, self._deferred)
+
+    def _discard(self) -> None:
+        """After close: the session is stopping and its file is closed, so what it decides
+        now (a worker's late report of an aborted attempt) is dropped; no caller waits for
+        it, and one that did would be told the scheduler stopped."""
+        self.engine.journal = Journal()
+        group, self.group = self.group, _Group()
+        for fut in group.acks:
+            if not fut.done():
+                fut.set_exception(SchedulerError("scheduler stopped"))
 
     def _deferred(self) -> None:
         self._timer = None
@@ -272,12 +288,14 @@ class Durable:
     # --- shutdown ------------------------------------------------------------------------
 
     async def close(self, release_lease: bool) -> None:
-        """Finish the writes in flight, stop renewing and close the file."""
+        """Write what was decided (also while closing: nothing waits DEFER any more), stop
+        renewing and close the file; later decisions are not written (see _discard)."""
+        self._closing = True
         keeper, self._keeper = self._keeper, None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-            self.flush(True)
+        self.flush(True)
         if keeper is not None:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -286,6 +304,8 @@ class Durable:
             # wait() never raises (a failure is reported by _committed); a done future's
             # callback, which may start the next commit, runs on the next loop turn.
             await (asyncio.wait([fut]) if not fut.done() else asyncio.sleep(0))
+        self._closed = True
+        self._discard()
         await self.store.close(release=release_lease and self.failed is None)
 
 

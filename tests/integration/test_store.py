@@ -1277,6 +1277,49 @@ async def test_the_same_scheduler_leads_again_after_it_was_fenced(tmp_path: Path
         await s.shutdown()
 
 
+async def test_what_is_decided_while_closing_is_written_before_the_file_closes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """shutdown() writes what was decided before it, and what is decided while that last
+    write is in flight (a pump, a worker's report): at once, not after a DEFER that would
+    fire on a closed file ("store ... is not open" in a timer callback)."""
+    path = tmp_path / "cronoq.db"
+    s = make(path, Recorder())
+    await s.start()
+    h = await s.submit("one")
+    assert await asyncio.wait_for(h.result(), 2.0) == "one"
+    session = s._session
+    assert session is not None and session.durable is not None
+    durable, engine = session.durable, session.engine
+    journal = engine.journal
+    assert journal is not None
+    rec = engine.tasks[h.id]
+    store = durable.store
+    inner = store.commit_nowait
+
+    def decide_later() -> None:  # what a pump does: change a task, then flush
+        rec.message = "decided while closing"
+        current = engine.journal
+        assert current is not None
+        current.changed[rec.id] = rec
+        durable.flush(False)
+
+    def commit_nowait(batch: Any) -> Any:
+        store.commit_nowait = inner  # type: ignore[method-assign]
+        session.loop.call_soon(decide_later)  # while this, the last commit, is in flight
+        return inner(batch)
+
+    journal.changed[rec.id] = rec  # decided before the stop, not written yet
+    store.commit_nowait = commit_nowait  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR):
+        await s.shutdown()
+        await asyncio.sleep(0.05)  # past the 2 ms a deferred commit would have waited
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert query(path, "SELECT message FROM cronoq_tasks WHERE id = ?", (h.id,)) == [
+        ("decided while closing",)
+    ]
+
+
 async def test_recurring_key_freed_by_removal_is_free_after_restart(tmp_path: Path) -> None:
     """remove_recurring cancels the occurrence created ahead and frees its key, so adding the
     schedule again creates that occurrence anew; a restart in between must not change that."""
