@@ -242,11 +242,7 @@ class Soak:
     def logged(self, server: Server) -> None:
         """(10) A server that ended logged no error: the server's own invariants (asserts,
         exceptions in callbacks) fail there, while the client may only see a delay."""
-        self.problems += [
-            f"server log: {line}"
-            for line in server.lines
-            if "level=error" in line
-        ]
+        self.problems += [f"server log: {line}" for line in server.lines if "level=error" in line]
 
     async def api_ready(self) -> None:
         """The client's own channel reconnects: wait until a harmless call goes through, so a
