@@ -10,3 +10,18 @@ python3 -m venv .venv
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/pytest -q
+# The Go SDK: vet, formatting and its tests, which start the server from this .venv.
+(
+	export CRONOQ_PYTHON="$PWD/.venv/bin/python"
+	cd sdks/go
+	go vet ./...
+	unformatted=$(gofmt -l .)
+	if [ -n "$unformatted" ]; then
+		echo "gofmt needed: $unformatted" >&2
+		exit 1
+	fi
+	# The pinned protoc plugins, so that TestStubsUpToDate regenerates and compares the stubs.
+	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	go test -count=1 .  # cronoqpb (generated) has no tests of its own
+)

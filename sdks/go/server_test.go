@@ -1,0 +1,198 @@
+package cronoq
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The integration tests run the real cronoq-server (Python) as a subprocess, configured from
+// a temporary TOML file, and talk to it over real sockets.
+
+const (
+	clientToken = "client-token-for-the-go-sdk-tests-0001"
+	workerToken = "worker-token-for-the-go-sdk-tests-0001"
+	adminToken  = "admin-token-for-the-go-sdk-tests-00001"
+)
+
+// sharedConfig has one pool per test that runs a worker, so tests cannot take each other's
+// tasks.
+const sharedConfig = `
+[server]
+grpc_addr = "%s"
+http_addr = "127.0.0.1:0"
+shutdown_grace_s = 0.5
+
+[[auth.tokens]]
+token = "` + clientToken + `"
+role = "client"
+
+[[auth.tokens]]
+token = "` + workerToken + `"
+role = "worker"
+
+[[auth.tokens]]
+token = "` + adminToken + `"
+role = "admin"
+
+[limits]
+max_message_bytes = 262144
+
+[[pools]]
+name = "default"
+
+[[pools]]
+name = "idle"
+
+[[pools]]
+name = "list"
+
+[[pools]]
+name = "full"
+max_pending = 1
+overflow = "reject"
+
+[[pools]]
+name = "outcomes"
+lease_ttl_s = 1
+retry = { max_attempts = 3, initial_backoff_s = 0.05, jitter = false }
+
+[[pools]]
+name = "slots"
+max = 2
+
+[[pools]]
+name = "abort"
+
+[[pools]]
+name = "drain"
+
+[[pools]]
+name = "restart"
+`
+
+type pyServer struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+}
+
+func python(t testing.TB) string {
+	py := os.Getenv("CRONOQ_PYTHON")
+	if py == "" {
+		py, _ = filepath.Abs("../../.venv/bin/python")
+	}
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("no Python for cronoq-server at %s (set CRONOQ_PYTHON): %v", py, err)
+	}
+	return py
+}
+
+var (
+	listening = regexp.MustCompile(`event=listening grpc=(\S+)`)
+	readyLine = regexp.MustCompile(`event=ready`)
+)
+
+// startServer starts cronoq-server with grpcAddr filled into sharedConfig and waits until it
+// logs event=ready.
+func startServer(t testing.TB, grpcAddr string) *pyServer {
+	dir, err := os.MkdirTemp("", "cronoq-go-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "server.toml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, sharedConfig, grpcAddr), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python(t), "-m", "cronoq.server.cli", "-c", config)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &pyServer{cmd: cmd, done: make(chan struct{})}
+	ready := make(chan struct{})
+	var lines []string
+	go func() {
+		isReady := false
+		defer close(s.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			if m := listening.FindStringSubmatch(line); m != nil && s.addr == "" {
+				s.addr = m[1]
+			}
+			if !isReady && s.addr != "" && readyLine.MatchString(line) {
+				isReady = true
+				close(ready)
+			}
+			if !isReady {
+				lines = append(lines, line)
+			}
+		}
+		_ = cmd.Wait()
+		os.RemoveAll(dir)
+	}()
+	select {
+	case <-ready:
+		return s
+	case <-s.done:
+		t.Fatalf("cronoq-server exited before it was ready: %q", lines)
+	case <-time.After(15 * time.Second):
+		s.kill()
+		t.Fatalf("cronoq-server not ready after 15 s: %q", lines)
+	}
+	return nil
+}
+
+func (s *pyServer) kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+var shared struct {
+	once sync.Once
+	srv  *pyServer
+}
+
+// sharedServer is started by the first test that needs it and killed by TestMain.
+func sharedServer(t testing.TB) *pyServer {
+	python(t)
+	shared.once.Do(func() { shared.srv = startServer(t, "127.0.0.1:0") })
+	if shared.srv == nil {
+		t.Fatal("the shared server failed to start")
+	}
+	return shared.srv
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.srv != nil {
+		shared.srv.kill()
+	}
+	os.Exit(code)
+}
+
+func dialShared(t testing.TB, token string) *Client {
+	c, err := Dial("http://"+sharedServer(t).addr, Options{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func testContext(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
