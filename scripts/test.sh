@@ -25,3 +25,12 @@ python3 -m venv .venv
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	go test -count=1 .  # cronoqpb (generated) has no tests of its own
 )
+# The TypeScript SDK: build it and run its tests, which start the server from this .venv. Its
+# last lines are the Node test runner's summary.
+(
+	export CRONOQ_PYTHON="$PWD/.venv/bin/python"
+	cd sdks/ts
+	npm ci --no-audit --no-fund --loglevel=error
+	npm run build --silent
+	npm test --silent
+)
