@@ -2,8 +2,8 @@ package cronoq
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,66 +17,12 @@ import (
 // a temporary TOML file, and talk to it over real sockets.
 
 const (
-	clientToken = "client-token-for-the-go-sdk-tests-0001"
-	workerToken = "worker-token-for-the-go-sdk-tests-0001"
-	adminToken  = "admin-token-for-the-go-sdk-tests-00001"
+	clientToken = "client-token-for-the-sdk-tests-0000001"
+	workerToken = "worker-token-for-the-sdk-tests-0000001"
+	adminToken  = "admin-token-for-the-sdk-tests-00000001"
+	// serverConfig is shared with the TypeScript SDK's tests; {grpc_addr} is filled in.
+	serverConfig = "../testdata/server.toml"
 )
-
-// sharedConfig has one pool per test that runs a worker, so tests cannot take each other's
-// tasks.
-const sharedConfig = `
-[server]
-grpc_addr = "%s"
-http_addr = "127.0.0.1:0"
-shutdown_grace_s = 0.5
-
-[[auth.tokens]]
-token = "` + clientToken + `"
-role = "client"
-
-[[auth.tokens]]
-token = "` + workerToken + `"
-role = "worker"
-
-[[auth.tokens]]
-token = "` + adminToken + `"
-role = "admin"
-
-[limits]
-max_message_bytes = 262144
-
-[[pools]]
-name = "default"
-
-[[pools]]
-name = "idle"
-
-[[pools]]
-name = "list"
-
-[[pools]]
-name = "full"
-max_pending = 1
-overflow = "reject"
-
-[[pools]]
-name = "outcomes"
-lease_ttl_s = 1
-retry = { max_attempts = 3, initial_backoff_s = 0.05, jitter = false }
-
-[[pools]]
-name = "slots"
-max = 2
-
-[[pools]]
-name = "abort"
-
-[[pools]]
-name = "drain"
-
-[[pools]]
-name = "restart"
-`
 
 type pyServer struct {
 	cmd  *exec.Cmd
@@ -108,7 +54,12 @@ func startServer(t testing.TB, grpcAddr string) *pyServer {
 		t.Fatal(err)
 	}
 	config := filepath.Join(dir, "server.toml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, sharedConfig, grpcAddr), 0o600); err != nil {
+	template, err := os.ReadFile(serverConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := bytes.ReplaceAll(template, []byte("{grpc_addr}"), []byte(grpcAddr))
+	if err := os.WriteFile(config, text, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(python(t), "-m", "cronoq.server.cli", "-c", config)

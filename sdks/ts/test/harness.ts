@@ -3,70 +3,25 @@
  * from a temporary TOML file, on ephemeral ports.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Logger } from "../src/worker.js";
 
-export const clientToken = "client-token-for-the-ts-sdk-tests-0001";
-export const workerToken = "worker-token-for-the-ts-sdk-tests-0001";
-export const adminToken = "admin-token-for-the-ts-sdk-tests-00001";
+export const clientToken = "client-token-for-the-sdk-tests-0000001";
+export const workerToken = "worker-token-for-the-sdk-tests-0000001";
+export const adminToken = "admin-token-for-the-sdk-tests-00000001";
 
-/** One pool per test that runs a worker, so tests cannot take each other's tasks. */
-const config = (grpcAddr: string): string => `
-[server]
-grpc_addr = "${grpcAddr}"
-http_addr = "127.0.0.1:0"
-shutdown_grace_s = 0.5
-
-[[auth.tokens]]
-token = "${clientToken}"
-role = "client"
-
-[[auth.tokens]]
-token = "${workerToken}"
-role = "worker"
-
-[[auth.tokens]]
-token = "${adminToken}"
-role = "admin"
-
-[limits]
-max_message_bytes = 262144
-
-[[pools]]
-name = "default"
-
-[[pools]]
-name = "list"
-
-[[pools]]
-name = "full"
-max_pending = 1
-overflow = "reject"
-
-[[pools]]
-name = "outcomes"
-lease_ttl_s = 1
-retry = { max_attempts = 3, initial_backoff_s = 0.05, jitter = false }
-
-[[pools]]
-name = "slots"
-max = 2
-
-[[pools]]
-name = "abort"
-
-[[pools]]
-name = "drain"
-
-[[pools]]
-name = "restart"
-`;
 
 /** The package root, from dist/test/. */
 const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/** The server configuration shared with the Go SDK's tests, with the gRPC address filled in. */
+function config(grpcAddr: string): string {
+  const template = readFileSync(join(packageRoot, "..", "testdata", "server.toml"), "utf8");
+  return template.replaceAll("{grpc_addr}", grpcAddr);
+}
 
 export function python(): string {
   return process.env.CRONOQ_PYTHON || join(packageRoot, "..", "..", ".venv", "bin", "python");
