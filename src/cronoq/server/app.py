@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import grpc
@@ -43,6 +43,7 @@ from .config import (
     library_pools,
     library_resources,
 )
+from .errors import refusal
 from .http import Authorize, HttpListener, ssl_context
 from .logs import event
 
@@ -280,8 +281,7 @@ class _MethodTable:
 class _ReadyGate(grpc.aio.ServerInterceptor):
     """UNAVAILABLE for every call while standing by or stopping (SERVER.md 8.3, 8.6).
 
-    The refusal is a stream-stream handler: it reads no request, so it fits every method
-    (unary or streaming, known or not) and never waits for a client that has not sent yet.
+    The refusal is errors.refusal, the same handler authentication refuses with.
     """
 
     def __init__(self, app: ServerApp) -> None:
@@ -297,16 +297,7 @@ class _ReadyGate(grpc.aio.ServerInterceptor):
         if self._app.ready:
             return await continuation(handler_call_details)
         why = "shutting down" if self._app.stopping else "not the leader (standby)"
-        return grpc.stream_stream_rpc_method_handler(_refuse(why))
-
-
-def _refuse(why: str) -> Callable[[AsyncIterator[Any], grpc.aio.ServicerContext[Any, Any]], Any]:
-    async def refuse(
-        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
-    ) -> None:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, f"this server is {why}")
-
-    return refuse
+        return refusal(grpc.StatusCode.UNAVAILABLE, f"this server is {why}")
 
 
 def _store(cfg: ServerConfig) -> SqliteStore | None:

@@ -15,7 +15,6 @@ the interceptor (auth disabled) the variable's default is the unrestricted admin
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -29,7 +28,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from .config import AuthSettings, Grant
-from .errors import Refused
+from .errors import Refused, refusal
 
 __all__ = [
     "ADMIN",
@@ -178,12 +177,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if header is None and self._auth.uses_certs:
             handler = await continuation(handler_call_details)
             if handler is None:
-                handler = _refusal(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {method}")
+                handler = refusal(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {method}")
             return _checked_first(handler, self._by_certificate(method))
         try:
             use_principal(self._admit(header, (), method))
         except Refused as denied:
-            return _refusal(denied.code, denied.message)
+            return refusal(denied.code, denied.message)
         return await continuation(handler_call_details)
 
     def _admit(self, header: str | None, names: Sequence[str], method: str) -> Principal:
@@ -215,25 +214,6 @@ def _authorization(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | 
         if key == "authorization":
             return value if isinstance(value, str) else value.decode(errors="replace")
     return None
-
-
-# How long a refusal waits for the caller's first message before ending the call anyway.
-FIRST_MESSAGE_WAIT = 1.0
-
-
-def _refusal(code: grpc.StatusCode, message: str) -> Handler:
-    """A handler that ends any call with `code`. Stream-stream fits every method. It reads
-    the caller's first message (for a worker, its register) before refusing, waiting at most
-    FIRST_MESSAGE_WAIT: a stream refused while that message is still arriving is sometimes
-    reported by grpcio to the caller as INTERNAL instead of `code` (grpc/grpc#36066), and a
-    worker would take INTERNAL for a reason to reconnect rather than a fatal refusal."""
-
-    async def refuse(requests: AsyncIterator[Any], context: Context) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(anext(requests, None), FIRST_MESSAGE_WAIT)
-        await context.abort(code, message)
-
-    return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 def _checked_first(handler: Handler, check: Callable[[Context], Awaitable[None]]) -> Handler:

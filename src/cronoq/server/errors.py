@@ -1,10 +1,19 @@
-"""The server's one "end this call with that status" error, shared by auth, tasks and work."""
+"""Ending a call with a status: the Refused error (auth, tasks, work) and the one handler
+that refuses a whole call before any servicer runs (auth, the readiness gate)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import grpc
 
-__all__ = ["Refused"]
+__all__ = ["FIRST_MESSAGE_WAIT", "Refused", "refusal"]
+
+# How long a refusal waits for the caller's first message before ending the call anyway.
+FIRST_MESSAGE_WAIT = 1.0
 
 
 class Refused(Exception):
@@ -14,3 +23,20 @@ class Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler that ends any call with `code`. Stream-stream fits every method. It reads
+    the caller's first message (for a worker, its register) before refusing, waiting at most
+    FIRST_MESSAGE_WAIT: a stream refused while that message is still arriving is sometimes
+    reported by grpcio to the caller as INTERNAL instead of `code` (grpc/grpc#36066), and a
+    worker would take INTERNAL for a reason to reconnect rather than a fatal refusal."""
+
+    async def refuse(
+        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(anext(requests, None), FIRST_MESSAGE_WAIT)
+        await context.abort(code, message)
+
+    return grpc.stream_stream_rpc_method_handler(refuse)
