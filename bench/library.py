@@ -26,12 +26,12 @@ Phases
      and replacements alike) belongs to tenant (i // 4) mod 10,000 and class i mod 4, so every
      tenant has tasks in every class and the tenant mix never changes. Ratio to [3].
 [5b] dependency chains: 100,000 tasks in chains of 10, each task after the previous one of its
-     chain by id (extra={"deps": [(parent_id, "success")]}), all submitted up front with plain
+     chain by id (extra=Extras(deps=[(parent_id, "success")])), all submitted up front with plain
      submits chain by chain, then run to completion on 64 slots with the [3] loop (without
      replacements). Timed from the first submit to the last complete (building each TaskRecord
      included); decisions = submits + dispatches + completes. Ratio per decision to [3].
 [5c] semaphore: the [3] loop where every task needs 1 permit of a semaphore resource of 8
-     permits (extra={"resources": {"sem": 1}}), so at most 8 of the 64 slots are busy. The first
+     permits (extra=Extras(resources={"sem": 1})), so at most 8 of the 64 slots are busy. The first
      dispatch parks the whole backlog on the semaphore; it runs once before timing (its time is
      printed) so that the timed loop starts in the steady state, as [3] starts with the backlog
      queued. Ratio to [3].
@@ -73,7 +73,7 @@ from typing import Any
 from _common import percentile, source, verdict
 from cronoq import Pool, Scheduler, Task
 from cronoq.core.engine import Engine
-from cronoq.core.model import PoolConfig, TaskRecord
+from cronoq.core.model import Extras, PoolConfig, TaskRecord
 from cronoq.core.resources import ResourceConfig
 
 SLOTS = 64
@@ -336,7 +336,7 @@ def phase_chains(tasks: int, length: int, hook: Any = None) -> ChainRun:
             prev = TaskRecord(None, POOL, cls)
             submit(prev, t_start)
             for _ in range(length - 1):
-                rec = TaskRecord(None, POOL, cls, extra={"deps": [(prev.id, "success")]})
+                rec = TaskRecord(None, POOL, cls, extra=Extras(deps=[(prev.id, "success")]))
                 submit(rec, t_start)
                 prev = rec
         t1 = time.perf_counter()
@@ -367,7 +367,7 @@ def phase_semaphore(backlog: int, completions: int, hook: Any = None) -> tuple[f
     )
 
     def make(i: int) -> TaskRecord:
-        return TaskRecord(None, POOL, i & 3, extra={"resources": {SEM: 1}})
+        return TaskRecord(None, POOL, i & 3, extra=Extras(resources={SEM: 1}))
 
     for i in range(backlog):
         eng.submit(make(i), 0.0)
@@ -684,7 +684,7 @@ def run(sz: Sizes, quick: bool) -> int:
     )
     print(
         f"     decisions = submits + dispatches + completes = {best.decisions:,}; every task "
-        "after the previous of its chain by id (extra={'deps': [(parent_id, 'success')]}), "
+        "after the previous of its chain by id (extra=Extras(deps=[(parent_id, 'success')])), "
         f"plain submits chain by chain, then run to the end on {SLOTS} slots; best run: "
         f"submits {best.submit_dt:.2f} s + run {best.dt - best.submit_dt:.2f} s, "
         "TaskRecord building included"
@@ -697,7 +697,7 @@ def run(sz: Sizes, quick: bool) -> int:
     )
     print(
         f"     one pool, {SLOTS} slots; every task needs 1 permit of a semaphore of "
-        f"{SEM_PERMITS} permits (extra={{'resources': {{'{SEM}': 1}}}}), "
+        f"{SEM_PERMITS} permits (extra=Extras(resources={{'{SEM}': 1}})), "
         f"so {SEM_PERMITS} run at a time; "
         f"the first dispatch parks the backlog of {sz.core_backlog:,} on the semaphore and runs "
         f"before timing ({min(sem_primes):.2f} s); otherwise the [3] loop"

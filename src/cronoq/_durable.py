@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .core.actions import Actions, Journal
 from .core.cron import CronError, parse_cron, zone
-from .core.engine import Actions, Engine, Journal
-from .core.model import FAILED, SUCCEEDED, Attempt, StatusEvent, TaskRecord
+from .core.engine import Engine
+from .core.model import SUCCEEDED, Attempt, StatusEvent, TaskRecord
 from .core.recurring import Recurring
 from .errors import SchedulerError
 from .store.codec import Codec, encode_with, must_be_bytes
@@ -92,7 +93,7 @@ class Durable:
         # close() has begun: commit at once, no deferring (the file is about to close).
         self._closing = False
         self._closed = False  # the file is closed: what is decided now is not written
-        engine.journal = Journal()
+        assert engine.journal is not None, "a durable session's engine keeps a journal"
 
     # --- start-up ------------------------------------------------------------------------
 
@@ -100,21 +101,14 @@ class Durable:
         """Give the engine back the stored tasks and schedules (see Engine.restore)."""
         eng = self.engine
         recs = []
-        broken = []
+        broken = {}
         for row in stored.tasks:
             rec, problem = record_from_row(row, self.codec)
             if problem is not None:
                 log.error("task %d cannot resume: %s", rec.id, problem)
-                rec.status, rec.message, rec.finished_at = FAILED, problem, now
-                rec.extra = None
-                broken.append(rec)
+                broken[rec.id] = problem
             recs.append(rec)
-        eng.restore(recs, now)
-        journal = eng.journal
-        assert journal is not None
-        journal.added.clear()  # their rows exist
-        for rec in broken:
-            journal.changed[rec.id] = rec
+        eng.restore(recs, now, broken)
         for name, spec_text, payload, next_ns, last_id in stored.schedules:
             try:
                 sched = _schedule(name, spec_text, payload, self.codec)
@@ -178,7 +172,7 @@ class Durable:
         """After close: the session is stopping and its file is closed, so what it decides
         now (a worker's late report of an aborted attempt) is dropped; no caller waits for
         it, and one that did would be told the scheduler stopped."""
-        self.engine.journal = Journal()
+        self.engine.take_journal()
         group, self.group = self.group, _Group()
         for fut in group.acks:
             if not fut.done():
@@ -192,8 +186,7 @@ class Durable:
         """Hand everything decided so far to the store thread now (not at the next loop
         turn: the thread then writes while the loop goes on deciding the next group)."""
         eng = self.engine
-        journal = eng.journal
-        assert journal is not None
+        journal = eng.take_journal()
         group = self.group
         self._urgent = False
         if not (journal or self.removed):
@@ -202,7 +195,6 @@ class Durable:
                 self._release(group)
             return
         self.group = _Group()
-        eng.journal = Journal()
         fut = self.store.commit_nowait(self._batch(journal, time.time()))
         self._inflight = fut
         fut.add_done_callback(lambda f: self._committed(f, group))

@@ -20,6 +20,7 @@ from typing import Any
 from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.model import (
     DEFAULT_RETRY,
+    Extras,
     PoolConfig,
     Priority,
     RetryPolicy,
@@ -741,9 +742,9 @@ def _extra(
     after: object,
     deps: object,
     resources: object,
-) -> dict[str, Any] | None:
+) -> Extras | None:
     """The rarely used options, kept in TaskRecord.extra (None when none applies)."""
-    extra: dict[str, Any] = {}
+    extra = Extras()
 
     start = None
     if start_in is not None:
@@ -758,9 +759,7 @@ def _extra(
     if miss not in _ON_MISS:
         raise ValueError("on_miss must be 'run_late', 'skip' or 'fail'")
     if start is not None:
-        extra["start_at"] = start
-        extra["tolerance"] = slack
-        extra["on_miss"] = miss
+        extra.start_at, extra.tolerance, extra.on_miss = start, slack, miss
 
     edges: list[tuple[int | str, str]] = []
     if after is not None:
@@ -774,13 +773,13 @@ def _extra(
                 raise TypeError(f"deps must be a list of Dep (got an item {dep!r})")
             edges.append((dep.target, dep.on))
     if edges:
-        extra["deps"] = edges
+        extra.deps = edges
 
     if resources is not None:
         amounts = _amounts(resources)
         if amounts:
-            extra["resources"] = amounts
-    return extra or None
+            extra.resources = amounts
+    return None if extra.is_empty() else extra
 
 
 def _amounts(resources: object) -> dict[str, int]:

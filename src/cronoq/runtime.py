@@ -452,6 +452,7 @@ class Scheduler:
             attempt_class=TaskContext,
             resources=self._resources,
             elastic=self._launcher is None,
+            journal=store is not None,
         )
         self._session = s = _Session(engine, loop)
         if self._launcher is not None:
@@ -761,7 +762,7 @@ class Scheduler:
             zone_info = zone(tz)
         except CronError as e:
             raise SchedulerError(f"configuration error: {e}") from None
-        resources = tpl.extra.get("resources")
+        resources = tpl.extra.resources
         if resources:
             s.engine.resolve_resources(resources)  # the checks a submit of it would make
         sched = Recurring(
@@ -782,8 +783,8 @@ class Scheduler:
             tags=tpl.tags,
             labels=tpl.labels,
             overlap=overlap,
-            tolerance=tpl.extra["tolerance"],
-            on_miss=tpl.extra["on_miss"],
+            tolerance=tpl.extra.tolerance,
+            on_miss=tpl.extra.on_miss,
             cron=cron,
             tz_name=tz,
         )
@@ -962,7 +963,7 @@ class Scheduler:
         finally:
             s.tasks.pop(att.lease, None)
         if s.waiters and s.durable is None:  # wake awaiters now rather than one turn later
-            self._resolve(s, s.engine.out.finished)
+            self._resolve(s, s.engine.finished_since_take())
         self._kick(s)
 
 

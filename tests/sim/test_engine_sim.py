@@ -38,13 +38,13 @@ from hypothesis.stateful import (
     rule,
 )
 
+from cronoq.core.actions import Actions
 from cronoq.core.engine import (
     ABORT_CANCELLED,
     ABORT_LEASE,
     ABORT_TIMEOUT,
     EVENTS_ALL,
     MSG_CANCELLED,
-    Actions,
     Engine,
 )
 from cronoq.core.model import (

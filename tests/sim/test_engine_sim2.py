@@ -62,14 +62,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from cronoq.core.engine import (
-    EVENTS_ALL,
-    MSG_AWAIT_TIMEOUT,
-    MSG_CANCELLED,
-    MSG_MISSED,
-    Actions,
-    Engine,
-)
+from cronoq.core.actions import Actions
+from cronoq.core.deps import MSG_AWAIT_TIMEOUT
+from cronoq.core.engine import EVENTS_ALL, MSG_CANCELLED, Engine
+from cronoq.core.fixed import MSG_MISSED
 from cronoq.core.groups import Groups
 from cronoq.core.model import (
     DEFAULT_RETRY,
@@ -77,6 +73,7 @@ from cronoq.core.model import (
     TERMINAL_NAMES,
     TRANSITIONS,
     Attempt,
+    Extras,
     PoolConfig,
     RetryPolicy,
     Scoring,
@@ -273,7 +270,7 @@ class Sim:
 
     @staticmethod
     def not_due(t: MTask) -> bool:
-        return not (t.rec.extra and t.rec.extra.get("_due"))
+        return not (t.rec.extra is not None and t.rec.extra.due)
 
     def queued(self, t: MTask) -> bool:
         """Ready and in the ready queues (not parked on a resource or group, not due)."""
@@ -292,7 +289,7 @@ class Sim:
             sorted((r.id, r.status, r.attempt, r.key) for r in eng.tasks.values()),
             sorted((k, r.id) for k, r in eng.keys.items()),
             dict(eng.totals),
-            eng._next_id,
+            eng.next_id,
             eng.live,
             sorted(eng.running),
             [
@@ -308,8 +305,8 @@ class Sim:
                 for p in eng.pools.values()
             ],
             sorted((r.name, r.in_use, r.tokens, len(r.parked)) for r in eng.resources.values()),
-            sorted((k, len(v)) for k, v in eng._awaiting.items()),
-            len(eng._timers),
+            sorted((k, len(v)) for k, v in eng.deps.awaiting.items()),
+            len(eng.timers),
             eng.next_wake(),
         )
 
@@ -339,14 +336,15 @@ class Sim:
             duration_hint=spec.duration_hint,
             retry=spec.retry,
             labels=spec.labels,
-            extra=extra or None,
+            extra=Extras(**extra) if extra else None,
         )
 
     def interval(self, spec: Spec, rec: TaskRecord) -> tuple[float, float] | None:
         if spec.fixed is None:
             return None
         assert rec.extra is not None
-        start, tol = rec.extra["start_at"], rec.extra["tolerance"]
+        start, tol = rec.extra.start_at, rec.extra.tolerance
+        assert start is not None
         dur = spec.duration_hint
         if dur is None:
             dur = self.cfg[spec.pool].default_duration
@@ -471,7 +469,7 @@ class Sim:
             fixed = None
             if spec.fixed is not None:
                 assert rec.extra is not None
-                fixed = Fixed(rec.extra["start_at"], rec.extra["tolerance"], rec.extra["on_miss"])
+                fixed = Fixed(rec.extra.start_at, rec.extra.tolerance, rec.extra.on_miss)
             self.tasks[rec.id] = MTask(
                 rec=rec,
                 id=rec.id,
@@ -947,7 +945,7 @@ class Sim:
                 assert t.run is not None and rec.running is t.run.att
             else:
                 assert t.run is None and rec.running is None, f"task {t.id} holds an attempt"
-            due = bool(rec.extra and rec.extra.get("_due"))
+            due = rec.extra is not None and rec.extra.due
             if t.status == "ready":
                 assert not (due and rec.parked is not None), f"task {t.id} due and parked"
                 if isinstance(rec.parked, ResourceState):
@@ -1050,7 +1048,7 @@ class Sim:
             self.advance(dt)
         else:
             stuck = [
-                (t.id, t.status, t.rec.parked, bool(t.rec.extra and t.rec.extra.get("_due")))
+                (t.id, t.status, t.rec.parked, t.rec.extra is not None and t.rec.extra.due)
                 for t in self.live()
             ]
             raise AssertionError(f"drain did not end these tasks: {stuck[:10]}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from cronoq.core.actions import Actions
 from cronoq.core.engine import (
     ABORT_CANCELLED,
     ABORT_LEASE,
@@ -21,7 +22,6 @@ from cronoq.core.engine import (
     EVENTS_ALL,
     EVENTS_NONE,
     EVENTS_TERMINAL,
-    Actions,
     Engine,
 )
 from cronoq.core.model import (

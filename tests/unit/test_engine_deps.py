@@ -19,6 +19,7 @@ import pytest
 from cronoq.core.engine import EVENTS_ALL, Engine
 from cronoq.core.model import (
     Attempt,
+    Extras,
     PoolConfig,
     Priority,
     RetryPolicy,
@@ -91,7 +92,13 @@ def task(
     if start_at is not None:
         extra.update(start_at=start_at, tolerance=tolerance, on_miss=on_miss)
     return TaskRecord(
-        payload, pool, cls=cls, key=key, retry=retry, timeout=timeout, extra=extra or None
+        payload,
+        pool,
+        cls=cls,
+        key=key,
+        retry=retry,
+        timeout=timeout,
+        extra=Extras(**extra) if extra else None,
     )
 
 

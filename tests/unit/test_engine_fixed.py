@@ -36,6 +36,7 @@ from cronoq.core.cron import parse_cron, zone
 from cronoq.core.engine import EVENTS_ALL, Engine
 from cronoq.core.model import (
     Attempt,
+    Extras,
     PoolConfig,
     PoolSnapshot,
     Priority,
@@ -91,7 +92,7 @@ def fixed(
     extra: dict[str, Any] = {"start_at": start, "tolerance": tolerance, "on_miss": on_miss}
     if deps:
         extra["deps"] = list(deps)
-    return TaskRecord(payload, "p", extra=extra, **kw)
+    return TaskRecord(payload, "p", extra=Extras(**extra), **kw)
 
 
 def plain(payload: Any = None, **kw: Any) -> TaskRecord:
@@ -737,10 +738,10 @@ def test_a_skip_task_waiting_for_a_resource_is_missed_after_its_tolerance() -> N
         event_level=EVENTS_ALL,
         resources=[ResourceConfig("db", "semaphore", permits=1)],
     )
-    holder = sub(eng, 0.0, TaskRecord(None, "q", extra={"resources": {"db": 1}}))
+    holder = sub(eng, 0.0, TaskRecord(None, "q", extra=Extras(resources={"db": 1})))
     eng.dispatch(0.0)
     assert holder.running is not None
-    extra = {"start_at": 5.0, "tolerance": 1.0, "on_miss": "skip", "resources": {"db": 1}}
+    extra = Extras(start_at=5.0, tolerance=1.0, on_miss="skip", resources={"db": 1})
     f = sub(eng, 0.0, TaskRecord(None, "p", extra=extra))
 
     def release(t: float) -> None:
@@ -934,7 +935,7 @@ def test_an_occurrence_is_an_ordinary_fixed_start_task() -> None:
     assert occ.tags == {RECURRING_TAG: "r"}
     assert (occ.cls, occ.kind, occ.pool) == (CRIT, "report", "p")
     assert occ.extra is not None
-    assert (occ.extra["start_at"], occ.extra["tolerance"], occ.extra["on_miss"]) == (
+    assert (occ.extra.start_at, occ.extra.tolerance, occ.extra.on_miss) == (
         T0 + 10,
         0.5,
         "skip",

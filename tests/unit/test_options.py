@@ -485,7 +485,7 @@ def test_task_options_feed_build_task() -> None:
     t = Task("x", pool="gpu", key="k", after=["a"], start_in=5)
     rec = build(t.payload, **t.options)
     assert (rec.payload, rec.pool, rec.key) == ("x", "gpu", "k")
-    assert rec.extra == {
+    assert rec.extra.spec() == {
         "deps": [("a", "success")],
         "start_at": NOW + 5,
         "tolerance": 1.0,
@@ -616,11 +616,15 @@ def test_build_duration_hint_and_timeout() -> None:
 
 
 def test_build_fixed_start() -> None:
-    assert build(start_in=3).extra == {"start_at": NOW + 3, "tolerance": 1.0, "on_miss": "run_late"}
+    assert build(start_in=3).extra.spec() == {
+        "start_at": NOW + 3,
+        "tolerance": 1.0,
+        "on_miss": "run_late",
+    }
     when = datetime(2030, 1, 1, tzinfo=UTC)
     rec = build(start_at=when, tolerance=0, on_miss="skip")
-    assert rec.extra == {"start_at": when.timestamp(), "tolerance": 0.0, "on_miss": "skip"}
-    assert build(start_at=NOW - 50, on_miss="fail").extra == {
+    assert rec.extra.spec() == {"start_at": when.timestamp(), "tolerance": 0.0, "on_miss": "skip"}
+    assert build(start_at=NOW - 50, on_miss="fail").extra.spec() == {
         "start_at": NOW - 50,
         "tolerance": 1.0,
         "on_miss": "fail",
@@ -683,7 +687,7 @@ def test_build_labels() -> None:  # item 100
 
 def test_build_resources() -> None:
     rec = build(resources={"sem": 2, "anything": 1})  # names are the scheduler's to check
-    assert rec.extra == {"resources": {"sem": 2, "anything": 1}}
+    assert rec.extra.spec() == {"resources": {"sem": 2, "anything": 1}}
     assert build(resources={}).extra is None
 
 
@@ -718,7 +722,7 @@ def test_build_resource_amount_negative_and_types() -> None:
     ],
 )
 def test_build_after(after: Any, edges: list[tuple[Any, str]]) -> None:
-    assert build(after=after).extra == {"deps": edges}
+    assert build(after=after).extra.spec() == {"deps": edges}
 
 
 def test_build_after_empty_list() -> None:
@@ -736,7 +740,7 @@ def test_build_after_bad_items() -> None:
 
 def test_build_deps_combined_with_after() -> None:
     rec = build(after="a", deps=[Dep(7, on="on_failure"), Dep("b", on="complete")])
-    assert rec.extra == {"deps": [("a", "success"), (7, "failure"), ("b", "complete")]}
+    assert rec.extra.spec() == {"deps": [("a", "success"), (7, "failure"), ("b", "complete")]}
 
 
 def test_build_deps_must_be_deps() -> None:

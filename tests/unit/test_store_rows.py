@@ -22,6 +22,7 @@ from cronoq.core.model import (
     READY,
     RETRYING,
     SUCCEEDED,
+    Extras,
     RetryPolicy,
     TaskRecord,
 )
@@ -95,13 +96,13 @@ def test_full_ready_task_round_trip(db: sqlite3.Connection) -> None:
         retry=retry,
         tags={"a": "b"},
         labels={"gpu": "yes"},
-        extra={
-            "start_at": T0 + 10,
-            "tolerance": 2.0,
-            "on_miss": "skip",
-            "deps": [(5, "success"), ("parent", "failure")],
-            "resources": {"db": 2},
-        },
+        extra=Extras(
+            start_at=T0 + 10,
+            tolerance=2.0,
+            on_miss="skip",
+            deps=[(5, "success"), ("parent", "failure")],
+            resources={"db": 2},
+        ),
     )
     rec.eligible_at = T0 + 1
     write(db, rec)
@@ -129,10 +130,10 @@ def test_full_ready_task_round_trip(db: sqlite3.Connection) -> None:
     assert (back.retry.max_backoff, back.retry.jitter) == (9.0, False)
     assert (back.tags, back.labels) == ({"a": "b"}, {"gpu": "yes"})
     assert back.extra is not None
-    assert back.extra["start_at"] == pytest.approx(T0 + 10, abs=US)
-    assert (back.extra["tolerance"], back.extra["on_miss"]) == (2.0, "skip")
-    assert back.extra["deps"] == [(5, "success"), ("parent", "failure")]
-    assert back.extra["resources"] == {"db": 2}
+    assert back.extra.start_at == pytest.approx(T0 + 10, abs=US)
+    assert (back.extra.tolerance, back.extra.on_miss) == (2.0, "skip")
+    assert back.extra.deps == [(5, "success"), ("parent", "failure")]
+    assert back.extra.resources == {"db": 2}
 
 
 def test_plain_task_has_no_extra_and_null_columns(db: sqlite3.Connection) -> None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .autoscale import AutoscaleSettings
+    from .recurring import Recurring
+    from .resources import ResourceState
 
 # --- statuses ----------------------------------------------------------------------------------
 
@@ -74,8 +76,30 @@ TRANSITIONS: dict[int, frozenset[int]] = {
 }
 
 
+# What restoring a stored task may do to the status it was stored with (Engine.restore). A
+# terminal task is kept as it is. A live one is admitted again from BLOCKED, and from there moves
+# by TRANSITIONS like any new task (a stored RUNNING attempt counts as lost: it runs again or, if
+# that was its last attempt, READY -> DEAD_LETTERED); a retrying task keeps its retry time. Any
+# live task that cannot resume (its pool, resource or dependency is gone, its row is unreadable)
+# fails.
+RESTORE_TRANSITIONS: dict[int, frozenset[int]] = {
+    BLOCKED: frozenset({BLOCKED, FAILED}),
+    SCHEDULED: frozenset({BLOCKED, FAILED}),
+    READY: frozenset({BLOCKED, FAILED}),
+    RUNNING: frozenset({BLOCKED, FAILED}),
+    RETRYING: frozenset({RETRYING, FAILED}),
+    **{s: frozenset({s}) for s in range(FIRST_TERMINAL, len(STATUS_NAMES))},
+}
+
+
 class IllegalTransition(AssertionError):
     """A status change the life-cycle table does not allow: always an engine bug."""
+
+
+def check_transition(rec: TaskRecord, new: int, table: dict[int, frozenset[int]]) -> None:
+    """Raise IllegalTransition unless `table` lets the task move to `new`."""
+    if new not in table[rec.status]:
+        raise IllegalTransition(f"task {rec.id}: {STATUS_NAMES[rec.status]} -> {STATUS_NAMES[new]}")
 
 
 # --- priorities --------------------------------------------------------------------------------
@@ -265,12 +289,89 @@ class PoolConfig:
 # --- tasks and attempts ------------------------------------------------------------------------
 
 
+class Extras:
+    """A task's rarely used options and the engine state they need; a plain task has none
+    (`TaskRecord.extra` is None), so it stays small.
+
+    The first five fields are the spec as submitted (a store keeps them); the rest is engine
+    state, set and cleared by the core's dependency, resource and fixed-start code."""
+
+    __slots__ = (
+        "awaits",
+        "children",
+        "deps",
+        "due",
+        "fixed_done",
+        "held",
+        "lost",
+        "on_miss",
+        "parents",
+        "recurring",
+        "resolved",
+        "resources",
+        "start_at",
+        "tolerance",
+        "waiting",
+        "wanted",
+    )
+
+    def __init__(
+        self,
+        *,
+        start_at: float | None = None,
+        tolerance: float = 1.0,
+        on_miss: str = "run_late",
+        deps: list[tuple[int | str, str]] | None = None,
+        resources: dict[str, int] | None = None,
+    ) -> None:
+        self.start_at = start_at  # a fixed start (Unix seconds), with tolerance and on_miss
+        self.tolerance = tolerance
+        self.on_miss = on_miss
+        self.deps = deps  # (parent id or key, condition) edges as submitted
+        self.resources = resources  # resource name -> amount
+        # (resource, amount) pairs checked at admission
+        self.wanted: tuple[tuple[ResourceState, int], ...] | None = None
+        # (parent, awaited key, condition) edges resolved at admission; kept while blocked only
+        # as long as some task awaits a key (the await-cycle check walks them)
+        self.resolved: list[tuple[TaskRecord | None, str | None, str]] | None = None
+        self.waiting = 0  # unmet dependency edges of a blocked task
+        self.awaits: set[str] | None = None  # keys awaited (unknown_dependency="await")
+        self.parents: list[TaskRecord] | None = None  # awaited parents submitted since
+        self.children: list[tuple[TaskRecord, str]] | None = None  # dependents waiting on it
+        self.held = False  # a slot of its pool is held for its fixed start
+        self.due = False  # its fixed start came: it waits ahead of the ready queues
+        self.fixed_done = False  # its reservation and held slot are gone
+        self.lost = False  # restored: its attempt was running when the last holder stopped
+        self.recurring: Recurring | None = None  # overlap="skip": checked at its start time
+
+    def is_empty(self) -> bool:
+        """Nothing left that a plain task lacks (the record may drop its extras)."""
+        return all(getattr(self, f) == getattr(_PLAIN, f) for f in self.__slots__)
+
+    def spec(self) -> dict[str, Any]:
+        """The submitted options that are set, by name (for reading and comparing)."""
+        out: dict[str, Any] = {}
+        if self.start_at is not None:
+            out.update(start_at=self.start_at, tolerance=self.tolerance, on_miss=self.on_miss)
+        if self.deps is not None:
+            out["deps"] = self.deps
+        if self.resources is not None:
+            out["resources"] = self.resources
+        return out
+
+    def __repr__(self) -> str:
+        return f"Extras({self.spec()!r})"
+
+
+_PLAIN = Extras()
+
+
 class TaskRecord:
     """One task: its spec (fixed at submit) and its engine state.
 
     The spec fields are fixed at submit; the rest is engine state. Rarely used options and
-    their state (dependencies, resources, fixed start) live in `extra` so that a plain queued
-    task stays small.
+    their state (dependencies, resources, fixed start) live in `extra` (an `Extras`, None on
+    a plain task) so that a plain queued task stays small.
     """
 
     __slots__ = (
@@ -318,7 +419,7 @@ class TaskRecord:
         retry: RetryPolicy | None = None,
         tags: dict[str, str] | None = None,
         labels: dict[str, str] | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: Extras | None = None,
     ) -> None:
         self.payload = payload
         self.pool = pool

@@ -10,6 +10,7 @@ from ..core.model import (
     FIRST_TERMINAL,
     RETRYING,
     STATUS_NAMES,
+    Extras,
     RetryPolicy,
     TaskRecord,
 )
@@ -64,14 +65,17 @@ def _not_before(rec: TaskRecord) -> int | None:
     return to_ns(rec.ready_at) if rec.status == RETRYING else None
 
 
+_NO_EXTRAS = Extras()  # read only: what a plain task's extras read as
+
+
 def insert_row(
     rec: TaskRecord, payload: bytes | None, output: bytes | None, now: float
 ) -> tuple[Any, ...]:
     """A new task's full row (TASK_COLUMNS order)."""
-    extra = rec.extra or {}
+    extra = rec.extra or _NO_EXTRAS
     terminal = rec.status >= FIRST_TERMINAL
-    start = extra.get("start_at")
-    deps = extra.get("deps")
+    start = extra.start_at
+    deps = extra.deps
     return (
         rec.id,
         rec.seq,
@@ -83,13 +87,13 @@ def insert_row(
         payload,
         _ns(rec.deadline),
         _ns(start),
-        None if start is None else extra["tolerance"],
-        None if start is None else extra["on_miss"],
+        None if start is None else extra.tolerance,
+        None if start is None else extra.on_miss,
         rec.duration_hint,
         rec.timeout,
         retry_json(rec.retry),
         None if not deps else _json([list(d) for d in deps]),
-        _json(extra.get("resources")),
+        _json(extra.resources),
         _json(rec.tags),
         _json(rec.labels),
         rec.tenant,
@@ -155,15 +159,15 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
         eligible,
         not_before,
     ) = row
-    extra: dict[str, Any] = {}
-    if fixed_start is not None:
-        extra["start_at"] = from_ns(fixed_start)
-        extra["tolerance"] = tolerance
-        extra["on_miss"] = on_miss
-    if deps:
-        extra["deps"] = [tuple(d) for d in json.loads(deps)]
-    if resources:
-        extra["resources"] = json.loads(resources)
+    extra = None
+    if fixed_start is not None or deps or resources:
+        extra = Extras(
+            deps=[tuple(d) for d in json.loads(deps)] if deps else None,
+            resources=json.loads(resources) if resources else None,
+        )
+        if fixed_start is not None:
+            extra.start_at = from_ns(fixed_start)
+            extra.tolerance, extra.on_miss = tolerance, on_miss
     rec = TaskRecord(
         None,
         pool,
@@ -177,7 +181,7 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
         retry=retry_from(retry),
         tags=None if tags is None else json.loads(tags),
         labels=None if labels is None else json.loads(labels),
-        extra=extra or None,
+        extra=extra,
     )
     rec.id = tid
     rec.seq = seq

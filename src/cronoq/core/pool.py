@@ -1,0 +1,164 @@
+"""The engine's state of one pool: slots, queues, counters, learned durations, fixed-start
+bookkeeping and the autoscaler."""
+
+from __future__ import annotations
+
+import math
+
+from .autoscale import Autoscaler
+from .fixed import peak_overlap
+from .groups import Groups
+from .model import READY, PoolConfig, PoolSnapshot, Scoring, TaskRecord
+from .queue import ReadyQueues
+from .stats import PoolStats
+
+# Weight of the newest runtime in the learned expected duration of a (pool, kind).
+_EWMA_ALPHA = 0.2
+
+
+class PoolState:
+    """Engine-side state of one pool."""
+
+    __slots__ = (
+        "arrivals",
+        "busy",
+        "capacity",
+        "cfg",
+        "due",
+        "durations",
+        "groups",
+        "holds",
+        "learned",
+        "lease_ttl",
+        "misses",
+        "name",
+        "pending_by_class",
+        "queues",
+        "reservation_limit",
+        "reservations",
+        "retry",
+        "retrying_by_class",
+        "scaler",
+        "stats",
+        "unlabeled",
+    )
+
+    def __init__(self, cfg: PoolConfig, sc: Scoring, now: float) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.capacity = cfg.capacity  # unlabeled slots + the slots of every worker group
+        self.unlabeled = cfg.capacity
+        self.groups: Groups | None = None  # made when a group or a labeled task first appears
+        self.busy = 0
+        self.queues = ReadyQueues(sc, cfg.tenant_weights if cfg.fair_share else None)
+        self.pending_by_class = [0, 0, 0, 0]
+        self.stats = PoolStats(now, cfg.capacity)
+        self.retry = cfg.retry
+        self.lease_ttl = cfg.lease_ttl
+        self.durations: dict[str, float] = {}
+        self.learned: float | None = None  # mean runtime of any kind (fixed-start hold lead)
+        # Fixed starts: reserved intervals of tasks not started yet, slots held for them
+        # (counted from the hold until dispatch) and tasks at their start time.
+        self.reservations: dict[TaskRecord, tuple[float, float]] = {}
+        self.reservation_limit = max(1, math.floor(cfg.max * cfg.reservable_fraction))
+        self.holds = 0
+        self.due: list[tuple[float, int, TaskRecord]] = []
+        self.misses: list[TaskRecord] = []  # due tasks whose tolerance ran out (skip/fail)
+        # Autoscaling: arrivals since the last evaluation and retrying tasks (backlog signal).
+        self.scaler = (
+            None if cfg.autoscale is None else Autoscaler(cfg.autoscale, cfg.min, cfg.max, now)
+        )
+        self.arrivals = 0
+        self.retrying_by_class = [0, 0, 0, 0]
+
+    def expected_duration(self, rec: TaskRecord) -> float:
+        if rec.duration_hint is not None:
+            return rec.duration_hint
+        return self.durations.get(rec.kind, self.cfg.default_duration)
+
+    def learn(self, kind: str, runtime: float) -> None:
+        """A task of `kind` succeeded after `runtime` seconds: update the expected durations."""
+        d = self.durations.get(kind)
+        self.durations[kind] = runtime if d is None else d + _EWMA_ALPHA * (runtime - d)
+        d = self.learned
+        self.learned = runtime if d is None else d + _EWMA_ALPHA * (runtime - d)
+
+    def service_time(self) -> float:
+        """The learned mean runtime, or the pool's default before any task succeeded."""
+        return self.cfg.default_duration if self.learned is None else self.learned
+
+    def evaluate_scaler(self, now: float) -> int:
+        """One autoscaler evaluation (core/autoscale.py has the formula): the unlabeled slots
+        the pool should have. Resets the arrivals counted since the last one."""
+        scaler = self.scaler
+        assert scaler is not None
+        backlog = [q.n for q in self.queues.classes]
+        for _, _, rec in self.due:
+            if rec.status == READY:
+                backlog[rec.cls] += 1
+        for c, n in enumerate(self.retrying_by_class):
+            backlog[c] += n
+        horizon = now + scaler.settings.reservation_horizon
+        upcoming = [iv for iv in self.reservations.values() if iv[0] <= horizon]
+        new = scaler.evaluate(
+            now,
+            arrivals=self.arrivals,
+            service_time=self.service_time(),
+            backlog_by_class=backlog,
+            busy=self.busy,
+            capacity=self.unlabeled,
+            reserved=peak_overlap(upcoming, now, math.inf),
+        )
+        self.arrivals = 0
+        return new
+
+    def reservation(self, rec: TaskRecord) -> tuple[float, float]:
+        """The interval a fixed-start task reserves: [start - tol, start + duration + tol)."""
+        extra = rec.extra
+        assert extra is not None and extra.start_at is not None
+        start, tol = extra.start_at, extra.tolerance
+        return (start - tol, start + self.expected_duration(rec) + tol)
+
+    def free_for_queue(self) -> int:
+        """Slots ready tasks may take: held slots are kept for fixed starts."""
+        return self.capacity - self.busy - self.holds
+
+    def pending(self) -> int:
+        return sum(self.pending_by_class)
+
+    def has_room(self) -> bool:
+        """Can the pool take one more pending task without its overflow policy?"""
+        cap = self.cfg.max_pending
+        return cap is None or sum(self.pending_by_class) < cap
+
+    def snapshot(self, now: float) -> PoolSnapshot:
+        m = self.stats.summary(now)
+        by_class = list(self.pending_by_class)
+        return PoolSnapshot(
+            name=self.name,
+            capacity=self.capacity,
+            busy=self.busy,
+            held=min(self.holds, max(0, self.capacity - self.busy)),
+            desired=self.capacity if self.scaler is None else self.scaler.desired,
+            pending=sum(by_class),
+            pending_by_class=by_class,
+            ready=self.queues.n,
+            reservations=len(self.reservations),
+            window=self.stats.window,
+            dispatched=int(m["dispatched"]),
+            succeeded=int(m["succeeded"]),
+            failed=int(m["failed"]),
+            retried=int(m["retried"]),
+            priority_adherence=m["priority_adherence"],
+            fixed_start_hit_rate=m["fixed_start_hit_rate"],
+            utilization=m["utilization"],
+            schedule_efficiency=m["schedule_efficiency"],
+            wait_mean=m["wait_mean"],
+            wait_p50=m["wait_p50"],
+            wait_p90=m["wait_p90"],
+            wait_p99=m["wait_p99"],
+            run_p50=m["run_p50"],
+            run_p99=m["run_p99"],
+            worker_seconds=self.stats.worker_seconds,
+            cost=self.stats.worker_seconds * self.cfg.cost_per_worker_second,
+        )

@@ -1,0 +1,127 @@
+"""Restoring what a store kept: the engine takes back its tasks before anything is submitted.
+
+Each record carries its stored id, seq, status, attempt, times and extras (deps as submitted,
+resources, fixed start); a retrying task's `ready_at` is when it retries. Terminal tasks are
+retained (lookups, results, key deduplication). Live ones resume: blocked tasks wait for their
+parents again, scheduled and never-started fixed starts arrive again (a start that passed
+meanwhile follows its on_miss), retrying tasks keep their retry time. An attempt that was
+running when the last holder stopped is counted as used (*lost*): the task runs again with the
+next attempt number, or is dead-lettered when that was its last attempt. Tasks of a pool or
+resource that no longer exists fail, as do those whose row could not be read.
+
+Every status change here follows model.RESTORE_TRANSITIONS: a live task is admitted again from
+BLOCKED (and moves on by the life-cycle table like a new task), a retrying one stays retrying,
+one that cannot resume fails. Totals count only what happens from here (lost attempts included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from ..errors import SubmitError
+from .model import (
+    BLOCKED,
+    DEAD_LETTERED,
+    DEFAULT_RETRY,
+    FAILED,
+    FIRST_TERMINAL,
+    READY,
+    RESTORE_TRANSITIONS,
+    RETRYING,
+    RUNNING,
+    TOTALS_KEYS,
+    Extras,
+    TaskRecord,
+    check_transition,
+)
+from .parking import unqueue
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+MSG_LOST = "attempt lost in failover; retries exhausted"
+
+
+def restore(eng: Engine, recs: Iterable[TaskRecord], now: float, broken: Mapping[int, str]) -> None:
+    """See the module docstring."""
+    ordered = sorted(recs, key=lambda r: r.id)
+    for rec in ordered:
+        eng._seq = max(eng._seq, rec.seq)
+    done = sorted((r for r in ordered if r.status >= FIRST_TERMINAL), key=_finished_at)
+    for rec in done:
+        eng._retain(rec)
+    lost: list[TaskRecord] = []
+    for rec in ordered:
+        if rec.status >= FIRST_TERMINAL:
+            continue
+        problem = broken.get(rec.id) or _readmit(eng, rec, now)
+        if problem is not None:
+            check_transition(rec, FAILED, RESTORE_TRANSITIONS)
+            rec.status, rec.message, rec.finished_at = FAILED, problem, now
+            rec.extra = None
+            eng._retain(rec)
+            if eng.journal is not None:
+                eng.journal.changed[rec.id] = rec
+        elif rec.extra is not None and rec.extra.lost:
+            rec.extra.lost = False
+            lost.append(rec)
+            if rec.extra.is_empty():
+                rec.extra = None
+    if eng.journal is not None:
+        eng.journal.added.clear()  # their rows exist
+    eng.totals = dict.fromkeys(TOTALS_KEYS, 0)
+    for pool in eng.pools.values():
+        pool.arrivals = 0
+    for rec in lost:
+        pool = eng.pools[rec.pool]
+        policy = rec.retry or pool.retry or DEFAULT_RETRY
+        if rec.attempt >= policy.max_attempts and rec.status == READY:
+            unqueue(rec, pool)
+            eng._finish(rec, DEAD_LETTERED, now, MSG_LOST)
+
+
+def _readmit(eng: Engine, rec: TaskRecord, now: float) -> str | None:
+    """Admit one stored live task again; returns why it cannot run, or None."""
+    pool = eng.pools.get(rec.pool)
+    if pool is None:
+        return f"pool {rec.pool!r} is no longer configured"
+    status, extra = rec.status, rec.extra
+    if extra is not None:
+        try:
+            eng._resolve_resources(extra)
+        except SubmitError as e:
+            return f"cannot resume: {e.message}"
+        if status != BLOCKED:
+            extra.deps = None  # satisfied before it was stored
+        if rec.attempt > 0:
+            extra.start_at = None  # its fixed start happened: it runs as any task
+    if status == RETRYING:
+        check_transition(rec, RETRYING, RESTORE_TRANSITIONS)
+        eng.tasks[rec.id] = rec
+        if rec.key is not None:
+            eng.keys[rec.key] = rec
+        eng.live += 1
+        pool.pending_by_class[rec.cls] += 1
+        pool.retrying_by_class[rec.cls] += 1
+        eng.timers.set(rec.ready_at, eng._on_retry, rec, rec.attempt)
+        return None
+    if extra is not None:
+        try:
+            eng.deps.resolve(rec, extra, None)
+        except SubmitError as e:
+            return f"cannot resume: {e.message}"
+    if status == RUNNING:
+        if extra is None:
+            extra = rec.extra = Extras()
+        extra.lost = True
+    elif extra is not None and extra.is_empty():
+        rec.extra = None
+    check_transition(rec, BLOCKED, RESTORE_TRANSITIONS)
+    rec.status = BLOCKED
+    eng._admit(rec, pool, now)
+    return None
+
+
+def _finished_at(rec: TaskRecord) -> float:
+    return rec.finished_at
