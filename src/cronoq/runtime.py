@@ -555,6 +555,16 @@ class Scheduler:
             raise SchedulerError(_LOOP_CLOSED)
         return s
 
+    def serving(self) -> Engine:
+        """The engine of the running session, for a driver built on this scheduler (the
+        server's services): read it, and change it only through its public methods. Raises
+        RuntimeError before start() and SchedulerError once stopped or stopping on a lost
+        store."""
+        s = self._live()
+        if s.closed:
+            raise SchedulerError("scheduler not serving")
+        return s.engine
+
     def _admitting(self) -> _Session:
         s = self._live()
         if self._stopping:
@@ -695,7 +705,12 @@ class Scheduler:
         return None if rec is None else TaskHandle(self, s, rec, False)
 
     async def snapshot(self) -> Snapshot:
-        return self._live().engine.snapshot(time.time())
+        """The state now, with every decision due at this moment taken first (a task just
+        submitted to a pool with a free slot counts as dispatched)."""
+        s = self._live()
+        if s.pump_due:
+            self._pump(s)
+        return s.engine.snapshot(time.time())
 
     async def set_capacity(self, pool: str, n: int) -> None:
         """Set a pool's (unlabeled) capacity now; not clamped to the pool's max."""

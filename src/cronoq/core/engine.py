@@ -39,14 +39,16 @@ same decisions. Jitter is the only use of randomness.
 from __future__ import annotations
 
 import random
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 from ..errors import SubmitError
 from .actions import Actions, Journal
 from .deps import Dependencies, parents_first
 from .fixed import FixedStarts
-from .groups import Group
+from .groups import Group, LabelKey
 from .model import (
     BLOCKED,
     CANCELLED,
@@ -134,6 +136,7 @@ class Engine:
                 raise ValueError(f"duplicate pool name {cfg.name!r}")
             self.pools[cfg.name] = PoolState(cfg, self.scoring, now)
         self._pool_list = list(self.pools.values())
+        self.configs: Mapping[str, PoolConfig] = MappingProxyType({c.name: c for c in pools})
         self._bounded = any(p.cfg.max_pending is not None for p in self._pool_list)
         self.emit_transitions = emit_transitions
         self.event_level = event_level
@@ -159,6 +162,7 @@ class Engine:
         self.parking = Parking(self)
         self.schedules = Schedules(self)
         self._next_id = first_id
+        self._ids: list[int] | None = None  # task ids in order, built by the first page()
         self._seq = 0
         self._lease = 0
         self._retained: deque[TaskRecord] = deque()
@@ -213,6 +217,26 @@ class Engine:
     def live_tasks(self) -> Iterable[TaskRecord]:
         return (r for r in self.tasks.values() if r.status < FIRST_TERMINAL)
 
+    def page(
+        self, after: int, limit: int, match: Callable[[TaskRecord], bool] | None = None
+    ) -> tuple[list[TaskRecord], bool]:
+        """Up to `limit` live or retained tasks with ids above `after` that `match` accepts, in
+        id order, and whether more follow. O(log n + tasks looked at): the id index is built
+        at the first call and kept from then on (a driver that never pages pays nothing)."""
+        ids = self._ids
+        tasks = self.tasks
+        if ids is None or len(ids) > 2 * len(tasks) + 1024:  # drop the ids of forgotten tasks
+            ids = self._ids = sorted(tasks)
+        out: list[TaskRecord] = []
+        for i in range(bisect_right(ids, after), len(ids)):
+            rec = tasks.get(ids[i])
+            if rec is None or (match is not None and not match(rec)):
+                continue
+            if len(out) == limit:
+                return out, True
+            out.append(rec)
+        return out, False
+
     def has_room(self, pool_name: str) -> bool:
         """Can the pool take one more pending task without its overflow policy?"""
         return self.pools[pool_name].has_room()
@@ -225,17 +249,16 @@ class Engine:
         """Add to one of the totals (a driver's own: a report for an attempt it dropped)."""
         self.totals[total] += n
 
-    def group_has_room(self, pool_name: str, labels: Mapping[str, str]) -> bool:
-        """Has the worker group carrying exactly `labels` (empty: the unlabeled slots) of the
-        pool a free slot?"""
+    def group_has_room(self, pool_name: str, key: LabelKey) -> bool:
+        """Has the worker group with exactly these labels (empty: the unlabeled slots) a free
+        slot? A pool without worker groups answers True: all its slots are alike."""
         pool = self.pools[pool_name]
         groups = pool.groups
-        if not labels:
-            busy = pool.busy if groups is None else groups.unlabeled_busy
-            return busy < pool.unlabeled
         if groups is None:
-            return False
-        g = groups.by_key.get(frozenset(labels.items()))
+            return True
+        if not key:
+            return groups.unlabeled_busy < pool.unlabeled
+        g = groups.by_key.get(key)
         return g is not None and g.busy < g.capacity
 
     # --- restoring what a store kept ------------------------------------------------------
@@ -246,6 +269,7 @@ class Engine:
         """Take back the tasks a store kept, before anything is submitted (core/restore.py;
         `broken`: id -> why that task's row cannot be read, so it fails)."""
         restore(self, recs, now, broken or {})
+        self._ids = None  # restored ids come in any order: page() sorts them again
 
     def _retain(self, rec: TaskRecord) -> None:
         self.tasks[rec.id] = rec
@@ -382,6 +406,8 @@ class Engine:
     def _assign_id(self, rec: TaskRecord) -> None:
         rec.id = self._next_id
         self._next_id += 1
+        if self._ids is not None:
+            self._ids.append(rec.id)
         self._seq += 1
         rec.seq = self._seq
 

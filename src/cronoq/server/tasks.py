@@ -11,8 +11,8 @@ it may not use is PERMISSION_DENIED, another pool's task is NOT_FOUND like a mis
 listings leave other pools out. A tenant-bound caller's tasks get its tenant.
 
 Writes go through the Scheduler's public API (so a store acknowledges them); reads the API
-lacks (listing, schedules, full task records) look at the engine through `Scheduler._live()`,
-the server's privileged access. All of it runs on the scheduler's event loop, so a check
+lacks (listing, schedules, full task records) read the engine through `Scheduler.serving()`
+and the engine's public read methods. All of it runs on the scheduler's event loop, so a check
 followed by a call without an `await` in between cannot race.
 """
 
@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import heapq
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -108,15 +107,17 @@ class _Base:
     def _engine(self) -> Engine:
         """The running engine, or UNAVAILABLE (not started, stopping, stopped, store lost)."""
         try:
-            s = self._sched._live()
-        except (RuntimeError, SchedulerError) as e:
+            return self._sched.serving()
+        except RuntimeError as e:
             raise Refused(grpc.StatusCode.UNAVAILABLE, f"scheduler not serving: {e}") from None
-        if s.closed:
-            raise Refused(grpc.StatusCode.UNAVAILABLE, "scheduler not serving")
-        return s.engine
+        except SchedulerError as e:
+            message = "scheduler not serving"
+            if str(e) != message:
+                message = f"{message}: {e}"
+            raise Refused(grpc.StatusCode.UNAVAILABLE, message) from None
 
     def _pool_retry(self, engine: Engine) -> dict[str, RetryPolicy]:
-        return {name: p.cfg.retry for name, p in engine.pools.items()}
+        return {name: cfg.retry for name, cfg in engine.configs.items()}
 
     def _specs(
         self, specs: Sequence[tuple[str, pb.TaskSpec]], engine: Engine, context: Context
@@ -204,15 +205,15 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         """Bounds the library would not refuse at once: `max_pending_total`, and a full pool
         with overflow "wait", where the library parks the caller but the server answers
         RESOURCE_EXHAUSTED ("queue full", retryable) instead."""
-        fresh = [t for t in tasks if t.get("key") not in engine.keys]
+        fresh = [t for t in tasks if (k := t.get("key")) is None or engine.lookup(k) is None]
         if not fresh:
             return
-        pending = sum(sum(p.pending_by_class) for p in engine.pools.values())
-        if pending + len(fresh) > self._limits.max_pending_total:
+        if engine.pending() + len(fresh) > self._limits.max_pending_total:
             raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
         for t in fresh:
-            pool = engine.pools.get(t.get("pool", self._sched.default_pool))
-            if pool is not None and pool.cfg.overflow == "wait" and not engine.has_room(pool.name):
+            name = t.get("pool", self._sched.default_pool)
+            cfg = engine.configs.get(name)
+            if cfg is not None and cfg.overflow == "wait" and not engine.has_room(name):
                 raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
 
     def _find(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
@@ -293,14 +294,13 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.TaskInfo:
         engine = self._engine()
         rec = self._find(engine, request.task)
-        return convert.task_info(rec, engine.pools[rec.pool].cfg.retry)
+        return convert.task_info(rec, engine.configs[rec.pool].retry)
 
     @_rpc
     async def ListTasks(
         self, request: pb.ListTasksRequest, context: Context
     ) -> pb.ListTasksResponse:
-        """Ascending ids after `after`; one scan of the retained tasks keeping the smallest
-        `limit + 1` matches (the extra one tells whether another page follows)."""
+        """Ascending ids after `after`, from the engine's id index (Engine.page)."""
         engine = self._engine()
         pools = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
         pools = _pool_filter(pools, current_principal())
@@ -309,16 +309,11 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         }
         limit = min(request.limit or DEFAULT_PAGE, self._limits.max_list)
         after = request.after
-        matches = (
-            rec
-            for tid, rec in engine.tasks.items()
-            if tid > after
-            and (not pools or rec.pool in pools)
-            and (not statuses or rec.status in statuses)
-        )
-        page = heapq.nsmallest(limit + 1, matches, key=lambda r: r.id)
-        more = len(page) > limit
-        del page[limit:]
+
+        def match(rec: TaskRecord) -> bool:
+            return (not pools or rec.pool in pools) and (not statuses or rec.status in statuses)
+
+        page, more = engine.page(after, limit, match if pools or statuses else None)
         retry = self._pool_retry(engine)
         return pb.ListTasksResponse(
             tasks=[convert.task_info(rec, retry[rec.pool]) for rec in page],
@@ -397,9 +392,7 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
             snap = dataclasses.replace(
                 snap,
                 pools=pools,
-                live_tasks=sum(
-                    r.status < FIRST_TERMINAL and caller.sees(r.pool) for r in engine.tasks.values()
-                ),
+                live_tasks=sum(caller.sees(r.pool) for r in engine.live_tasks()),
                 running=sum(p.busy for p in pools),
                 pending=sum(p.pending for p in pools),
             )

@@ -103,7 +103,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             pool_slot_caps=self._pool_caps,
             slot_cap=self._slot_cap,
         )
-        self._ttl = {name: p.lease_ttl for name, p in engine.pools.items()}
+        self._ttl = {name: cfg.lease_ttl for name, cfg in engine.configs.items()}
         self._kick = kick
 
     def launch(self, starts: list[Attempt]) -> None:

@@ -189,7 +189,7 @@ class Workers:
     def _held(self, w: RemoteWorker, lease: int) -> Attempt | None:
         att = w.leases.get(lease)
         if att is None:
-            self.engine.totals["stale_completions"] += 1
+            self.engine.count("stale_completions")
         return att
 
     def heartbeat(self, w: RemoteWorker, lease: int, now: float) -> None:
@@ -234,14 +234,7 @@ class Workers:
         the engine already started there but that are not assigned yet (with a store they
         wait for their commit), so moving an attempt into another group must ask the engine,
         or it takes a slot promised to one of those and their `assign()` finds no worker."""
-        state = self.engine.pools[pool]
-        groups = state.groups
-        if groups is None:  # no labeled slots: every worker has the same (empty) key
-            return True
-        if not key:
-            return groups.unlabeled_busy < state.unlabeled
-        group = groups.by_key.get(key)
-        return group is not None and group.busy < group.capacity
+        return self.engine.group_has_room(pool, key)
 
     def nack(self, w: RemoteWorker, lease: int, now: float) -> tuple[RemoteWorker, Attempt] | None:
         """The worker hands the lease back unrun. The same attempt goes to another worker of

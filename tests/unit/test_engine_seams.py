@@ -1,0 +1,115 @@
+"""The engine's public read seams that drivers (the server) use instead of its internals:
+paging by id, pool configurations, pending counts, counters and worker-group room."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronoq.core.engine import Engine
+from cronoq.core.model import Extras, PoolConfig, TaskRecord
+
+
+def make(capacity: int = 0, *, retention: float = 3600.0, journal: bool = False) -> Engine:
+    pools = [PoolConfig("p", capacity=capacity), PoolConfig("q", capacity=0)]
+    return Engine(pools, 0.0, retention=retention, journal=journal)
+
+
+def submit(eng: Engine, pool: str = "p", labels: dict[str, str] | None = None) -> TaskRecord:
+    rec, dup = eng.submit(TaskRecord(None, pool, labels=labels), 0.0)
+    assert not dup
+    return rec
+
+
+def ids(recs: list[TaskRecord]) -> list[int]:
+    return [r.id for r in recs]
+
+
+def test_page_walks_ids_in_order_with_a_continuation() -> None:
+    eng = make()
+    recs = [submit(eng, "p" if i % 2 else "q") for i in range(10)]
+    page, more = eng.page(0, 4)
+    assert (ids(page), more) == ([1, 2, 3, 4], True)
+    page, more = eng.page(4, 4)
+    assert (ids(page), more) == ([5, 6, 7, 8], True)
+    page, more = eng.page(8, 4)
+    assert (ids(page), more) == ([9, 10], False)
+    page, more = eng.page(0, 3, lambda r: r.pool == "p")
+    assert (ids(page), more) == ([2, 4, 6], True)
+    assert eng.page(10, 5) == ([], False)
+    # exactly `limit` matches left: no further page
+    assert ids(eng.page(6, 4)[0]) == [7, 8, 9, 10] and not eng.page(6, 4)[1]
+    assert all(r is eng.lookup(r.id) for r in recs)
+
+
+def test_page_sees_tasks_admitted_after_the_index_was_built_and_skips_forgotten_ones() -> None:
+    eng = make(capacity=1, retention=10.0)
+    first = submit(eng)
+    assert ids(eng.page(0, 10)[0]) == [first.id]  # builds the index
+    eng.dispatch(0.0)
+    (att,) = eng.take().starts
+    eng.complete(att, 1.0)
+    later = [submit(eng) for _ in range(3)]
+    assert ids(eng.page(0, 10)[0]) == [first.id, *ids(later)]
+    eng.advance(11.0)  # the finished task's retention ran out
+    assert eng.lookup(first.id) is None
+    assert ids(eng.page(0, 10)[0]) == ids(later)
+
+
+def test_page_orders_a_batch_admitted_parents_first_by_id() -> None:
+    """A batch whose tasks depend on later ones is admitted parents first, but its ids follow
+    the batch order: pages are by id, not by admission."""
+    eng = make()
+    eng.page(0, 1)  # the index exists before the batch
+    child = TaskRecord(None, "p", key="c", extra=Extras(deps=[("a", "success")]))
+    parent = TaskRecord(None, "p", key="a")
+    eng.submit_batch([child, parent], 0.0)
+    assert child.id < parent.id
+    assert ids(eng.page(0, 10)[0]) == [child.id, parent.id]
+
+
+def test_page_after_restore_is_in_id_order() -> None:
+    old = make()
+    recs = [submit(old) for _ in range(5)]
+    new = make()
+    new.restore(reversed(recs), 0.0)
+    assert ids(new.page(0, 10)[0]) == [1, 2, 3, 4, 5]
+
+
+def test_pool_configs_pending_and_counters() -> None:
+    eng = make()
+    assert set(eng.configs) == {"p", "q"}
+    assert eng.configs["p"].capacity == 0
+    with pytest.raises(TypeError):
+        eng.configs["x"] = PoolConfig("x")  # type: ignore[index]
+    submit(eng)
+    submit(eng, "q")
+    assert eng.pending() == 2
+    before = eng.totals["stale_completions"]
+    eng.count("stale_completions")
+    assert eng.totals["stale_completions"] == before + 1
+
+
+def test_group_has_room() -> None:
+    eng = make(capacity=1)
+    assert eng.group_has_room("p", frozenset())  # no groups: every slot is alike
+    eng.set_group_capacity("p", {"gpu": "a100"}, 1, 0.0)
+    gpu = frozenset({("gpu", "a100")})
+    assert eng.group_has_room("p", gpu)
+    assert eng.group_has_room("p", frozenset())  # the one unlabeled slot is free
+    assert not eng.group_has_room("p", frozenset({("gpu", "h100")}))  # no such group
+    submit(eng, labels={"gpu": "a100"})
+    eng.dispatch(0.0)
+    assert not eng.group_has_room("p", gpu)
+    assert eng.group_has_room("p", frozenset())
+
+
+def test_take_journal_hands_over_what_changed() -> None:
+    eng = make(journal=True)
+    rec = submit(eng)
+    journal = eng.take_journal()
+    assert journal.added == [rec]
+    assert not eng.take_journal()
+    eng.cancel(rec.id, 1.0)
+    assert list(eng.take_journal().changed) == [rec.id]
+    with pytest.raises(AssertionError):
+        make().take_journal()
