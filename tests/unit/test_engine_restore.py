@@ -1,0 +1,60 @@
+"""The restore transitions (model.RESTORE_TRANSITIONS): what restoring may do to a stored
+status, and that nothing else gets through."""
+
+from __future__ import annotations
+
+import pytest
+
+from cronoq.core.engine import Engine
+from cronoq.core.model import (
+    BLOCKED,
+    FAILED,
+    FIRST_TERMINAL,
+    RESTORE_TRANSITIONS,
+    RETRYING,
+    RUNNING,
+    STATUS_NAMES,
+    SUCCEEDED,
+    IllegalTransition,
+    PoolConfig,
+    TaskRecord,
+    check_transition,
+)
+
+
+def stored(status: int, tid: int = 1, pool: str = "p", attempt: int = 0) -> TaskRecord:
+    rec = TaskRecord(None, pool)
+    rec.id, rec.seq, rec.status, rec.attempt = tid, tid, status, attempt
+    rec.submitted_at = rec.finished_at = 1.0
+    return rec
+
+
+def test_every_status_has_restore_moves_and_terminal_ones_stay() -> None:
+    assert set(RESTORE_TRANSITIONS) == set(range(len(STATUS_NAMES)))
+    for status in range(FIRST_TERMINAL, len(STATUS_NAMES)):
+        assert RESTORE_TRANSITIONS[status] == {status}
+    for status in range(FIRST_TERMINAL):
+        assert FAILED in RESTORE_TRANSITIONS[status]  # whatever cannot resume fails
+
+
+def test_a_move_outside_the_table_raises() -> None:
+    with pytest.raises(IllegalTransition, match="task 1: succeeded -> failed"):
+        check_transition(stored(SUCCEEDED), FAILED, RESTORE_TRANSITIONS)
+    with pytest.raises(IllegalTransition, match="task 1: retrying -> blocked"):
+        check_transition(stored(RETRYING), BLOCKED, RESTORE_TRANSITIONS)
+
+
+def test_restore_fails_broken_and_orphaned_tasks_and_retries_a_lost_attempt() -> None:
+    eng = Engine([PoolConfig("p", capacity=0)], 10.0, journal=True)
+    running = stored(RUNNING, 1, attempt=1)
+    orphan = stored(BLOCKED, 2, pool="gone")
+    broken = stored(RUNNING, 3, attempt=1)
+    done = stored(SUCCEEDED, 4)
+    eng.restore([running, orphan, broken, done], 10.0, {3: "row unreadable"})
+    assert (running.status_name, running.attempt) == ("ready", 1)  # runs again as attempt 2
+    assert (orphan.status_name, orphan.message) == ("failed", "pool 'gone' is no longer configured")
+    assert (broken.status_name, broken.message) == ("failed", "row unreadable")
+    assert done.status_name == "succeeded"
+    journal = eng.take_journal()
+    assert journal.added == []  # the rows exist
+    assert {2, 3} <= set(journal.changed)
