@@ -74,7 +74,7 @@ from .model import (
     check_transition,
 )
 from .parking import Parking, Wanted, make_groups, unqueue
-from .pool import PoolState
+from .pool import EWMA_ALPHA, PoolState
 from .recurring import Recurring, Schedules
 from .resources import ResourceConfig, ResourceState
 from .restore import restore
@@ -583,7 +583,12 @@ class Engine:
             return False
         rec = att.task
         pool = self.pools[rec.pool]
-        pool.learn(rec.kind, self._end_attempt(att, pool, now, True))
+        runtime = self._end_attempt(att, pool, now, True)
+        # The learned expected durations (inline: this runs once per task).
+        d = pool.durations.get(rec.kind)
+        pool.durations[rec.kind] = runtime if d is None else d + EWMA_ALPHA * (runtime - d)
+        d = pool.learned
+        pool.learned = runtime if d is None else d + EWMA_ALPHA * (runtime - d)
         rec.output = output
         self._finish(rec, SUCCEEDED, now, None)
         return True
@@ -767,8 +772,8 @@ class Engine:
     # --- terminal states and retention ---------------------------------------------------
 
     def _finish(self, rec: TaskRecord, status: int, now: float, message: str | None) -> None:
-        pool = self.pools[rec.pool]
         if rec.status != RUNNING:  # it was pending until now
+            pool = self.pools[rec.pool]
             pool.pending_by_class[rec.cls] -= 1
             if rec.status == RETRYING:
                 pool.retrying_by_class[rec.cls] -= 1
@@ -786,7 +791,7 @@ class Engine:
         if extra is not None:
             extra.resolved = extra.parents = None
             if extra.start_at is not None and not extra.fixed_done:
-                self.fixed.drop(rec, extra, pool)
+                self.fixed.drop(rec, extra, self.pools[rec.pool])
             if extra.children:
                 self.deps.ended(rec, now)
 
@@ -811,7 +816,8 @@ class Engine:
     # --- the life-cycle table ------------------------------------------------------------
 
     def _move(self, rec: TaskRecord, new: int, now: float, message: str | None) -> None:
-        check_transition(rec, new, TRANSITIONS)
+        if new not in TRANSITIONS[rec.status]:  # inline: this runs at every status change
+            check_transition(rec, new, TRANSITIONS)
         rec.status = new
         if self.journal is not None:
             self.journal.changed[rec.id] = rec

@@ -13,7 +13,7 @@ from .queue import ReadyQueues
 from .stats import PoolStats
 
 # Weight of the newest runtime in the learned expected duration of a (pool, kind).
-_EWMA_ALPHA = 0.2
+EWMA_ALPHA = 0.2
 
 
 class PoolState:
@@ -75,13 +75,6 @@ class PoolState:
         if rec.duration_hint is not None:
             return rec.duration_hint
         return self.durations.get(rec.kind, self.cfg.default_duration)
-
-    def learn(self, kind: str, runtime: float) -> None:
-        """A task of `kind` succeeded after `runtime` seconds: update the expected durations."""
-        d = self.durations.get(kind)
-        self.durations[kind] = runtime if d is None else d + _EWMA_ALPHA * (runtime - d)
-        d = self.learned
-        self.learned = runtime if d is None else d + _EWMA_ALPHA * (runtime - d)
 
     def service_time(self) -> float:
         """The learned mean runtime, or the pool's default before any task succeeded."""
