@@ -5,7 +5,7 @@ Theory of operation
 `Autoscaler` is a plain object like the engine: it never reads a clock, never sleeps and never
 starts anything. The driver (or the engine) calls `evaluate(now, ...)` when `now >= next_eval`,
 with the signals of one pool, and applies the capacity it returns. The first evaluation is due at
-the `now` given to the constructor, i.e. when the pool starts (ENGINE.md 2.17).
+the `now` given to the constructor, i.e. when the pool starts (docs/autoscaling.md, "When").
 
 Signals handed to `evaluate`
 ----------------------------

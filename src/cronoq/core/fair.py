@@ -1,8 +1,9 @@
 """Fair-share ready queue of one priority class: start-time fair queueing between tenants.
 
 `FairClassQueue` is a drop-in alternative to `queue.ClassQueue` for pools with fair share
-(ENGINE.md 2.15). Priority classes stay strict (`ReadyQueues` compares class heads as before);
-inside a class the FIFO head is replaced by the task fair queueing would dispatch next.
+(docs/overflow-and-fairness.md, "Tenants and fair share"). Priority classes stay strict
+(`ReadyQueues` compares class heads as before); inside a class the FIFO head is replaced by the
+task fair queueing would dispatch next.
 
 Groups. Every distinct `tenant` is a group; tasks with `tenant=None` form one more group. A
 group weighs `weights[tenant]`, or 1.0 when not listed (the `None` group always weighs 1.0).
