@@ -1,5 +1,6 @@
 """The engine's public read seams that drivers (the server) use instead of its internals:
-paging by id, pool configurations, pending counts, counters and worker-group room."""
+paging by id, pool configurations, pending counts, counters and worker-group room; and the
+wake-up times it hands drivers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from cronoq.core.engine import Engine
 from cronoq.core.model import Extras, PoolConfig, TaskRecord
+from cronoq.core.resources import ResourceConfig
 
 
 def make(capacity: int = 0, *, retention: float = 3600.0, journal: bool = False) -> Engine:
@@ -113,3 +115,24 @@ def test_take_journal_hands_over_what_changed() -> None:
     assert list(eng.take_journal().changed) == [rec.id]
     with pytest.raises(AssertionError):
         make().take_journal()
+
+
+def test_a_bucket_short_by_less_than_the_float_step_wakes_strictly_later() -> None:
+    """At Unix-sized times a tiny shortfall refills in less than the float step of `now`; the
+    refill wake-up must still come after `now`, or advance() would fire it forever."""
+    now = 1_700_000_000.0
+    bucket = ResourceConfig("api", "token_bucket", rate=1000.0, burst=1)
+    eng = Engine([PoolConfig("p", capacity=4)], now, resources=[bucket])
+    first, _ = eng.submit(TaskRecord(None, "p", extra=Extras(resources={"api": 1})), now)
+    eng.dispatch(now)
+    assert first.status_name == "running"
+    state = eng.resources["api"]
+    state.tokens = 1.0 - 1e-8  # short by far less than rate x float step
+    second, _ = eng.submit(TaskRecord(None, "p", extra=Extras(resources={"api": 1})), now)
+    eng.dispatch(now)
+    wake = eng.next_wake()
+    assert wake is not None and wake > now
+    eng.advance(now)  # returns: nothing is due at `now`
+    eng.advance(wake)
+    eng.dispatch(wake)
+    assert second.status_name == "running"

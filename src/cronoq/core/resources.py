@@ -7,6 +7,7 @@ permits are released, a token bucket at the time enough tokens will have refille
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -87,12 +88,17 @@ class ResourceState:
             self.in_use -= amount
 
     def ready_at(self, amount: int, now: float) -> float:
-        """When a bucket will hold `amount` tokens (now for a semaphore or a full enough bucket)."""
+        """When a bucket will hold `amount` tokens (now for a semaphore or a full enough bucket).
+        A bucket that is short is ready strictly later than `now`, even when the shortfall
+        refills in less than the float step of `now` (Unix-sized times): a wake-up at `now`
+        itself would find it short again, at the same time, forever."""
         if not self.is_bucket:
             return now
         self._refill(now)
         missing = amount - self.tokens
-        return now if missing <= _EPS else now + missing / self.rate
+        if missing <= _EPS:
+            return now
+        return max(now + missing / self.rate, math.nextafter(now, math.inf))
 
     def level(self, now: float) -> float:
         """Units available now (free permits or whole tokens)."""
