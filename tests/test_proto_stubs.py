@@ -1,6 +1,7 @@
-"""The cronoq.v1 proto and its generated stubs: fresh, importable, and true to wire.md.
+"""The cronoq.v1 proto and its generated stubs: fresh, importable, and true to
+docs/reference/proto.md.
 
-The wire facts below are restated from ../shared/spec/wire.md, not read from the proto, so a
+The wire facts below are restated from docs/reference/proto.md, not read from the proto, so a
 change to the proto that breaks the published contract fails here.
 """
 

@@ -128,7 +128,7 @@ def _is_coroutine_function(fn: object) -> bool:
 
 
 class AutoscaleConfig:
-    """How an autoscaled pool picks its capacity (see ENGINE.md 2.17 for each field)."""
+    """How an autoscaled pool picks its capacity (each field: docs/autoscaling.md, "Settings")."""
 
     __slots__ = (
         "_cooldown",
@@ -455,7 +455,8 @@ class Pool:
             unknown_dependency=self._unknown_dependency,
             await_timeout=self._await_timeout,
             reservable_fraction=self._reservable_fraction,
-            # Weights alone switch fair sharing on (ENGINE.md 2.15).
+            # Weights alone switch fair sharing on (docs/overflow-and-fairness.md,
+            # "Tenants and fair share").
             fair_share=self._fair_share or bool(self._tenant_weights),
             tenant_weights=dict(self._tenant_weights),
             cost_per_worker_second=0.0 if scaling is None else scaling.cost_per_worker_second,
@@ -673,7 +674,8 @@ def build_task(
 ) -> TaskRecord:
     """Check submit() options and build the core record; `now` is Unix seconds.
 
-    Raises the exception types and messages of ENGINE.md 2.2. Resource names and dependency
+    Raises the exception types and messages of docs/reference/errors.md, "Argument errors" and
+    "Submission errors". Resource names and dependency
     targets are only checked for shape here; whether they exist is the scheduler's business.
     """
     cls = 2 if priority is None else parse_priority(priority)

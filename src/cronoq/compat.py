@@ -194,7 +194,8 @@ class _Runner:
 
 
 def _reservation(task: Task) -> tuple[float, float]:
-    """The interval a fixed-start task reserves, as the scheduler computes it (ENGINE.md 2.11)."""
+    """The interval a fixed-start task reserves, as the scheduler computes it (docs/compat.md,
+    "Submitting, starting, stopping")."""
     assert task.fixed_start is not None
     return (task.fixed_start - TOLERANCE, task.fixed_start + _hint(task) + TOLERANCE)
 
@@ -447,7 +448,8 @@ class ElasticPriorityScheduler:
         return key
 
     def _check_locally(self, run: _Run) -> None:
-        """The scheduler's own submission checks (ENGINE.md 2.9, 2.11) for tasks kept here."""
+        """The scheduler's own submission checks for tasks kept here: the rules of
+        docs/compat.md, "Submitting, starting, stopping"."""
         if self._closes_cycle(run):
             raise SubmitError("cycle", "dependency cycle")
         if run.task.fixed_start is not None:

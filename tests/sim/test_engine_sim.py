@@ -16,7 +16,8 @@ Actions against the model:
 The hypothesis `RuleBasedStateMachine` drives the Sim with random rules; the plain tests run a
 long seeded workload and check the same invariants plus reproducibility.
 
-Rules come from ENGINE.md sections 1, 2.3-2.8 and 2.16 and the engine module docstring.
+Rules come from docs/library.md ("Life cycle of a task" to "Retention") and the engine module
+docstring.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def ev_tuple(e: StatusEvent) -> Ev:
 
 
 def score(cls: int, eligible_at: float, now: float) -> float:
-    """Dispatch score of a task without a deadline (ENGINE.md 2.3), computed like the spec."""
+    """Dispatch score of a task without a deadline (docs/library.md, "Choosing the next task"),
+    computed from the documented formula."""
     age = SCORING.aging_rate * (now - eligible_at)
     return SCORING.base[cls] + min(age, SCORING.age_cap)
 

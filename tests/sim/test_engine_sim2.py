@@ -1,7 +1,8 @@
 """Second simulation of the engine core: rich random workloads checked by invariants.
 
 `test_engine_sim.py` predicts every event of plain workloads exactly. This file drives the
-engine with the features that make exact prediction impractical (ENGINE.md 2.9-2.15):
+engine with the features that make exact prediction impractical (docs/dependencies.md to
+docs/overflow-and-fairness.md):
 dependencies by id and by key with all three conditions (parents succeed, fail, are cancelled or
 skipped), awaited keys, atomic batches with forward references (and rejected ones: duplicate key,
 unknown dependency, cycles), a semaphore and a token bucket shared by two pools, fixed starts
@@ -28,7 +29,7 @@ Instead of predicting events, a `Sim` observes every `Actions` the engine hands 
   task uses a group slot only when the unlabeled slots are full;
 * waiting: after every dispatch no queued task is left with a free slot, and no task parked on
   a resource or waiting for a worker group could run now (free slot it may take, matching
-  group slot, every resource it wants available: ENGINE.md 2.13 / 2.14);
+  group slot, every resource it wants available: docs/resources.md, docs/groups.md);
 * priority: no task of a lower class is dispatched while a higher-class task of the same pool
   is queued (ready, not parked, not due, no deadline) unless aging explains it with the default
   `Scoring` (score = base[class] + min(2 x wait, 800)); in a fair-share pool the class head is
@@ -104,7 +105,8 @@ LabelKey = frozenset[tuple[str, str]]
 
 
 def edge_met(status: str, on: str) -> bool:
-    """ENGINE.md 2.9 edge table: does a parent that ended with `status` satisfy `on`?"""
+    """The edge table of docs/dependencies.md, "Edges": does a parent that ended with `status`
+    satisfy `on`?"""
     if on == "complete":
         return True
     if on == "success":
@@ -113,7 +115,7 @@ def edge_met(status: str, on: str) -> bool:
 
 
 def nodl_score(cls: int, eligible_at: float, now: float) -> float:
-    """Dispatch score without deadline urgency (ENGINE.md 2.3, Scoring defaults)."""
+    """Dispatch score without deadline urgency (docs/library.md, "Choosing the next task")."""
     return SCORING.base[cls] + min(SCORING.aging_rate * (now - eligible_at), SCORING.age_cap)
 
 
@@ -415,7 +417,8 @@ class Sim:
         return any(state.get(i) is None and visit(i) for i in new)
 
     def await_cycle(self, specs: list[Spec], new: list[int], fresh: dict[str, int]) -> bool:
-        """Would a new task's key close a cycle with tasks that await it (ENGINE.md 2.9)?"""
+        """Would a new task's key close a cycle with tasks that await it (docs/dependencies.md,
+        "Unknown dependencies and cycles")?"""
         for i in new:
             key = specs[i].key
             if key is None:
@@ -821,7 +824,7 @@ class Sim:
     def check_parked(self) -> None:
         """After a dispatch no ready task is left parked that could run now: its pool has a
         slot ready tasks may take, a slot matching its labels is free and every resource it
-        wants can serve it (ENGINE.md 2.13: a task waiting for a resource does not stop
+        wants can serve it (docs/resources.md: a task waiting for a resource does not stop
         lower-ranked tasks that can run; 2.14: a labeled task waits until a matching group has
         a slot)."""
         for t in self.tasks.values():

@@ -1,4 +1,4 @@
-"""Unit tests of the sans-I/O autoscaler (ENGINE.md 2.14, 2.17, checklist 12-14 and 77-79).
+"""Unit tests of the sans-I/O autoscaler (docs/autoscaling.md).
 
 Everything runs on a virtual clock. `PoolSim` plays a pool with fixed-duration tasks and the
 driver: at every `next_eval` it hands the autoscaler the signals such a pool would report
@@ -159,7 +159,7 @@ def test_first_evaluation_is_at_start_then_every_interval() -> None:
     assert a.next_eval == pytest.approx(13.7)
 
 
-# -- checklist 77: 40 queued 0.5 s tasks ---------------------------------------------------
+# -- 40 queued 0.5 s tasks -----------------------------------------------------------------
 
 
 def test_burst_of_40_short_tasks_scales_1_5_8_then_back_down() -> None:
@@ -182,7 +182,7 @@ def test_burst_of_40_short_tasks_scales_1_5_8_then_back_down() -> None:
     assert capacity_at(sim, 400.0) == 1
 
 
-# -- checklist 78: idle pool ----------------------------------------------------------------
+# -- idle pool ------------------------------------------------------------------------------
 
 
 def test_idle_pool_at_8_holds_60s_then_drops_one_per_cooldown() -> None:
@@ -220,7 +220,7 @@ def test_no_step_down_at_first_evaluation(initial: int) -> None:
     assert sim.trace[60.0] == initial - 1
 
 
-# -- checklist 79: min=0 -----------------------------------------------------------------------
+# -- min=0 -------------------------------------------------------------------------------------
 
 
 def test_min0_pool_starts_at_0_and_rises_at_next_evaluation() -> None:

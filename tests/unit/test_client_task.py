@@ -1,5 +1,5 @@
 """`cronoq.client` without a server: `task()`, the response mappings, the argument checks made
-before any RPC, the error classes and the import rules (CLIENT.md 1, 2.4, 3; section 6)."""
+before any RPC, the error classes and the import rules (docs/client.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Unit tests of the cron parser and next-occurrence arithmetic (ENGINE.md 2.12, checklist 56-58).
+"""Unit tests of the cron parser and next-occurrence arithmetic (docs/fixed-starts.md,
+"Recurring schedules").
 
 Times are written as UTC ISO strings so every expectation is an exact instant; `run` follows a
 schedule from a start time and lists the occurrences it produces. The DST tables cover spring

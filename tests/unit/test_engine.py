@@ -1,4 +1,4 @@
-"""Unit tests of the sans-I/O engine core (ENGINE.md 1, 2.3-2.8, 2.16, 2.19 and checklist 5).
+"""Unit tests of the sans-I/O engine core (docs/library.md, "Life cycle of a task" to "Snapshot").
 
 Everything runs on a virtual clock: times are plain floats handed to every engine call, nothing
 sleeps and nothing touches asyncio. `Sim` plays the driver: it fires timers, fills free slots and
@@ -36,7 +36,7 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.errors import SubmitError
-from spec_facts import TOTALS_KEYS
+from helpers.facts import TOTALS_KEYS
 
 CRIT = int(Priority.CRITICAL)
 HIGH = int(Priority.HIGH)
@@ -140,11 +140,11 @@ def run_sequentially(sim: Sim, t: float, n: int, runtime: float = 1.0) -> tuple[
     return order, t
 
 
-# --- 2.3 priorities, FIFO, aging ----------------------------------------------------------------
+# --- priorities, FIFO, aging (docs/library.md, "Choosing the next task") --------------------------
 
 
 def test_strict_class_order_then_fifo_within_class() -> None:
-    """Checklist 15: 1 slot busy, 12 queued of mixed classes."""
+    """1 slot busy, 12 queued of mixed classes: CRITICAL, HIGH, NORMAL, LOW, FIFO in each."""
     eng = make_engine(1)
     sim = Sim(eng)
     submit(eng, 0.0)
@@ -174,7 +174,7 @@ def test_fifo_within_class_same_instant() -> None:
 
 @pytest.mark.parametrize(("waited", "first"), [(50.0, "low"), (40.0, "normal")])
 def test_aging_low_overtakes_fresh_normal_only_after_45s(waited: float, first: str) -> None:
-    """Checklist 18: 10 + 2*50 = 110 > 100, 10 + 2*40 = 90 < 100."""
+    """LOW after 50 s vs a fresh NORMAL: 10 + 2*50 = 110 > 100, 10 + 2*40 = 90 < 100."""
     eng = make_engine(1)
     sim = Sim(eng)
     submit(eng, 0.0)
@@ -193,7 +193,7 @@ def test_aging_low_overtakes_fresh_normal_only_after_45s(waited: float, first: s
 
 
 def test_priority_adherence_one_inversion_in_six_dispatches() -> None:
-    """Checklist 18 observation: one aging inversion among 6 dispatches -> 0.8333."""
+    """One aging inversion among 6 dispatches -> 0.8333."""
     eng = make_engine(1)
     sim = Sim(eng)
     submit(eng, 0.0)
@@ -215,7 +215,7 @@ def test_priority_adherence_one_inversion_in_six_dispatches() -> None:
 
 @pytest.mark.parametrize(("old_cls", "fresh_cls"), [(LOW, HIGH), (NORMAL, HIGH), (HIGH, CRIT)])
 def test_bounded_aging_never_passes_two_classes_up(old_cls: int, fresh_cls: int) -> None:
-    """Checklist 19: LOW (max 810) / NORMAL (max 900) never pass HIGH; HIGH never CRITICAL."""
+    """LOW (max 810) / NORMAL (max 900) never pass HIGH; HIGH never CRITICAL."""
     eng = make_engine(1)
     sim = Sim(eng)
     submit(eng, 0.0)
@@ -253,7 +253,7 @@ def _urgency_order(slack: float, hint: float | None = 2.0) -> list[str]:
     ],
 )
 def test_deadline_urgency_thresholds(slack: float, expected: list[str]) -> None:
-    """Checklist 20: urgency = 5000 * (1 - slack / 5) below a 5 s slack, 0 from 5 s on."""
+    """Urgency = 5000 * (1 - slack / 5) below a 5 s slack, 0 from 5 s on."""
     assert _urgency_order(slack) == expected
 
 
@@ -279,7 +279,7 @@ def test_expected_duration_learned_from_completed_runs_of_the_kind() -> None:
 
 
 def test_overdue_low_stays_below_fresh_critical_and_more_overdue_runs_first() -> None:
-    """Checklist 21."""
+    """No overdue LOW task passes a fresh CRITICAL one; more-overdue tasks run first."""
     t = 2e6
     eng = make_engine(1)
     sim = Sim(eng)
@@ -344,7 +344,7 @@ def test_only_queue_heads_compete_within_a_class() -> None:
 
 
 def test_retried_task_keeps_its_fifo_place() -> None:
-    """Checklist 99: A fails, B and C were submitted later; A's retry runs before C."""
+    """A fails, B and C were submitted later; A's retry runs before C."""
     eng = make_engine(1)
     sim = Sim(eng)
     a = submit(eng, 0.0, retry=RetryPolicy(2, 0.1, jitter=False))
@@ -365,7 +365,7 @@ def test_retried_task_keeps_its_fifo_place() -> None:
     assert att.task is c
 
 
-# --- 2.5 timeouts ----------------------------------------------------------------------------
+# --- timeouts (docs/library.md, "What happens to a running attempt") ------------------------------
 
 
 def test_timeout_aborts_attempt_as_retryable_failure() -> None:
@@ -400,7 +400,7 @@ def test_timeout_aborts_attempt_as_retryable_failure() -> None:
 
 
 def test_timeout_with_no_retries_dead_letters() -> None:
-    """Checklist 24."""
+    """timeout=0.3 without retries: the attempt is aborted and the task dead-lettered."""
     eng = make_engine(1)
     sim = Sim(eng)
     rec = submit(eng, 0.0, timeout=0.3, retry=RetryPolicy.none())
@@ -419,7 +419,7 @@ def test_timeout_with_no_retries_dead_letters() -> None:
 
 
 def test_timeout_zero_fires_at_once() -> None:
-    """Checklist 25: the timer is due at the dispatch time itself."""
+    """timeout=0: the timer is due at the dispatch time itself."""
     eng = make_engine(1)
     rec = submit(eng, 5.0, timeout=0.0, retry=RetryPolicy.none())
     eng.dispatch(5.0)
@@ -447,7 +447,7 @@ def test_completion_before_timeout_cancels_nothing() -> None:
     assert eng.totals["timeouts"] == 0
 
 
-# --- 2.6 retries -----------------------------------------------------------------------------
+# --- retries (docs/library.md, "Retries") ---------------------------------------------------------
 
 
 def retry_gaps(
@@ -484,7 +484,7 @@ def retry_gaps(
 
 
 def test_backoff_gaps_doubling_without_jitter() -> None:
-    """Checklist 26: fails twice then succeeds, gaps 0.2 and 0.4."""
+    """Fails twice then succeeds, gaps 0.2 and 0.4."""
     gaps, rec = retry_gaps(RetryPolicy(3, 0.2, 2, 10, jitter=False), 2)
     assert gaps == pytest.approx([0.2, 0.4], abs=1e-9)
     att = rec.running
@@ -494,7 +494,7 @@ def test_backoff_gaps_doubling_without_jitter() -> None:
 
 
 def test_backoff_gaps_capped() -> None:
-    """Checklist 27: 0.5, 1.0, 1.5 (capped), then the 4th failure dead-letters."""
+    """Gaps 0.5, 1.0, 1.5 (capped), then the 4th failure dead-letters."""
     gaps, rec = retry_gaps(RetryPolicy(4, 0.5, 2, max_backoff=1.5, jitter=False), 4)
     assert gaps == pytest.approx([0.5, 1.0, 1.5], abs=1e-9)
     assert rec.status_name == "dead_lettered"
@@ -517,7 +517,7 @@ def test_backoff_constant_zero_and_max_below_initial(
 
 
 def test_full_jitter_stays_within_backoff() -> None:
-    """Checklist 28: every gap uniform in [0, backoff]; seeded, so not flaky."""
+    """Every gap uniform in [0, backoff]; seeded, so not flaky."""
     first, second = [], []
     for seed in range(300):
         gaps, _ = retry_gaps(RetryPolicy(3, 1.0, 2, 60, jitter=True), 2, seed=seed)
@@ -542,7 +542,7 @@ def test_full_jitter_stays_within_backoff() -> None:
 def test_retry_after_is_a_minimum_delay(
     policy: RetryPolicy, retry_after: float, gap: float
 ) -> None:
-    """Checklist 29: delay = max(backoff, retry_after); retry_after may exceed max_backoff."""
+    """Delay = max(backoff, retry_after); retry_after may exceed max_backoff."""
     gaps, _ = retry_gaps(policy, 1, retry_after=retry_after)
     assert gaps == pytest.approx([gap], abs=1e-9)
 
@@ -554,7 +554,7 @@ def test_retry_after_with_jitter_is_never_shorter() -> None:
 
 
 def test_permanent_failure_ends_failed_after_one_attempt() -> None:
-    """Checklist 30."""
+    """A permanent failure ends the task failed with its message after one attempt."""
     eng = make_engine(1)
     sim = Sim(eng)
     rec = submit(eng, 0.0, retry=RetryPolicy(5, 0.1, jitter=False))
@@ -573,7 +573,7 @@ def test_permanent_failure_ends_failed_after_one_attempt() -> None:
 
 
 def test_exhaustion_dead_letters_with_last_message() -> None:
-    """Checklist 31."""
+    """After the last attempt fails the task is dead-lettered with the last message."""
     eng = make_engine(1)
     sim = Sim(eng)
     rec = submit(eng, 0.0, key="k", retry=RetryPolicy(3, 0.1, 1, jitter=False))
@@ -597,7 +597,7 @@ def test_exhaustion_dead_letters_with_last_message() -> None:
 
 
 def test_retry_event_sequence() -> None:
-    """1.3: running(n) -> retrying(n, msg) -> ready(n, no msg) -> running(n+1)."""
+    """Events of a retry: running(n) -> retrying(n, msg) -> ready(n, no msg) -> running(n+1)."""
     eng = make_engine(1)
     sim = Sim(eng)
     rec = submit(eng, 0.0, retry=RetryPolicy(2, 0.5, jitter=False))
@@ -633,14 +633,14 @@ def test_retry_event_sequence() -> None:
 def test_retry_policy_resolution(
     task_retry: RetryPolicy | None, pool_retry: RetryPolicy | None, attempts: int
 ) -> None:
-    """2.6: task retry > pool retry > default (3 attempts)."""
+    """The retry policy: the task's, else the pool's, else the default (3 attempts)."""
     _, rec = retry_gaps(task_retry, 10, pool_retry=pool_retry)
     assert rec.status_name == "dead_lettered"
     assert rec.attempt == attempts
     assert rec.message == f"boom {attempts}"
 
 
-# --- 2.7 cancellation --------------------------------------------------------------------------
+# --- cancellation (docs/library.md, "Cancellation") -----------------------------------------------
 
 
 def test_cancel_ready_task() -> None:
@@ -692,7 +692,8 @@ def test_cancel_retrying_task_stops_the_retry() -> None:
 
 
 def test_cancel_running_task_aborts_and_frees_the_slot() -> None:
-    """Checklists 33 and 35."""
+    """Cancelling a running task ends it cancelled at once, aborts the attempt, frees the slot;
+    a late completion of that attempt changes nothing."""
     eng = make_engine(1)
     sim = Sim(eng)
     rec = submit(eng, 0.0, key="job")
@@ -722,7 +723,7 @@ def test_cancel_running_task_aborts_and_frees_the_slot() -> None:
 
 
 def test_cancel_terminal_or_unknown_returns_false() -> None:
-    """Checklist 34."""
+    """cancel() of a finished or unknown task returns False."""
     eng = make_engine(1)
     sim = Sim(eng)
     rec = submit(eng, 0.0, key="done")
@@ -743,11 +744,11 @@ def test_cancel_terminal_or_unknown_returns_false() -> None:
     assert eng.totals["cancelled"] == 1
 
 
-# --- 2.8 keys, duplicates, lookups, retention ------------------------------------------------
+# --- keys, duplicates, lookups (docs/library.md, "Keys, handles and duplicates") ------------------
 
 
 def test_key_dedup_while_live() -> None:
-    """Checklist 36: same id, duplicate=True, new payload ignored, no id consumed."""
+    """A live key: same id, duplicate=True, new payload ignored, no id consumed."""
     eng = make_engine(1)
     first, dup = eng.submit(TaskRecord("one", "p", key="k"), 0.0)
     assert not dup
@@ -764,7 +765,7 @@ def test_key_dedup_while_live() -> None:
 
 
 def test_key_dedup_while_retained_then_free_after_time_pruning() -> None:
-    """Checklist 37 and retention by time."""
+    """A retained finished key is a duplicate; after retention by time the key is free."""
     eng = make_engine(1, retention=10.0)
     sim = Sim(eng)
     rec = submit(eng, 0.0, key="k")
@@ -844,11 +845,11 @@ def test_lookup_by_id_and_key() -> None:
     assert (a.id, b.id) == (1, 2)
 
 
-# --- 2.16 leases -------------------------------------------------------------------------------
+# --- leases (docs/library.md, "What happens to a running attempt") --------------------------------
 
 
 def test_lease_expires_without_heartbeat() -> None:
-    """Checklist 74 / 2.16: ttl 0.3, 2 attempts, 0.1 backoff -> retry at 0.3, dead at 0.7."""
+    """Lease ttl 0.3, 2 attempts, 0.1 backoff -> expires at 0.3, retry, dead-lettered at 0.7."""
     eng = make_engine(1, lease_ttl=0.3, retry=RetryPolicy(2, 0.1, jitter=False))
     sim = Sim(eng)
     rec = submit(eng, 0.0)
@@ -921,7 +922,7 @@ def test_heartbeat_without_lease_ttl_is_harmless() -> None:
     assert eng.totals["lease_expiries"] == 0
 
 
-# --- 2.18 event levels ----------------------------------------------------------------------
+# --- event levels (docs/library.md, "Events") -----------------------------------------------------
 
 
 def _simple_task_events(level: int) -> list[tuple[str, int, str | None]]:
@@ -936,7 +937,7 @@ def _simple_task_events(level: int) -> list[tuple[str, int, str | None]]:
 
 
 def test_events_all_levels() -> None:
-    """Checklist 80."""
+    """All transitions: blocked, ready, running(1), succeeded; terminal only: succeeded."""
     assert _simple_task_events(EVENTS_ALL) == [
         ("blocked", 0, None),
         ("ready", 0, None),
@@ -967,11 +968,12 @@ def test_terminal_level_carries_every_terminal_status_only() -> None:
     ]
 
 
-# --- 2.19 snapshot ------------------------------------------------------------------------
+# --- snapshot (docs/library.md, "Snapshot") -------------------------------------------------------
 
 
 def test_snapshot_counts_by_status_and_class() -> None:
-    """Checklist 84 with the statuses this core has (retrying, running, ready)."""
+    """pending_by_class, pending, ready, running and live_tasks with a retrying CRITICAL task, a
+    running HIGH one and three ready ones (NORMAL, LOW, LOW)."""
     eng = make_engine(1)
     sim = Sim(eng)
     crit = submit(eng, 0.0, cls=CRIT, retry=RetryPolicy(3, 10.0, jitter=False))
@@ -1044,7 +1046,7 @@ def test_totals_after_a_mixed_run() -> None:
 
 
 def test_utilization_one_task_on_four_slots() -> None:
-    """Checklist 85: 1 busy worker-second out of 4 * 3 provisioned."""
+    """1 busy worker-second out of 4 * 3 provisioned."""
     eng = make_engine(4)
     sim = Sim(eng)
     submit(eng, 0.0)
@@ -1057,7 +1059,7 @@ def test_utilization_one_task_on_four_slots() -> None:
 
 
 def test_schedule_efficiency_zero_when_every_attempt_fails() -> None:
-    """Checklist 86."""
+    """schedule_efficiency is 0 when every attempt fails, while utilization is above 0."""
     eng = make_engine(1, retry=RetryPolicy(3, 0.0, jitter=False))
     sim = Sim(eng)
     rec = submit(eng, 0.0)
@@ -1074,7 +1076,7 @@ def test_schedule_efficiency_zero_when_every_attempt_fails() -> None:
 
 
 def test_schedule_efficiency_never_exceeds_utilization_for_long_attempts() -> None:
-    """2.19: efficiency counts the worker-seconds of successful attempts inside the window.
+    """Efficiency counts the worker-seconds of successful attempts inside the window.
 
     One attempt on a 2-slot pool runs from 0 to 100 s and succeeds. Over the window both
     ratios are 1 busy slot out of 2; all busy seconds were successful, so efficiency must
@@ -1103,7 +1105,7 @@ def test_schedule_efficiency_counts_successful_seconds() -> None:
 
 
 def test_cost_is_worker_seconds_times_rate() -> None:
-    """Checklist 87."""
+    """cost = worker_seconds x cost_per_worker_second; 0 without a rate."""
     eng = make_engine(3, cost_per_worker_second=2.0)
     p = eng.snapshot(5.0).pools[0]
     assert p.worker_seconds == pytest.approx(15.0)
@@ -1120,7 +1122,7 @@ def _nearest_rank(xs: list[float], p: float) -> float:
 
 
 def test_wait_and_run_percentiles() -> None:
-    """2.19: percentiles within 0.5 % of the exact nearest-rank values, exact means."""
+    """Percentiles within 0.5 % of the exact nearest-rank values, exact means."""
     rng = random.Random(1234)
     runtimes = [rng.uniform(0.05, 1.0) for _ in range(80)]
     eng = make_engine(1)
@@ -1283,7 +1285,7 @@ def test_abort_running_ends_attempts_without_status_change() -> None:
 
 
 def test_cancel_after_abort_running_does_not_crash() -> None:
-    """2.7/2.20: the task is still live (running, attempt ended); cancel must not blow up.
+    """The task is still live (running, attempt ended); cancel must not blow up.
 
     The Scheduler's shutdown awaits its executors after abort_running(), and a user's cancel()
     can land in that gap.

@@ -1,10 +1,11 @@
 """Unit tests of the engine core: dependencies, atomic batches, resources and overflow.
 
-ENGINE.md 2.9 (dependencies), 2.10 (atomic batches), 2.13 (resources), 2.14 (max_pending and the
-overflow policies) and the matching rows of section 3, on a virtual clock: times are plain floats
-handed to every engine call, nothing sleeps and nothing touches asyncio. `Runner` plays the
-driver (fires timers at `next_wake()`, fills free slots, ends attempts after the runtime their
-payload asks for) and logs every start and end.
+docs/dependencies.md (dependencies, atomic batches), docs/resources.md,
+docs/overflow-and-fairness.md, "max_pending and overflow" and the matching rows of
+docs/reference/errors.md, "Submission errors", on a virtual clock: times are plain floats handed to
+every engine call, nothing sleeps and nothing touches asyncio. `Runner` plays the driver (fires
+timers at `next_wake()`, fills free slots, ends attempts after the runtime their payload asks for)
+and logs every start and end.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ class Runner:
         return [tid for _, what, tid in self.log if what == "start"]
 
 
-# --- 2.9 the edge table ------------------------------------------------------------------------
+# --- the edge table (docs/dependencies.md, "Edges") -----------------------------------------------
 
 TERMINAL = ["succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"]
 SATISFIES: dict[str, set[str]] = {
@@ -420,7 +421,7 @@ def test_depending_on_a_retained_finished_task_resolves_at_once() -> None:
         assert status(rec) == "ready" and rec.eligible_at == 5.0
 
 
-# --- 2.9 unknown dependencies ------------------------------------------------------------------
+# --- unknown dependencies (docs/dependencies.md, "Unknown dependencies and cycles") ---------------
 
 
 @pytest.mark.parametrize("policy", ["reject", "await"])
@@ -526,7 +527,7 @@ def test_await_without_timeout_waits_forever() -> None:
     assert status(a) == "blocked"
 
 
-# --- 2.9 cycles --------------------------------------------------------------------------------
+# --- cycles (docs/dependencies.md, "Unknown dependencies and cycles") -----------------------------
 
 CYCLE = ("cycle", "dependency cycle")
 
@@ -606,7 +607,8 @@ def test_cycle_inside_a_batch(batch: list[tuple[str, list[str]]]) -> None:
 def test_a_batch_closing_a_cycle_through_an_awaited_key_is_rejected(first: str) -> None:
     """A waits for "B"; the batch defines B after C and C after A: A -> B -> C -> A.
 
-    Whatever the order of the batch, this is a cycle (ENGINE.md 2.9 and 2.10)."""
+    Whatever the order of the batch, this is a cycle (docs/dependencies.md,
+    "Unknown dependencies and cycles")."""
     eng = make_engine(pool(unknown_dependency="await"))
     a = sub(eng, 0.0, key="A", after=["B"])
     defs = {"B": task(key="B", after=["C"]), "C": task(key="C", after=["A"])}
@@ -634,7 +636,7 @@ def test_a_task_that_stopped_awaiting_a_key_does_not_make_a_cycle(how: str) -> N
     assert (status(b), b.message) == ("skipped", f"dependency ended as {end}")
 
 
-# --- 2.9/2.10 rejected submissions leave no trace ----------------------------------------------
+# --- rejected submissions leave no trace ----------------------------------------------------------
 
 
 def _rejections() -> list[tuple[str, Callable[[Engine], Any], str]]:
@@ -725,7 +727,7 @@ def test_a_rejected_awaiting_task_leaves_no_awaited_key_behind() -> None:
     assert status(b) == "ready"
 
 
-# --- 2.10 batches ------------------------------------------------------------------------------
+# --- batches (docs/dependencies.md, "Atomic batches") ---------------------------------------------
 
 
 def test_batch_forward_references_and_ids_in_batch_order() -> None:
@@ -788,7 +790,7 @@ def test_batch_depending_on_a_skipped_batch_mate() -> None:
     assert late.message is not None and late.message.endswith("ended as skipped")
 
 
-# --- 2.13 semaphores ---------------------------------------------------------------------------
+# --- semaphores (docs/resources.md) ---------------------------------------------------------------
 
 
 def test_semaphore_permits_are_never_exceeded_across_pools() -> None:
@@ -951,8 +953,8 @@ def test_a_blocked_task_takes_no_resources_until_it_runs() -> None:
 
 def test_a_freed_permit_goes_to_a_task_that_can_start() -> None:
     """Pool A's parked task is first in line for the permit but A has no free slot; pool B has
-    one and a task parked on the same semaphore: the permit must not sit idle (2.13: a task is
-    dispatchable as soon as every amount is available, resources are shared by all pools)."""
+    one and a task parked on the same semaphore: the permit must not sit idle (a task can run
+    as soon as every amount is available, and resources are shared by all pools)."""
     eng = make_engine(pool("A", 1), pool("B", 2), resources=[semaphore("db", 1)])
     holder = sub(eng, 0.0, pool="B", resources={"db": 1})
     att = start(eng, holder, 0.0)
@@ -971,7 +973,7 @@ def test_a_freed_permit_goes_to_a_task_that_can_start() -> None:
     assert eng.resources["db"].in_use == 1
 
 
-# --- 2.13 token buckets ------------------------------------------------------------------------
+# --- token buckets (docs/resources.md) ------------------------------------------------------------
 
 
 def test_token_bucket_starts_full_and_refills_at_rate() -> None:
@@ -1031,7 +1033,7 @@ def test_token_bucket_shared_by_two_pools_and_priority_order() -> None:
     assert starts[first.id] == pytest.approx(0.2, abs=1e-9)
 
 
-# --- 2.13 submission checks --------------------------------------------------------------------
+# --- resource submission checks (docs/resources.md) -----------------------------------------------
 
 
 def test_unknown_resource_and_amount_above_capacity() -> None:
@@ -1053,7 +1055,7 @@ def test_unknown_resource_and_amount_above_capacity() -> None:
     assert ok.id == 1
 
 
-# --- 2.14 max_pending and overflow -------------------------------------------------------------
+# --- max_pending and overflow (docs/overflow-and-fairness.md, "max_pending and overflow") ---------
 
 
 def test_max_pending_counts_blocked_ready_and_retrying_but_not_running() -> None:
@@ -1173,7 +1175,7 @@ def test_shed_victims_are_ready_tasks_only() -> None:
 
 def test_shed_oldest_evicts_a_low_task_parked_on_a_resource() -> None:
     """A LOW task waiting for a permit is pending (status ready) like any queued LOW task, so
-    shed_oldest evicts it (2.14: "evict the oldest pending LOW task")."""
+    shed_oldest evicts it (docs/overflow-and-fairness.md, "max_pending and overflow")."""
     eng = make_engine(
         pool("p", 2, max_pending=1, overflow="shed_oldest"), resources=[semaphore("s", 1)]
     )

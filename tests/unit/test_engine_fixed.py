@@ -1,13 +1,14 @@
 """Unit tests of the engine core: fixed starts, worker groups, recurring schedules, autoscaling.
 
-ENGINE.md 2.11 (fixed starts, reservations, held workers), 2.12 (recurring schedules), 2.14
-(worker groups and labels), 2.17 (autoscaling), the snapshot fields of 2.19 that belong to them
-(held, desired, reservations, fixed_start_hit_rate, cost) and checklist items 50-62, 75-79 and
-87, on a virtual clock: times are plain floats handed to every engine call, nothing sleeps and
+docs/fixed-starts.md (fixed starts, reservations, held workers, recurring schedules),
+docs/groups.md (worker groups and labels), docs/autoscaling.md, the snapshot fields of
+docs/library.md, "Snapshot" that belong to them (held, desired, reservations, fixed_start_hit_rate,
+cost), on a virtual clock: times are plain floats handed to every engine call, nothing sleeps and
 nothing touches asyncio. `Runner` plays a punctual driver: it fires every timer at its own time,
 fills free slots, ends attempts after the runtime their payload asks for and logs every start.
 
-Decisions of ours tested as such (ENGINE.md leaves them open or we differ on purpose):
+Decisions of ours tested as such (the published package leaves them open or we differ on purpose;
+docs/library.md, "Differences from the published package"):
 
 * at its start time a fixed-start task becomes `ready` and runs on its held slot ahead of the
   ready queues; past start + tolerance with on_miss skip/fail it ends missed/failed (from ready
@@ -198,11 +199,11 @@ class Runner:
         return [(e.status, e.at, e.message) for e in self.events if e.id == rec.id]
 
 
-# --- 2.11 fixed starts: status, dispatch time, held slots --------------------------------------
+# --- fixed starts: status, dispatch time, held slots (docs/fixed-starts.md, "Fixed starts") -------
 
 
 def test_fixed_start_is_scheduled_until_its_time_then_runs_exactly_then() -> None:
-    """Checklist 50: scheduled until the start time, ready and running exactly at it."""
+    """Scheduled until the start time, ready and running exactly at it."""
     eng = make_engine(1)
     run = Runner(eng)
     f = sub(eng, 0.0, fixed(10.0, payload=Job(0.5)))
@@ -252,7 +253,7 @@ def test_fixed_start_runs_on_its_held_slot_ahead_of_ready_tasks() -> None:
 
 
 def test_ready_task_submitted_before_the_hold_runs_even_if_it_overruns() -> None:
-    """2.11: ready tasks submitted before the hold starts are dispatched normally."""
+    """Ready tasks submitted before the hold starts are dispatched normally."""
     eng = make_engine(1)
     run = Runner(eng)
     f = sub(eng, 0.0, fixed(10.0, 1.0, payload=Job(1.0)))  # hold from 9.0
@@ -289,7 +290,7 @@ def test_a_ready_task_submitted_just_before_the_hold_takes_the_slot() -> None:
 @pytest.mark.parametrize(
     ("tolerance", "default_duration", "observed", "hint", "lead"),
     [
-        (0.0, 1.0, None, None, 1.0),  # checklist 53
+        (0.0, 1.0, None, None, 1.0),  # no runtimes observed yet: default_duration
         (2.0, 1.0, None, None, 2.0),
         (0.0, 3.0, None, None, 3.0),
         (0.0, 0.1, None, None, 0.1),
@@ -343,7 +344,7 @@ def test_held_is_min_of_holds_and_free_slots() -> None:
     assert snap(eng, 9.6).held == 0
 
 
-# --- 2.11 reservations --------------------------------------------------------------------------
+# --- reservations ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -363,7 +364,7 @@ def test_held_is_min_of_holds_and_free_slots() -> None:
     ],
 )
 def test_reservation_limit(max_: int, fraction: float, limit: int) -> None:
-    """Checklist 51-52: limit = max(1, floor(max * fraction)), from max, not capacity."""
+    """limit = max(1, floor(max * fraction)), taken from max, not from the capacity."""
     eng = make_engine(1, max=max_, reservable_fraction=fraction)
     for i in range(limit):
         sub(eng, 0.0, fixed(10.0 + 0.01 * i))
@@ -375,7 +376,7 @@ def test_reservation_limit(max_: int, fraction: float, limit: int) -> None:
     assert snap(eng, 0.0).reservations == limit + 1
 
 
-def test_checklist_51_overlapping_start_conflicts_a_later_one_is_accepted() -> None:
+def test_overlapping_start_conflicts_a_later_one_is_accepted() -> None:
     eng = make_engine(2, max=2)
     sub(eng, 0.0, fixed(1.0, duration_hint=0.5))
     assert rejected(lambda: eng.submit(fixed(1.2, duration_hint=0.5), 0.0)) == CONFLICT
@@ -470,7 +471,7 @@ def test_batch_mates_count_against_the_limit() -> None:
     assert snap(eng, 0.0).reservations == 5
 
 
-# --- 2.11 missing the start ---------------------------------------------------------------------
+# --- missing the start ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -488,7 +489,7 @@ def test_batch_mates_count_against_the_limit() -> None:
 def test_start_at_in_the_past(
     late: float, on_miss: str, status: str, message: str | None, hit_rate: float
 ) -> None:
-    """Checklist 54: within tolerance it runs at once, beyond it on_miss applies at once."""
+    """Within tolerance it runs at once, beyond it on_miss applies at once."""
     now = 100.0
     eng = make_engine(1, now=now)
     run = Runner(eng, now)
@@ -509,7 +510,7 @@ def test_start_at_in_the_past(
     ("on_miss", "status"), [("skip", "missed"), ("fail", "failed"), ("run_late", "succeeded")]
 )
 def test_only_worker_busy_past_start_plus_tolerance(on_miss: str, status: str) -> None:
-    """Checklist 55: the only worker is taken before the hold and runs until 8.0."""
+    """The only worker is taken before the hold and runs until 8.0."""
     eng = make_engine(1)
     run = Runner(eng)
     long = sub(eng, 0.0, plain(Job(8.0)))
@@ -618,7 +619,7 @@ def test_a_missed_task_drops_its_reservation_and_hold() -> None:
 
 
 def test_deps_then_fixed_start_go_blocked_scheduled_ready() -> None:
-    """2.9 / 1.3: a task with deps and a fixed start goes blocked -> scheduled -> ready."""
+    """A task with deps and a fixed start goes blocked -> scheduled -> ready."""
     eng = make_engine(2)
     run = Runner(eng)
     parent = sub(eng, 0.0, plain(Job(3.0), key="parent"))
@@ -682,7 +683,7 @@ def test_a_retried_fixed_start_task_retries_like_any_task() -> None:
     assert snap(eng, 12.0).fixed_start_hit_rate == 1.0
 
 
-# --- 2.11 a skip task never starts past its tolerance ------------------------------------------
+# --- a skip task never starts past its tolerance --------------------------------------------------
 
 
 def drive_lazily(eng: Engine, until: float, at: dict[float, Callable[[float], None]]) -> None:
@@ -754,11 +755,11 @@ def test_a_skip_task_waiting_for_a_resource_is_missed_after_its_tolerance() -> N
     assert f.attempt == 0
 
 
-# --- 2.14 worker groups and labels --------------------------------------------------------------
+# --- worker groups and labels (docs/groups.md) ----------------------------------------------------
 
 
 def test_group_capacity_adds_slots_and_runs_labeled_tasks() -> None:
-    """Checklist 75: capacity grows by n; a matching labeled task runs on the group."""
+    """Capacity grows by n; a matching labeled task runs on the group."""
     eng = make_engine(1)
     run = Runner(eng)
     assert snap(eng, 0.0).capacity == 1
@@ -774,7 +775,7 @@ def test_group_capacity_adds_slots_and_runs_labeled_tasks() -> None:
 
 
 def test_labeled_task_without_a_group_waits_uncounted_in_ready() -> None:
-    """Checklist 75: status ready, not in PoolSnapshot.ready, and it blocks nobody."""
+    """A labeled task without a group: status ready, not in PoolSnapshot.ready, blocks nobody."""
     eng = make_engine(1)
     run = Runner(eng)
     t = sub(eng, 0.0, plain(labels={"gpu": "h100"}, cls=CRIT))
@@ -809,7 +810,7 @@ def test_labeled_task_without_a_group_waits_uncounted_in_ready() -> None:
     ],
 )
 def test_labels_match_a_group_by_subset(labels: dict[str, str], runs: bool) -> None:
-    """Checklist 76."""
+    """A task runs on a group whose labels contain all of its own (subset match)."""
     eng = make_engine(1)
     run = Runner(eng)
     eng.set_group_capacity("p", {"gpu": "a100", "zone": "eu"}, 1, 0.0)
@@ -892,12 +893,12 @@ def test_a_group_added_while_an_unlabeled_task_runs_keeps_the_slots_apart() -> N
     assert slots == [{}, {"gpu": "a100"}]
 
 
-# --- 2.12 recurring schedules --------------------------------------------------------------------
+# --- recurring schedules (docs/fixed-starts.md, "Recurring schedules") ----------------------------
 
 
 @pytest.mark.parametrize("max_", [10, 2])
 def test_every_second_schedule_in_utc(max_: int) -> None:
-    """Checklist 56: one task per second, keys tk@<UTC>Z, tag cronoq.recurring; also on a
+    """One task per second, keys tk@<UTC>Z, tag cronoq.recurring; also on a
     small pool (max 2: reservation limit 1), where an occurrence must not collide with the
     reservation of the one before it."""
     eng = make_engine(2, max=max_, now=T0)
@@ -983,7 +984,7 @@ def test_the_first_occurrence_is_materialized_at_once_if_it_is_near() -> None:
 
 
 def test_at_most_one_future_occurrence_is_materialized() -> None:
-    """2.12: the next occurrence is created when the previous one fires or 2 x tolerance
+    """The next occurrence is created when the previous one fires or 2 x tolerance
     before its own time, whichever is later - never two future occurrences at once."""
     eng = make_engine(2, now=T0)
     run = Runner(eng, T0)
@@ -1066,8 +1067,8 @@ def test_schedule_in_a_dst_zone(
 
 
 def test_overlap_skip_drops_an_occurrence_while_the_previous_runs() -> None:
-    """Checklist 59: a 15 s job every 10 s; the occurrence due while one runs is dropped
-    (ended "skipped" with "previous occurrence still running": our way of the two the spec
+    """A 15 s job every 10 s; the occurrence due while one runs is dropped (ended
+    "skipped" with "previous occurrence still running": our way of the two the published package
     allows)."""
     eng = make_engine(3, now=T0)
     run = Runner(eng, T0)
@@ -1093,7 +1094,7 @@ def test_overlap_skip_looks_past_skipped_occurrences() -> None:
 
 
 def test_overlap_skip_every_second_with_a_longer_job() -> None:
-    """Checklist 59: a 1.5 s job every second runs every other second; each overlapping
+    """A 1.5 s job every second runs every other second; each overlapping
     occurrence is either skipped ("previous occurrence still running") or not created."""
     eng = make_engine(3, now=T0)
     run = Runner(eng, T0)
@@ -1118,7 +1119,7 @@ def test_overlap_allow_runs_occurrences_concurrently() -> None:
 
 
 def test_overlap_queue_runs_back_to_back() -> None:
-    """Checklist 60: each occurrence starts when the previous ends; one can be queued."""
+    """overlap="queue": each occurrence starts when the previous ends; one can be queued."""
     eng = make_engine(3, now=T0)
     run = Runner(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(15.0), overlap="queue"), T0)
@@ -1143,7 +1144,8 @@ def test_overlap_queue_runs_after_a_failed_occurrence_too() -> None:
 
 
 def test_overlap_queue_on_success_skips_every_later_occurrence_after_a_failure() -> None:
-    """Checklist 61."""
+    """overlap="queue_on_success": after a failure the queued and every later occurrence end
+    skipped."""
     eng = make_engine(3, now=T0)
     run = Runner(eng, T0)
     eng.add_recurring(
@@ -1175,7 +1177,7 @@ def test_overlap_queue_on_success_keeps_running_while_occurrences_succeed() -> N
 
 
 def test_remove_recurring_true_false_and_cancels_the_pending_occurrence() -> None:
-    """Checklist 62, with our decision: the occurrence that has not started is cancelled."""
+    """remove_recurring is True, then False; the occurrence that has not started is cancelled."""
     eng = make_engine(2, now=T0)
     run = Runner(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(0.1)), T0)
@@ -1274,7 +1276,7 @@ def test_an_occurrence_rejected_by_the_reservation_limit_is_a_recurring_conflict
     assert [att.task.key for _, att in run.starts] == [None, utc_key("tk", T0 + 20)]
 
 
-# --- 2.17 autoscaling -----------------------------------------------------------------------------
+# --- autoscaling (docs/autoscaling.md) ------------------------------------------------------------
 
 
 def scaled_engine(
@@ -1292,7 +1294,7 @@ def scaled_engine(
 
 
 def test_autoscale_forty_queued_tasks_grow_the_pool_1_5_8() -> None:
-    """Checklist 77, 87: 1 -> 5 at t=1 -> 8 at t=2; desired follows; cost = ws x rate."""
+    """1 -> 5 at t=1 -> 8 at t=2; desired follows; cost = ws x rate."""
     eng = scaled_engine(1, cost_per_worker_second=2.0)
     run = Runner(eng)
     run.run_until(0.0)  # the first evaluation, at start
@@ -1310,7 +1312,7 @@ def test_autoscale_forty_queued_tasks_grow_the_pool_1_5_8() -> None:
 
 
 def test_autoscale_idle_pool_at_8_waits_for_the_window_then_steps_down_per_cooldown() -> None:
-    """Checklist 78: 8 for 60 s, then 7, then -1 every 30 s."""
+    """8 for 60 s, then 7, then -1 every 30 s."""
     eng = scaled_engine(8)
     run = Runner(eng)
     for t, capacity in [
@@ -1332,7 +1334,7 @@ def test_autoscale_idle_pool_at_8_waits_for_the_window_then_steps_down_per_coold
 
 
 def test_autoscale_min_zero_pool_starts_empty_and_grows_at_the_next_evaluation() -> None:
-    """Checklist 79."""
+    """A min=0 pool starts with no workers; a submission gets one at the next evaluation."""
     eng = scaled_engine(0, min_=0, max_=4)
     run = Runner(eng)
     run.run_until(0.0)
@@ -1347,7 +1349,7 @@ def test_autoscale_min_zero_pool_starts_empty_and_grows_at_the_next_evaluation()
 
 
 def test_autoscale_counts_reservations_within_the_horizon() -> None:
-    """2.11/2.17: a min=0 pool with 3 reservations 4 s ahead goes to 3 at once."""
+    """A min=0 pool with 3 reservations 4 s ahead goes to 3 at once."""
     eng = scaled_engine(0, min_=0, max_=6)  # reservation limit 3
     run = Runner(eng)
     for _ in range(3):
@@ -1383,7 +1385,7 @@ def test_desired_is_the_capacity_without_autoscaling() -> None:
 
 
 def test_cost_is_worker_seconds_times_rate_across_capacity_changes() -> None:
-    """Checklist 87."""
+    """cost = worker_seconds x cost_per_worker_second while the capacity changes."""
     eng = make_engine(2, cost_per_worker_second=2.0)
     eng.set_capacity("p", 4, 5.0)
     eng.set_group_capacity("p", {"gpu": "a100"}, 1, 7.0)

@@ -1,4 +1,5 @@
-"""cronoq.errors: hierarchy, messages, attributes and pickling (ENGINE.md section 3, item 97)."""
+"""cronoq.errors: hierarchy, messages, attributes and pickling (docs/reference/errors.md,
+"Exceptions")."""
 
 from __future__ import annotations
 

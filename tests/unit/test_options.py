@@ -1,6 +1,7 @@
 """cronoq._options: Pool, AutoscaleConfig, Resource, Dep, Task and build_task validation.
 
-Covers ENGINE.md 2.2, 2.9, 2.13-2.15, 2.17 and checklist items 6-14, 16, 17, 22, 23 and 100.
+Covers docs/reference/errors.md, "Argument errors", docs/dependencies.md, docs/resources.md,
+docs/groups.md, docs/overflow-and-fairness.md and docs/autoscaling.md, "Settings".
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def build(payload: Any = "p", **options: Any) -> TaskRecord:
 # --- Pool ------------------------------------------------------------------------------------
 
 
-def test_pool_defaults_and_repr() -> None:  # item 6
+def test_pool_defaults_and_repr() -> None:
     p = Pool("p", run)
     assert repr(p) == 'Pool("p", min=1, max=10, initial=1, autoscale=True)'
     assert (p.name, p.executor, p.min, p.max, p.initial) == ("p", run, 1, 10, 1)
@@ -58,7 +59,7 @@ def test_pool_defaults_and_repr() -> None:  # item 6
     assert p.fair_share is False
 
 
-def test_pool_fixed_without_initial_uses_max() -> None:  # item 7
+def test_pool_fixed_without_initial_uses_max() -> None:
     p = Pool("p", run, autoscale=False)
     assert (p.min, p.initial, p.max) == (10, 10, 10)
     assert p.autoscale is None
@@ -82,17 +83,17 @@ def test_pool_autoscale_wrong_type() -> None:
         Pool("p", run, autoscale="yes")  # type: ignore[arg-type]
 
 
-def test_pool_min_above_max() -> None:  # item 8
+def test_pool_min_above_max() -> None:
     with pytest.raises(ValueError, match=r"^min must be <= max$"):
         Pool("p", run, min=5, max=2)
 
 
-def test_pool_max_zero() -> None:  # item 8
+def test_pool_max_zero() -> None:
     with pytest.raises(ValueError, match=r"^max must be >= 1$"):
         Pool("p", run, max=0)
 
 
-def test_pool_executor_must_be_callable() -> None:  # item 9
+def test_pool_executor_must_be_callable() -> None:
     with pytest.raises(TypeError, match=r"^executor must be callable$"):
         Pool("p", 5)  # type: ignore[arg-type]
 
@@ -284,7 +285,7 @@ def test_pool_core_config_defaults() -> None:
 # --- AutoscaleConfig -------------------------------------------------------------------------
 
 
-def test_autoscale_defaults() -> None:  # item 12
+def test_autoscale_defaults() -> None:
     a = AutoscaleConfig()
     assert a.interval == 1.0
     assert a.target_utilization == 0.75
@@ -299,7 +300,7 @@ def test_autoscale_defaults() -> None:  # item 12
 
 
 @pytest.mark.parametrize("value", [0, -0.5, 1.5, math.nan])
-def test_autoscale_target_utilization_range(value: float) -> None:  # item 13
+def test_autoscale_target_utilization_range(value: float) -> None:
     with pytest.raises(ValueError, match=r"^target_utilization must be in \(0, 1\]"):
         AutoscaleConfig(target_utilization=value)
 
@@ -309,12 +310,12 @@ def test_autoscale_target_utilization_one_accepted() -> None:
 
 
 @pytest.mark.parametrize("value", [0, -1])
-def test_autoscale_interval_positive(value: float) -> None:  # item 13
+def test_autoscale_interval_positive(value: float) -> None:
     with pytest.raises(ValueError, match=r"^interval must be > 0$"):
         AutoscaleConfig(interval=value)
 
 
-def test_autoscale_slo_normalised() -> None:  # item 14
+def test_autoscale_slo_normalised() -> None:
     a = AutoscaleConfig(slo={"high": 2, Priority.LOW: 30, 0: 1})
     assert a.slo == {"critical": 1.0, "high": 2.0, "low": 30.0}
     assert list(a.slo) == ["critical", "high", "low"]
@@ -519,13 +520,13 @@ def test_build_plain_task() -> None:
     ("priority", "cls"),
     [(None, 2), ("HIGH", 1), ("critical", 0), (3, 3), (Priority.HIGH, 1), ("Low", 3)],
 )
-def test_build_priority(priority: Any, cls: int) -> None:  # item 16
+def test_build_priority(priority: Any, cls: int) -> None:
     rec = build(priority=priority)
     assert rec.cls == cls
     assert type(rec.cls) is int
 
 
-def test_build_priority_errors() -> None:  # item 17
+def test_build_priority_errors() -> None:
     with pytest.raises(ValueError, match=r"^priority must be 0..=3$"):
         build(priority=4)
     for bad in (1.0, -1, True):
@@ -580,13 +581,13 @@ def test_build_deadline_at() -> None:
     assert build(deadline_at=naive).deadline == naive.timestamp()  # local time
 
 
-def test_build_deadline_both() -> None:  # item 22
+def test_build_deadline_both() -> None:
     with pytest.raises(ValueError, match=r"^use either deadline_in or deadline_at$"):
         build(deadline_in=1, deadline_at=NOW + 5)
 
 
 @pytest.mark.parametrize("bad", [-1, math.nan, math.inf])
-def test_build_deadline_in_bad(bad: float) -> None:  # item 23
+def test_build_deadline_in_bad(bad: float) -> None:
     with pytest.raises(ValueError) as info:
         build(deadline_in=bad)
     assert str(info.value) == (
@@ -659,7 +660,7 @@ def test_build_retry() -> None:
         build(retry={"max_attempts": 1})
 
 
-def test_build_tags_stringified() -> None:  # item 100
+def test_build_tags_stringified() -> None:
     assert build(tags={"n": 1, "s": "x", "f": 1.5}).tags == {"n": "1", "s": "x", "f": "1.5"}
     assert build(tags={}).tags is None
     with pytest.raises(TypeError, match="tag"):
@@ -668,7 +669,7 @@ def test_build_tags_stringified() -> None:  # item 100
         build(tags=["a"])
 
 
-def test_build_labels() -> None:  # item 100
+def test_build_labels() -> None:
     labels = {"gpu": "a100"}
     rec = build(labels=labels)
     assert rec.labels == labels

@@ -1,5 +1,6 @@
-"""cronoq.server.auth without a transport: credential resolution (SERVER.md 6.2), the role
-table (6.1), what a principal allows (6.3), and token hygiene (6.5)."""
+"""cronoq.server.auth without a transport: credential resolution, the role
+table, what a principal allows (docs/server.md, "Authentication"), and token hygiene
+(docs/configuration.md, "[auth]")."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def test_without_credentials_everyone_is_the_unrestricted_admin() -> None:
 
 
 TASKS = ["Submit", "SubmitBatch", "Cancel", "Get", "ListTasks", "Wait", "Watch"]
-ROLE_TABLE = {  # SERVER.md 6.1
+ROLE_TABLE = {  # docs/server.md, "Authentication"
     **{f"/cronoq.v1.Tasks/{m}": {"client", "admin"} for m in TASKS},
     "/cronoq.v1.Workers/Work": {"worker", "admin"},
     **{

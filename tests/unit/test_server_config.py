@@ -1,5 +1,6 @@
-"""cronoq.server.config: reading, overriding and validating the server's TOML (SERVER.md 1.2-1.4,
-section 2, 6.5, 7) and the conversion to the engine's pool and resource types."""
+"""cronoq.server.config: reading, overriding and validating the server's TOML
+(docs/configuration.md, docs/reference/limits.md) and the conversion to the engine's pool and
+resource types."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def pem(tmp_path: Path) -> Path:
     return tmp_path
 
 
-# --- the embedded default (SERVER.md 1.2) ------------------------------------------------------
+# --- the embedded default (docs/configuration.md, "The embedded default") -------------------------
 
 
 def test_no_file_gives_the_embedded_default() -> None:
@@ -415,7 +416,7 @@ def test_webhook_over_plain_http_to_another_host_warns(caplog: pytest.LogCapture
     assert "webhook-token" not in repr(cfg)
 
 
-# --- listeners without credentials (SERVER.md 1.2) ---------------------------------------------
+# --- listeners without credentials (docs/configuration.md, "Listeners and credentials") -----------
 
 PUBLIC = '[server]\ngrpc_addr = "0.0.0.0:0"\nhttp_addr = "127.0.0.1:0"\n'
 
@@ -801,7 +802,7 @@ def test_unknown_keys_in_server_tls_and_shards(pem: Path) -> None:
     assert errors_of(shard, env={}) == ["shards[0].foo: unknown key"]
 
 
-# --- shards (SERVER.md 2.8) --------------------------------------------------------------------
+# --- shards (docs/configuration.md, "[[shards]]") -------------------------------------------------
 
 SHARDS = """
 [[pools]]
@@ -908,7 +909,7 @@ def test_a_resource_belongs_to_a_known_shard() -> None:
     ]
 
 
-# --- reading and overriding (SERVER.md 1.3) ----------------------------------------------------
+# --- reading and overriding (docs/configuration.md, "Loading order and errors") -------------------
 
 
 def test_read_errors_name_the_file(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The server's remote-worker layer (cronoq.server.workers) on a real engine and virtual clock:
-grants, label groups, lease bookkeeping and every outcome of worker protocol v3 (SERVER.md 4)."""
+grants, label groups, lease bookkeeping and every outcome of worker protocol v3
+(docs/protocol.md)."""
 
 from __future__ import annotations
 

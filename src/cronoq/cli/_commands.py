@@ -1,4 +1,4 @@
-"""The `cronoq` commands (SERVER.md 11) on top of `cronoq.client.Client`.
+"""The `cronoq` commands (docs/cli.md) on top of `cronoq.client.Client`.
 
 Each command turns its options into client calls, runs them in one `asyncio.run`, and prints a
 table (or JSON with `--json`). Commands do not handle errors: they propagate to `run()`, which
@@ -211,7 +211,7 @@ def cli(
 
 
 def _task_options(f: _F) -> _F:
-    """The task options `submit` and `recurring add` share (CLIENT.md 3.3)."""
+    """The task options `submit` and `recurring add` share (docs/client.md, "`task()` options")."""
     options = [
         click.option(
             "--file",

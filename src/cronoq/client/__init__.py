@@ -1,10 +1,12 @@
 """`cronoq.client`: the gRPC client and remote worker for `cronoq-server` (docs/client.md).
 
 Needs the `client` extra (`pip install 'cronoq[client]'`); `import cronoq` alone never imports
-this package or grpc. The API matches the published `cronoq.client` name for name (CLIENT.md).
+this package or grpc. The API matches the published `cronoq.client` name for name
+(docs/client.md, "Compatibility with the published client").
 """
 
-# Re-exported on purpose (CLIENT.md 1.2): `cronoq.client.Retryable is cronoq.Retryable`.
+# Re-exported on purpose (docs/worker.md, "Exceptions"): `cronoq.client.Retryable is
+# cronoq.Retryable`.
 from cronoq.errors import CronoqError as CronoqError
 from cronoq.errors import Permanent as Permanent
 from cronoq.errors import Retryable as Retryable

@@ -1,6 +1,6 @@
 """The `Client` of `cronoq-server`, `task()` and the data classes its calls return.
 
-CLIENT.md sections 2.1, 2.2, 2.4 and 3 are the contract: programs written for the published
+docs/client.md is the contract: programs written for the published
 `cronoq.client` must run unchanged, and the server must see the same messages on the wire.
 """
 
@@ -301,7 +301,8 @@ def task(
     tenant: str | None = None,
     content_type: str | None = None,
 ) -> pb.TaskSpec:
-    """A wire TaskSpec for `submit_batch` and `add_recurring`; contacts nothing (CLIENT.md 3.3).
+    """A wire TaskSpec for `submit_batch` and `add_recurring`; contacts nothing (docs/client.md,
+    "`task()` options").
 
     PRIORITY_NORMAL is always sent explicitly. Zero values count as given.
     """
@@ -598,7 +599,8 @@ class Client:
         timeout: float | None = None,
         timeout_message: str | None = None,
     ) -> Any:
-        """One unary call with the error mapping of CLIENT.md 3.9 (no gRPC error chained)."""
+        """One unary call with the error mapping of docs/client.md, "Errors" (no gRPC error
+        chained)."""
         try:
             return await method(request, metadata=self._metadata, timeout=timeout)
         except grpc.aio.AioRpcError as e:

@@ -1,7 +1,7 @@
 """What the Client and the Worker share: errors, payload encoding, channels, enum names.
 
-Kept apart so that `_client.py` and `_worker.py` never import each other; CLIENT.md sections
-1.3, 3.1, 3.8 and 3.10 are the rules implemented here.
+Kept apart so that `_client.py` and `_worker.py` never import each other; the rules implemented
+here are docs/client.md, "Errors", "Encodings", "Connecting" and "Data classes" (status names).
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ class CancelTask(CronoqError):
 
 
 def encode_payload(value: Any, content_type: str | None = None) -> tuple[bytes, str]:
-    """The bytes and media type sent for `value` (CLIENT.md 3.1); JSON for anything structured.
+    """The bytes and media type sent for `value` (docs/client.md, "Encodings"); JSON for
+    anything structured.
 
     An explicit `content_type` wins for every kind of value. Raises TypeError (or ValueError for
     a circular structure) when JSON cannot encode the value.
@@ -134,7 +135,7 @@ def open_channel(
     credentials: grpc.ChannelCredentials | None,
     options: Sequence[tuple[str, Any]] | None,
 ) -> grpc.aio.Channel:
-    """A channel on the running event loop for `target`, as CLIENT.md 3.8 describes."""
+    """A channel on the running event loop for `target` (docs/client.md, "Connecting")."""
     address = strip_target(target)
     opts = list(options) if options is not None else None
     if is_secure(target, tls, credentials):

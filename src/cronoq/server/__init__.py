@@ -1,1 +1,1 @@
-"""Server mode: cronoq-server, which runs the engine for remote workers (SERVER.md)."""
+"""Server mode: cronoq-server, which runs the engine for remote workers (docs/server.md)."""

@@ -1,16 +1,17 @@
-"""Authentication and authorization (SERVER.md 6): who is calling, and may they call this.
+"""Authentication and authorization: who is calling, and may they call this.
 
-`Authenticator` turns a call's credentials into a `Principal` without knowing the transport,
-so the gRPC interceptor here and an HTTP listener resolve callers the same way; `allowed` is
-the role table of 6.1 by gRPC method path, which HTTP routes can name too.
+The rules are those of docs/server.md, "Authentication". `Authenticator` turns a call's credentials
+into a `Principal` without knowing the transport, so the gRPC interceptor here and an HTTP listener
+resolve callers the same way; `allowed` is the role table by gRPC method path, which HTTP routes can
+name too.
 
-`AuthInterceptor` does steps 1 and 2 of SERVER.md 3.1 (authenticate, check the role) before
-any other interceptor, in particular before the app's readiness gate, so a standby tells an
-unauthenticated caller UNAUTHENTICATED rather than UNAVAILABLE. It leaves the principal in a
-context variable for the servicers, which scope what they do by its pools, labels and tenant
-(`current_principal()`). grpc.aio awaits the interceptor and then runs the handler, whatever
-its kind, in the call's own task, so a value set there is the call's and no other's. Without
-the interceptor (auth disabled) the variable's default is the unrestricted admin of 1.2.
+`AuthInterceptor` does steps 1 and 2 of docs/server-api.md, "Check order" (authenticate, check the
+role) before any other interceptor, in particular before the app's readiness gate, so a standby
+tells an unauthenticated caller UNAUTHENTICATED rather than UNAVAILABLE. It leaves the principal in
+a context variable for the servicers, which scope what they do by its pools, labels and tenant
+(`current_principal()`). grpc.aio awaits the interceptor and then runs the handler, whatever its
+kind, in the call's own task, so a value set there is the call's and no other's. Without the
+interceptor (auth disabled) the variable's default is the unrestricted admin.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the st
 
 _TASKS = "/cronoq.v1.Tasks/"
 _ADMIN = "/cronoq.v1.Admin/"
-# SERVER.md 6.1 by method path; `admin` may call everything, so it is not listed.
+# The role table of docs/server.md, "Authentication", by method path; `admin` may call
+# everything, so it is not listed.
 _ROLES: dict[str, frozenset[str]] = {
     **{
         _TASKS + m: frozenset({"client"})
@@ -59,9 +61,9 @@ _ROLES: dict[str, frozenset[str]] = {
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The caller (SERVER.md 6.2): a role, narrowed to pools (None: all), worker labels
-    (None: any) and a tenant (None: the caller names it). `bearer` is the token presented,
-    kept for the call only so that a shard can forward it."""
+    """The caller (docs/server.md, "Authentication"): a role, narrowed to pools (None: all),
+    worker labels (None: any) and a tenant (None: the caller names it). `bearer` is the token
+    presented, kept for the call only so that a shard can forward it."""
 
     role: str
     pools: frozenset[str] | None = None
@@ -79,7 +81,7 @@ class Principal:
         )
 
     def sees(self, pool: str) -> bool:
-        """May this caller see and use `pool` (6.3)? Other pools' tasks do not exist for it."""
+        """May this caller see and use `pool`? Other pools' tasks do not exist for it."""
         return self.pools is None or pool in self.pools
 
     def may_claim(self, labels: Mapping[str, str]) -> bool:
@@ -87,7 +89,7 @@ class Principal:
         return self.labels is None or all(item in self.labels for item in labels.items())
 
 
-ADMIN = Principal("admin")  # everyone, when no credential is configured (SERVER.md 1.2)
+ADMIN = Principal("admin")  # everyone, when no credential is configured
 
 _current: ContextVar[Principal] = ContextVar("cronoq_principal", default=ADMIN)
 
@@ -103,8 +105,9 @@ def use_principal(principal: Principal) -> None:
 
 
 def allowed(principal: Principal, method: str) -> bool:
-    """The role check (SERVER.md 6.1) for a gRPC method path such as `/cronoq.v1.Tasks/Get`.
-    Paths outside the table, unknown methods included, are the admin's alone."""
+    """The role check (docs/server.md, "Authentication") for a gRPC method path such as
+    `/cronoq.v1.Tasks/Get`. Paths outside the table, unknown methods included, are the admin's
+    alone."""
     return principal.role == "admin" or principal.role in _ROLES.get(method, ())
 
 
@@ -113,7 +116,8 @@ class Unauthenticated(Exception):
 
 
 class Authenticator:
-    """Resolves credentials against `[auth]` (SERVER.md 6.2). Only token digests are held."""
+    """Resolves credentials against `[auth]` (docs/server.md, "Authentication"). Only token
+    digests are held."""
 
     def __init__(self, auth: AuthSettings) -> None:
         self.enabled = auth.enabled

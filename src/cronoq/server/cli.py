@@ -1,10 +1,10 @@
-"""The `cronoq-server` command (SERVER.md 1.3): flags, configuration, logs, signals.
+"""The `cronoq-server` command: flags, configuration, logs, signals (docs/server.md).
 
-Order of operations, as in SERVER.md 1.3: `--version` and `--print-proto` need nothing else;
-then the configuration is read without judging it, `--insecure-no-auth` and `--shard` are
-written over it, and it is validated; `--check` stops there. Exit codes: 0 after a clean run or
-a graceful shutdown, 2 for a bad command line or configuration (one line per problem on
-stderr), 1 when the server cannot start (a taken address, an unusable store file).
+Order of operations (docs/server.md, "Command line"): `--version` and `--print-proto` need nothing
+else; then the configuration is read without judging it, `--insecure-no-auth` and `--shard` are
+written over it, and it is validated; `--check` stops there. Exit codes: 0 after a clean run or a
+graceful shutdown, 2 for a bad command line or configuration (one line per problem on stderr), 1
+when the server cannot start (a taken address, an unusable store file).
 
 Logs go to stderr, one line per record, as `key=value` pairs (logfmt): `ts`, `level`,
 `logger`, then `event=<name>` and the event's fields, or `msg=<text>` for ordinary records.

@@ -1,10 +1,10 @@
-"""The server's configuration: TOML in, validated frozen dataclasses out (SERVER.md section 2).
+"""The server's configuration: TOML in, validated frozen dataclasses out (docs/configuration.md).
 
-Loading has the three steps of SERVER.md 1.3, one function each so that the command line can
-run them in that order: `read_config` parses the TOML without judging it, `apply_overrides`
-writes `--insecure-no-auth` and `--shard` into the raw tables, and `validate` checks everything
-and builds a `ServerConfig`. `load_config` runs all three. An empty file, like no file at all,
-gives the embedded default of SERVER.md 1.2.
+Loading has the three steps of docs/configuration.md, "Loading order and errors", one function each
+so that the command line can run them in that order: `read_config` parses the TOML without judging
+it, `apply_overrides` writes `--insecure-no-auth` and `--shard` into the raw tables, and `validate`
+checks everything and builds a `ServerConfig`. `load_config` runs all three. An empty file, like no
+file at all, gives docs/configuration.md, "The embedded default".
 
 Validation never stops at the first problem. Every reader records a complaint as one line
 `<key path>: <rule>` and carries on with the key's default, and `ConfigError` lists every line.
@@ -77,8 +77,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-YEAR = 31_536_000.0  # the longest duration any key may hold (SERVER.md 2, 7)
-MIN_TOKEN_LEN = 16  # shorter is an error (SERVER.md 6.5)
+YEAR = 31_536_000.0  # the longest duration any key may hold (docs/reference/limits.md)
+MIN_TOKEN_LEN = 16  # shorter is an error (docs/configuration.md, "[auth]")
 SHORT_TOKEN_LEN = 32  # shorter logs a warning
 ROLES = ("client", "worker", "metrics", "admin")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -189,7 +189,7 @@ class Grant:
 
 @dataclass(frozen=True)
 class TokenSettings:
-    """`[[auth.tokens]]`: a bearer token, kept only as its SHA-256 digest (SERVER.md 6.5)."""
+    """`[[auth.tokens]]`: a bearer token, kept only as its SHA-256 digest."""
 
     digest: bytes
     grant: Grant
@@ -228,7 +228,8 @@ class StoreSettings:
 
 @dataclass(frozen=True)
 class LimitsSettings:
-    """`[limits]`: every key of SERVER.md 2.4; counts are > 0, durations > 0 (seconds)."""
+    """`[limits]`: every key of docs/configuration.md, "[limits]"; counts are > 0, durations > 0
+    (seconds)."""
 
     max_tasks_per_batch: int = 1000
     max_pending_total: int = 1_000_000
@@ -256,7 +257,8 @@ class LimitsSettings:
 
 @dataclass(frozen=True)
 class RetrySettings:
-    """A pool's `retry` table; the defaults are the engine's (SERVER.md 2.5)."""
+    """A pool's `retry` table; the defaults are the engine's (docs/configuration.md,
+    "[[pools]]")."""
 
     max_attempts: int = DEFAULT_RETRY.max_attempts
     initial_backoff_s: float = DEFAULT_RETRY.initial_backoff
@@ -278,7 +280,8 @@ class ScalerSettings:
 @dataclass(frozen=True)
 class PoolSettings:
     """`[[pools]]`: the defaults of the engine's PoolConfig and AutoscaleSettings where it has
-    them, otherwise SERVER.md 1.2 (`min` 0, `max` 64, `lease_ttl_s` 30)."""
+    them, otherwise those of docs/configuration.md, "The embedded default" (`min` 0, `max` 64,
+    `lease_ttl_s` 30)."""
 
     name: str
     min: int = 0
@@ -366,7 +369,7 @@ def load_config(
     insecure_no_auth: bool = False,
     shard: str | None = None,
 ) -> ServerConfig:
-    """Read, override and validate a configuration (SERVER.md 1.3); ConfigError if invalid.
+    """Read, override and validate a configuration; ConfigError if invalid.
 
     `text_or_path` is TOML text (str), a file (a path object) or None for the embedded default.
     `env` supplies the variables named by `token_env` and `url_env`. Reading CRONOQ_CONFIG
@@ -413,7 +416,7 @@ def apply_overrides(
 
 
 def validate(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> ServerConfig:
-    """Check every table and key of SERVER.md section 2; ConfigError lists every problem.
+    """Check every table and key of docs/configuration.md; ConfigError lists every problem.
 
     Sections are read in dependency order (pools before the shards, resources and tokens that
     name them), so the errors come section by section in that order.
@@ -443,7 +446,7 @@ def core_pools(cfg: ServerConfig) -> list[PoolConfig]:
     """The engine's view of each pool, built through the library's Pool.
 
     Capacity starts at 0: a server pool's capacity is the sum of the slots granted to its
-    connected workers (SERVER.md 1.1), which the runtime sets as they come and go. `min` and
+    connected workers, which the runtime sets as they come and go. `min` and
     `max` stay the autoscaler's bounds even without autoscaling (a library pool without
     autoscaling is fixed at `max`), and the cost rate applies either way.
     """
@@ -834,9 +837,10 @@ def _server(t: _Table) -> ServerSettings:
 
 
 def _check_listeners(errors: list[str], server: ServerSettings, auth: AuthSettings) -> None:
-    """SERVER.md 1.2: without credentials, only loopback listeners, unless insecure_no_auth.
+    """Without credentials, only loopback listeners, unless insecure_no_auth.
 
-    The metrics listener is exempt: it never asks for credentials anyway (SERVER.md 1.1).
+    The metrics listener is exempt: it never asks for credentials anyway. Both rules are
+    docs/configuration.md, "Listeners and credentials".
     """
     if auth.enabled or server.insecure_no_auth:
         return
@@ -1023,7 +1027,7 @@ def _scaler(t: _Table, env: Mapping[str, str]) -> ScalerSettings:
     if problem is not None:
         t.fail("url", f"{problem} (got {_quote(url)})")
     elif url and urlsplit(url).scheme == "http" and urlsplit(url).hostname not in _LOOPBACK_HOSTS:
-        # SERVER.md 10.2: accepted, but said out loud
+        # accepted, but said out loud (docs/configuration.md, "[[pools]]")
         _log.warning("%s: plain http to another host; prefer https", t.path_of("url"))
         if token_env is not None:
             _log.warning("%s: the webhook token would cross the network in clear text", t.path)
@@ -1039,7 +1043,8 @@ def _shards(
     shard: str | None,
     errors: list[str],
 ) -> tuple[ShardSettings, ...]:
-    """SERVER.md 2.8 (parsed and checked; routing between shards is the server's business)."""
+    """docs/configuration.md, "[[shards]]" (parsed and checked; routing between shards is the
+    server's business)."""
     shards: list[ShardSettings] = []
     by_name: dict[str, str] = {}
     by_number: dict[int, str] = {}

@@ -1,14 +1,14 @@
 """Protobuf messages <-> cronoq values: the one place where the wire and the library meet.
 
-Inbound, every field a client sends is checked here against SERVER.md 3.1 and the `[limits]`
-before anything reaches the scheduler, and a refusal is an `InvalidArgument` naming the field
-path (`tasks[3].tags["cronoq.x"]`) and the rule, which the services turn into INVALID_ARGUMENT
-(`TooLarge`: RESOURCE_EXHAUSTED). What the library checks again (unknown pools, resources and
-dependencies, cycles) is left to it, so the two can never disagree. Outbound, records, events
-and snapshots become their messages; times go on the wire as Unix nanoseconds.
+Inbound, every field a client sends is checked here against docs/server-api.md, "Input rules" and
+the `[limits]` before anything reaches the scheduler, and a refusal is an `InvalidArgument` naming
+the field path (`tasks[3].tags["cronoq.x"]`) and the rule, which the services turn into
+INVALID_ARGUMENT (`TooLarge`: RESOURCE_EXHAUSTED). What the library checks again (unknown pools,
+resources and dependencies, cycles) is left to it, so the two can never disagree. Outbound,
+records, events and snapshots become their messages; times go on the wire as Unix nanoseconds.
 
 Payloads and outputs are bytes. A payload's content type travels as the reserved task tag
-`cronoq.content_type` (SERVER.md 3.1), which is why client tags may not start with `cronoq.`.
+`cronoq.content_type`, which is why client tags may not start with `cronoq.`.
 """
 
 from __future__ import annotations
@@ -67,9 +67,10 @@ __all__ = [
 
 CONTENT_TYPE_TAG = "cronoq.content_type"
 RESERVED_PREFIX = "cronoq."
-MAX_CONTENT_TYPE = 128  # bytes (SERVER.md 7)
-MAX_SCHEDULE_TEXT = 256  # recurring name and cron expression, in characters (SERVER.md 7)
-MAX_SECONDS = 100 * 365 * 86_400.0  # the longest duration a client may send (SERVER.md 7)
+# docs/reference/limits.md, "Fixed limits":
+MAX_CONTENT_TYPE = 128  # bytes
+MAX_SCHEDULE_TEXT = 256  # recurring name and cron expression, in characters
+MAX_SECONDS = 100 * 365 * 86_400.0  # the longest duration a client may send
 
 
 class InvalidArgument(ValueError):
@@ -83,7 +84,7 @@ class InvalidArgument(ValueError):
 
 class TooLarge(InvalidArgument):
     """A payload over `limits.max_message_bytes`: RESOURCE_EXHAUSTED, like an oversized
-    message refused by the gRPC layer itself (SERVER.md 3.1)."""
+    message refused by the gRPC layer itself (docs/reference/errors.md, "gRPC status codes")."""
 
 
 # --- enums -------------------------------------------------------------------------------------

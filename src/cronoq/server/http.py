@@ -1,4 +1,4 @@
-"""The HTTP listener (SERVER.md 5): health, readiness, metrics, the Admin snapshot and a JSON
+"""The HTTP listener (docs/http.md): health, readiness, metrics, the Admin snapshot and a JSON
 API that mirrors the gRPC calls.
 
 The API runs no logic of its own. Each route builds the request message of the gRPC method it
@@ -6,17 +6,17 @@ mirrors (proto3 JSON via `google.protobuf.json_format`) and calls the very handl
 registrars gave the gRPC listener (`ServerApp.methods`), with `_Call` standing in for the
 servicer context: what tasks.py uses of it (`abort`, `invocation_metadata`, `time_remaining`).
 The answer goes back as JSON, and a gRPC status as `{"error": {"code", "message"}}` with the
-HTTP status of SERVER.md 5. So both listeners validate, refuse and answer alike.
+HTTP status of docs/http.md, "Errors". So both listeners validate, refuse and answer alike.
 
-JSON shapes (SERVER.md 5): the proto field names; task and worker ids as strings (u64 ids exceed
-JavaScript's integers), other 64-bit integers (times in ns, counters) as numbers; enums by
+JSON shapes (docs/http.md, "JSON"): the proto field names; task and worker ids as strings (u64 ids
+exceed JavaScript's integers), other 64-bit integers (times in ns, counters) as numbers; enums by
 their lower-case short names (`"succeeded"`, `"high"`; requests may also use the full names or
-numbers); bytes in base64; every field present, an unset optional one as null. A TaskSpec may
-carry `json` (any JSON value, sent as the payload with content type `application/json`)
-instead of `payload`.
+numbers); bytes in base64; every field present, an unset optional one as null. A TaskSpec may carry
+`json` (any JSON value, sent as the payload with content type `application/json`) instead of
+`payload`.
 
-Checks run as middlewares in the order of SERVER.md 3.1, all before the body is read: the Host
-header (only with auth disabled on a loopback listener, SERVER.md 1.2), authentication (the
+Checks run as middlewares in the order of docs/http.md, "Checks, in order", all before the body
+is read: the Host header (only with auth disabled on a loopback listener), authentication (the
 `authorize` slot), readiness for API routes (503 on a standby or while stopping), then the body
 limit (`limits.max_http_body_bytes`, 413).
 """
@@ -57,12 +57,12 @@ certificate's DNS names from `request.transport.get_extra_info("peercert")`), ch
 HttpError 401 or 403 to refuse, else `auth.use_principal(principal)`: the middleware runs in
 the handler's task, so the servicers see that caller. It runs after the Host check and before
 readiness and the body. Routes whose `method` is None (health, readiness, the OpenAPI
-document) skip it, and so does the metrics listener (SERVER.md 1.1)."""
+document) skip it, and so does the metrics listener (docs/http.md, "Checks, in order")."""
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 JSON_CONTENT_TYPE = "application/json"
 
-# SERVER.md 5: the HTTP status of each gRPC status code (error bodies name the code).
+# docs/http.md, "Errors": the HTTP status of each gRPC status code (error bodies name the code).
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.UNAUTHENTICATED: 401,
@@ -368,8 +368,8 @@ class HttpListener:
 
     @web.middleware
     async def _host_check(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
-        """SERVER.md 1.2: with auth off, only a loopback Host, so that a web page cannot reach
-        the API through DNS rebinding."""
+        """With auth off, only a loopback Host, so that a web page cannot reach the API through DNS
+        rebinding (docs/http.md, "Checks, in order")."""
         host = request.headers.get(hdrs.HOST)
         if host is None or not loopback_host(host):
             message = f"Host {host!r} is not a loopback name (authentication is off)"
@@ -594,8 +594,8 @@ def openapi_document() -> dict[str, Any]:
 
 def ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     """TLS for the HTTP listener from `[server.tls]`; with `client_ca`, client certificates
-    are required (SERVER.md 6.4). ConfigError for files that cannot be used, found before
-    anything is bound."""
+    are required (docs/configuration.md, "[server]"). ConfigError for files that cannot be used,
+    found before anything is bound."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(tls.cert, tls.key)

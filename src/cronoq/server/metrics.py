@@ -1,4 +1,4 @@
-"""Prometheus metrics of SERVER.md 10.3, built at scrape time from the Admin snapshot.
+"""Prometheus metrics of docs/http.md, "Metrics", built at scrape time from the Admin snapshot.
 
 Every figure already lives in the snapshot the `cronoq.v1.Admin/Snapshot` call answers (the
 engine's pools and totals plus the worker layer's groups), so the metrics are not kept up to
@@ -21,7 +21,7 @@ from ..proto.cronoq.v1 import cronoq_pb2 as pb
 
 __all__ = ["CONTENT_TYPE", "ServerMetrics"]
 
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # SERVER.md 5: text exposition 0.0.4
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # docs/http.md, "Metrics": text exposition 0.0.4
 
 CLASSES = ("critical", "high", "normal", "low")  # PoolSnapshot.pending_by_class order
 

@@ -1,14 +1,15 @@
 """The gRPC services `cronoq.v1.Tasks` and `cronoq.v1.Admin` over a running `cronoq.Scheduler`.
 
-Each RPC follows the check order of SERVER.md 3.1 from step 3 on: is the scheduler serving
-(else UNAVAILABLE), is the input valid (`convert`, INVALID_ARGUMENT), then execute. Steps 1, 2
-and 5 (authentication, roles, shards) belong to the layers that wrap these servicers; every
-method receives the call's context, so an interceptor or a subclass can add them without
-changing what is here. Errors leave through one table (`_status`), which is SERVER.md 3.2.
+Each RPC follows the check order of docs/server-api.md, "Check order" from step 3 on: is the
+scheduler serving (else UNAVAILABLE), is the input valid (`convert`, INVALID_ARGUMENT), then
+execute. Steps 1 and 2 (authentication, roles) and routing between shards belong to the layers that
+wrap these servicers; every method receives the call's context, so an interceptor or a subclass can
+add them without changing what is here. Errors leave through one table (`_status`):
+docs/reference/errors.md, "gRPC status codes".
 
-The caller (`auth.current_principal()`) scopes each call (SERVER.md 6.3): submitting to a pool
-it may not use is PERMISSION_DENIED, another pool's task is NOT_FOUND like a missing one, and
-listings leave other pools out. A tenant-bound caller's tasks get its tenant.
+The caller (`auth.current_principal()`) scopes each call (docs/server.md, "Authentication"):
+submitting to a pool it may not use is PERMISSION_DENIED, another pool's task is NOT_FOUND like a
+missing one, and listings leave other pools out. A tenant-bound caller's tasks get its tenant.
 
 Writes go through the Scheduler's public API (so a store acknowledges them); reads the API
 lacks (listing, schedules, full task records) read the engine through `Scheduler.serving()`
@@ -63,7 +64,7 @@ _SUBMIT_CODES = {
 
 
 def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
-    """SERVER.md 3.2: the status code of an error raised while serving a call."""
+    """The status code of an error raised while serving a call (docs/reference/errors.md)."""
     if isinstance(exc, Refused):
         return exc.code, exc.message
     if isinstance(exc, TooLarge):
@@ -144,7 +145,8 @@ class _Base:
 
 
 def _scope(options: dict[str, Any], field: str, default_pool: str, caller: Principal) -> None:
-    """The caller's pools and tenant applied to one task's options (SERVER.md 3.4, 6.3)."""
+    """The caller's pools and tenant applied to one task's options (docs/server.md,
+    "Authentication")."""
     pool = options.get("pool", default_pool)
     if not caller.sees(pool):
         raise Refused(
@@ -161,7 +163,7 @@ def _scope(options: dict[str, Any], field: str, default_pool: str, caller: Princ
 
 def _pool_filter(pools: set[str], caller: Principal) -> set[str]:
     """A listing's `pools` filter for this caller: empty means every pool it sees; naming one
-    it may not see is PERMISSION_DENIED (SERVER.md 3.4 ListTasks)."""
+    it may not see is PERMISSION_DENIED (docs/server.md, "Authentication")."""
     if caller.pools is None:
         return pools
     hidden = sorted(pools - caller.pools)
@@ -174,7 +176,7 @@ def _pool_filter(pools: set[str], caller: Principal) -> set[str]:
 
 def _traceparent(context: Context, limits: LimitsSettings) -> str | None:
     """A `traceparent` request header: it becomes the task tag of that name unless the spec
-    has one (SERVER.md 3.1), so attempts carry the caller's trace."""
+    has one (docs/server-api.md, "Input rules"), so attempts carry the caller's trace."""
     for k, v in context.invocation_metadata() or ():
         if k == "traceparent" and isinstance(v, str):
             return convert.check_name("traceparent", v, limits.max_tag_len)
@@ -187,7 +189,7 @@ async def _settle(handle: TaskHandle) -> None:
 
 
 class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
-    """`cronoq.v1.Tasks` (SERVER.md 3.4)."""
+    """`cronoq.v1.Tasks` (docs/server-api.md, "Tasks")."""
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -365,8 +367,9 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
 
 
 class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
-    """`cronoq.v1.Admin` (SERVER.md 3.5). `workers` lists the connected remote workers; the
-    worker layer supplies it (snapshots derive per-pool worker counts and groups from it).
+    """`cronoq.v1.Admin` (docs/server-api.md, "Admin"). `workers` lists the connected remote
+    workers; the worker layer supplies it (snapshots derive per-pool worker counts and groups from
+    it).
 
     A pool-restricted caller sees only its pools in snapshots and listings. Schedule names
     are one namespace: such a caller may not replace another pool's schedule, and removing

@@ -1,9 +1,10 @@
-"""Facts from the specification (ENGINE.md) that several test files check the code against.
+"""Documented facts that several test files check the code against.
 
-They are restated here rather than imported from cronoq, so a test fails if the code drifts.
+They are restated here rather than imported from cronoq, so a test fails if the code drifts
+from the documentation.
 """
 
-# ENGINE.md 2.19: the keys of Snapshot.totals.
+# The keys of Snapshot.totals (docs/library.md, "Snapshot").
 TOTALS_KEYS = frozenset(
     {
         "cancelled",
