@@ -15,17 +15,19 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
+from ._lifecycle import Lifecycle, table
 from .core.actions import Actions, Journal
 from .core.cron import CronError, parse_cron, zone
 from .core.engine import Engine
 from .core.model import SUCCEEDED, Attempt, StatusEvent, TaskRecord
 from .core.recurring import Recurring
 from .errors import SchedulerError
+from .store.base import Batch, Store, Stored, from_ns
 from .store.codec import Codec, encode_with, must_be_bytes
 from .store.rows import insert_row, record_from_row, retry_from, schedule_row, update_row
-from .store.sqlite import Batch, SqliteStore, Stored, from_ns
 
 log = logging.getLogger("cronoq")
 
@@ -44,6 +46,30 @@ def encode_payload(codec: Codec, payload: Any) -> bytes:
             f"payload cannot be stored by the scheduler's codec: {type(e).__name__}: {e}"
         ) from None
     return must_be_bytes(data)
+
+
+class DurableState(Enum):
+    """A durable session's life cycle (docs/durability.md, "Life cycle of a durable session")."""
+
+    NEW = "new"  # built; recovering what the store holds
+    RUNNING = "running"  # start(): committing each turn, renewing the lease, pruning
+    CLOSING = "closing"  # close() began: write what was decided, at once (no deferring)
+    FAILED = "failed"  # a write failed or the leadership was lost: nothing more is written
+    CLOSED = "closed"  # the store is closed: what is decided now is dropped
+
+
+_D = DurableState
+DURABLE_TRANSITIONS = table(
+    DurableState,
+    {
+        _D.NEW: {_D.RUNNING, _D.CLOSING, _D.FAILED},
+        _D.RUNNING: {_D.CLOSING, _D.FAILED},
+        _D.CLOSING: {_D.CLOSED, _D.FAILED},
+        # close() after a failure writes nothing more: FAILED goes straight to CLOSED
+        _D.FAILED: {_D.CLOSED},
+        _D.CLOSED: set(),
+    },
+)
 
 
 class _Group:
@@ -65,14 +91,16 @@ class Durable:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         codec: Codec,
         engine: Engine,
         loop: asyncio.AbstractEventLoop,
         release: Release,
         lost: Callable[[str], None],
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.clock = clock  # the scheduler's clock (Unix seconds)
         self.codec = codec
         self.engine = engine
         self.loop = loop
@@ -85,14 +113,12 @@ class Durable:
         # wait (and fail if the session is lost before the write).
         self.unwritten: set[int] = set()
         self.group = _Group()
-        self.failed: str | None = None
+        self.life = Lifecycle("Durable", _D.NEW, DURABLE_TRANSITIONS)
+        self.failed: str | None = None  # why it failed (FAILED), else None
         self._inflight: asyncio.Future[None] | None = None  # the commit being written
         self._urgent = False  # something decided during that commit waits for the next
         self._keeper: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        # close() has begun: commit at once, no deferring (the file is about to close).
-        self._closing = False
-        self._closed = False  # the file is closed: what is decided now is not written
         assert engine.journal is not None, "a durable session's engine keeps a journal"
 
     # --- start-up ------------------------------------------------------------------------
@@ -125,6 +151,7 @@ class Durable:
         return rec.id not in self.unwritten and (journal is None or rec.id not in journal.changed)
 
     def start(self) -> None:
+        self.life.move(_D.RUNNING)
         self._keeper = self.loop.create_task(self._keep())
 
     # --- each turn -----------------------------------------------------------------------
@@ -154,13 +181,14 @@ class Durable:
         return fut
 
     def flush(self, urgent: bool) -> None:
-        if self._closed:
+        state = self.life.state
+        if state is _D.CLOSED:
             self._discard()
             return
-        if self._inflight is not None or self.failed is not None:
+        if self._inflight is not None or state is _D.FAILED:
             self._urgent = self._urgent or urgent  # taken when the commit in flight ends
             return
-        if urgent or self._closing:
+        if urgent or state is _D.CLOSING:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
@@ -195,7 +223,7 @@ class Durable:
                 self._release(group)
             return
         self.group = _Group()
-        fut = self.store.commit_nowait(self._batch(journal, time.time()))
+        fut = self.store.commit_nowait(self._batch(journal, self.clock()))
         self._inflight = fut
         fut.add_done_callback(lambda f: self._committed(f, group))
 
@@ -254,6 +282,8 @@ class Durable:
     def _fail(self, e: BaseException, group: _Group) -> None:
         message = str(e) if isinstance(e, SchedulerError) else f"store write failed: {e}"
         self.failed = message
+        if self.life.at(_D.NEW, _D.RUNNING, _D.CLOSING):
+            self.life.move(_D.FAILED)  # (a late failure once FAILED or CLOSED changes nothing)
         log.error("scheduler stops: %s", message)
         for fut in group.acks + self.group.acks:
             if not fut.done():
@@ -264,14 +294,14 @@ class Durable:
         """Renew the lease while idle and prune old terminal rows now and then."""
         store = self.store
         prune_every = max(1.0, min(60.0, store.retention / 2))
-        next_prune = time.monotonic()
-        while self.failed is None:
+        next_prune = self.loop.time()
+        while not self.life.at(_D.FAILED):
             try:
                 if self._inflight is None:
                     await store.renew()
-                if time.monotonic() >= next_prune:
-                    await store.prune(time.time())
-                    next_prune = time.monotonic() + prune_every
+                if self.loop.time() >= next_prune:
+                    await store.prune(self.clock())
+                    next_prune = self.loop.time() + prune_every
             except Exception as e:
                 self._fail(e, _Group())
                 return
@@ -282,7 +312,8 @@ class Durable:
     async def close(self, release_lease: bool) -> None:
         """Write what was decided (also while closing: nothing waits DEFER any more), stop
         renewing and close the file; later decisions are not written (see _discard)."""
-        self._closing = True
+        if self.life.at(_D.NEW, _D.RUNNING):
+            self.life.move(_D.CLOSING)  # (FAILED stays FAILED; a second close changes nothing)
         keeper, self._keeper = self._keeper, None
         if self._timer is not None:
             self._timer.cancel()
@@ -292,11 +323,12 @@ class Durable:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-        while (fut := self._inflight) is not None and self.failed is None:
+        while (fut := self._inflight) is not None and self.life.at(_D.CLOSING):
             # wait() never raises (a failure is reported by _committed); a done future's
             # callback, which may start the next commit, runs on the next loop turn.
             await (asyncio.wait([fut]) if not fut.done() else asyncio.sleep(0))
-        self._closed = True
+        if not self.life.at(_D.CLOSED):
+            self.life.move(_D.CLOSED)
         self._discard()
         await self.store.close(release=release_lease and self.failed is None)
 

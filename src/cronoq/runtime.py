@@ -17,10 +17,12 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
+from enum import Enum
 from types import TracebackType
 from typing import Any, Protocol, cast
 
 from ._durable import Durable, encode_payload
+from ._lifecycle import Lifecycle, table
 from ._options import Pool, Resource, Task, build_task
 from .core import engine as _engine
 from .core.cron import CronError, parse_cron, zone
@@ -44,8 +46,8 @@ from .errors import (
     SubmitError,
     TaskFailed,
 )
+from .store.base import Store, check_store, first_id
 from .store.codec import Codec, JsonCodec, check_codec
-from .store.sqlite import SqliteStore, first_id
 
 __all__ = ["EventStream", "Scheduler", "TaskContext", "TaskHandle"]
 
@@ -63,6 +65,33 @@ _OVERLAPS = ("skip", "allow", "queue", "queue_on_success")
 _RECURRING_OPTIONS = frozenset(
     {"priority", "pool", "kind", "key", "duration_hint", "timeout", "retry", "resources", "tags"}
     | {"labels", "tenant"}
+)
+
+
+class SchedulerState(Enum):
+    """A scheduler's life cycle (docs/library.md, "Life cycle")."""
+
+    NEW = "new"  # built, never started
+    STARTING = "starting"  # start(): opening the store, waiting for the leadership, recovering
+    RUNNING = "running"  # a session runs
+    STOPPING = "stopping"  # shutdown(): no admissions, running attempts get their grace
+    STOPPED = "stopped"  # after shutdown(), or its event loop closed; start() may run again
+    LOST = "lost"  # stopped on its own (store failed, leadership lost); start() may run again
+
+
+_S = SchedulerState
+SCHEDULER_TRANSITIONS = table(
+    SchedulerState,
+    {
+        _S.NEW: {_S.STARTING},
+        # a start() that fails (a bad store file, cancelled while standing by) goes back
+        _S.STARTING: {_S.RUNNING, _S.NEW, _S.STOPPED, _S.LOST},
+        # RUNNING/STOPPING -> STOPPED without shutdown(): the session's event loop was closed
+        _S.RUNNING: {_S.STOPPING, _S.LOST, _S.STOPPED},
+        _S.STOPPING: {_S.STOPPED, _S.LOST},
+        _S.STOPPED: {_S.STARTING},
+        _S.LOST: {_S.STARTING},
+    },
 )
 
 
@@ -205,7 +234,8 @@ class TaskContext(Attempt):
     executor costs nothing extra.
     """
 
-    __slots__ = ()
+    __slots__ = ("_clock",)  # the scheduler's clock, set when the attempt is launched
+    _clock: Callable[[], float]
 
     id = property(lambda self: self.task.id)
     attempt = property(lambda self: self.number)
@@ -231,7 +261,7 @@ class TaskContext(Attempt):
     def heartbeat(self) -> None:
         """Extend the attempt's lease (no-op without lease_ttl); safe from executor threads,
         since it only writes the lease's expiry time."""
-        self.extend(time.time())
+        self.extend(self._clock())
 
     def __repr__(self) -> str:
         t = self.task
@@ -332,14 +362,24 @@ class Scheduler:
         *,
         shutdown_grace: float = 5.0,
         event_capacity: int = 1024,
-        store: Any = None,
+        store: Store | None = None,
         codec: Any = None,
         retention: float = _engine.DEFAULT_RETENTION,
         retention_max: int = _engine.DEFAULT_RETENTION_MAX,
         launcher: Launcher | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """`launcher` (for the server): attempts go to it instead of the pools' executors, and
-        every pool starts with no slots (the launcher's workers bring them)."""
+        every pool starts with no slots (the launcher's workers bring them).
+
+        `clock` (default `time.time`): the scheduler's wall clock in Unix seconds, read for
+        every decision (deadlines, backoffs, leases, timestamps). Its seconds must pass as fast
+        as the event loop's `loop.time()`, since the scheduler's timers are loop timers."""
+        if clock is None:
+            clock = time.time
+        elif not callable(clock):
+            raise TypeError(f"clock must be a callable returning Unix seconds (got {clock!r})")
+        self._clock: Callable[[], float] = clock
         pools = list(pools)
         if not pools:
             raise ValueError("at least one pool is required")
@@ -369,9 +409,7 @@ class Scheduler:
             raise ValueError("retention_max must be >= 0")
         if codec is not None and store is None:
             raise ValueError("codec= needs store=")
-        if store is not None and not isinstance(store, SqliteStore):
-            raise TypeError(f"store must be a cronoq.SqliteStore (got {type(store).__name__})")
-        self._store: SqliteStore | None = store
+        self._store: Store | None = None if store is None else check_store(store)
         self._codec: Codec | None = (
             None if store is None else JsonCodec() if codec is None else check_codec(codec)
         )
@@ -387,9 +425,8 @@ class Scheduler:
         self._emit_transitions = bool(emit_transitions)
         self._event_capacity = event_capacity
         self._retention_max = retention_max
-        self._session: _Session | None = None
-        self._starting = False
-        self._stopping = False
+        self._session: _Session | None = None  # set while RUNNING and STOPPING
+        self._life = Lifecycle("Scheduler", _S.NEW, SCHEDULER_TRANSITIONS)
 
     # --- properties ------------------------------------------------------------------------
 
@@ -402,6 +439,11 @@ class Scheduler:
         return self._default_pool
 
     @property
+    def clock(self) -> Callable[[], float]:
+        """The clock the scheduler reads (Unix seconds); drivers built on it read it too."""
+        return self._clock
+
+    @property
     def started(self) -> bool:
         return self._session is not None
 
@@ -409,17 +451,21 @@ class Scheduler:
 
     async def start(self) -> None:
         """Bind to the running loop and begin scheduling."""
+        life = self._life
         if self._session is not None:
             if not self._session.loop.is_closed():
                 raise RuntimeError("scheduler already started")
             self._session = None
-        if self._starting:
+            life.move(_S.STOPPED)
+        if life.at(_S.STARTING):
             raise RuntimeError("scheduler is already starting")
-        self._starting = True
+        before = life.move(_S.STARTING)
         try:
             await self._begin(asyncio.get_running_loop())
-        finally:
-            self._starting = False
+        except BaseException:
+            if life.at(_S.STARTING):
+                life.move(before)
+            raise
 
     async def _begin(self, loop: asyncio.AbstractEventLoop) -> None:
         store = self._store
@@ -440,7 +486,7 @@ class Scheduler:
             except BaseException:
                 await store.close()
                 raise
-        now = time.time()
+        now = self._clock()
         engine = Engine(
             list(self._core_configs.values()),
             now,
@@ -455,11 +501,11 @@ class Scheduler:
             journal=store is not None,
         )
         self._session = s = _Session(engine, loop)
+        self._life.move(_S.RUNNING)
         if self._launcher is not None:
             for name in self._pool_names:
                 engine.set_capacity(name, 0, now)
             self._launcher.bind(engine, lambda: self._kick(s))
-        self._stopping = False
         self._ended = None
         if store is not None:
             assert self._codec is not None and stored is not None
@@ -470,6 +516,7 @@ class Scheduler:
                 loop,
                 lambda starts, finished, events: self._release(s, starts, finished, events),
                 lambda reason: self._lose(s, reason),
+                clock=self._clock,
             )
             d.recover(stored, now)
             d.start()
@@ -480,9 +527,9 @@ class Scheduler:
         then cancel them. Handles of unfinished tasks fail with status "shutdown"."""
         g = self._grace if grace is None else check_seconds("grace", grace, allow_inf=True)
         s = self._session
-        if s is None or self._stopping:
+        if s is None or not self._life.at(_S.RUNNING):
             return
-        self._stopping = True
+        self._life.move(_S.STOPPING)
         eng = s.engine
         eng.halt()
         if eng.running and g > 0:
@@ -490,7 +537,7 @@ class Scheduler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(s.idle), None if math.isinf(g) else g)
         pending = list(s.tasks.values())
-        eng.abort_running(time.time())
+        eng.abort_running(self._clock())
         self._apply(s)
         if pending:
             await asyncio.wait(pending, timeout=0.1)
@@ -499,7 +546,8 @@ class Scheduler:
             # by this shutdown included) stay in the file and resume at the next start.
             await s.durable.close(release_lease=True)
         self._close_session(s)
-        self._stopping = False
+        if self._life.at(_S.STOPPING):  # (LOST if the store failed meanwhile)
+            self._life.move(_S.STOPPED)
 
     def _close_session(self, s: _Session) -> None:
         s.closed = True
@@ -524,10 +572,12 @@ class Scheduler:
         s.reason = self._ended = reason
         eng = s.engine
         eng.halt()
-        eng.abort_running(time.time())
+        eng.abort_running(self._clock())
         self._abort_attempts(s, eng.take().aborts)
         if self._launcher is not None:
             self._launcher.lost(reason)
+        if self._session is s:
+            self._life.move(_S.LOST)
         self._close_session(s)
         if s.durable is not None:
             self._closing = s.loop.create_task(s.durable.close(release_lease=False))
@@ -552,6 +602,7 @@ class Scheduler:
             raise RuntimeError(_NOT_STARTED)
         if s.loop.is_closed():
             self._session = None
+            self._life.move(_S.STOPPED)
             raise SchedulerError(_LOOP_CLOSED)
         return s
 
@@ -567,7 +618,7 @@ class Scheduler:
 
     def _admitting(self) -> _Session:
         s = self._live()
-        if self._stopping:
+        if self._life.at(_S.STOPPING):
             raise SchedulerError("scheduler is shutting down; it no longer accepts tasks")
         return s
 
@@ -589,7 +640,7 @@ class Scheduler:
         if s.durable is not None:
             rec, dup = await self._submit_durable(s, payload, options)
             return TaskHandle(self, s, rec, dup)
-        now = time.time()
+        now = self._clock()
         try:
             rec, dup = s.engine.submit(self._build(payload, options, now), now)
         except SubmitError as e:
@@ -604,7 +655,7 @@ class Scheduler:
         s = self._admitting()
         if s.durable is not None:
             return (await self._submit_durable(s, payload, options))[0].id
-        now = time.time()
+        now = self._clock()
         try:
             rec = s.engine.submit(self._build(payload, options, now), now)[0]
         except SubmitError as e:
@@ -620,7 +671,7 @@ class Scheduler:
         d = s.durable
         assert d is not None
         data = encode_payload(d.codec, payload)
-        now = time.time()
+        now = self._clock()
         try:
             rec, dup = s.engine.submit(self._build(payload, options, now), now)
         except SubmitError as e:
@@ -638,7 +689,7 @@ class Scheduler:
     ) -> tuple[_Session, TaskRecord, bool]:
         """overflow="wait": park the caller until its pool has room, then try again."""
         while True:
-            now = time.time()
+            now = self._clock()
             rec = self._build(payload, options, now)
             try:
                 got, dup = s.engine.submit(rec, now)
@@ -655,7 +706,7 @@ class Scheduler:
     async def submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
         """Admit all tasks or none: every task is validated before the first is admitted."""
         s = self._admitting()
-        now = time.time()
+        now = self._clock()
         build = self._build
         recs = []
         d = s.durable
@@ -688,7 +739,7 @@ class Scheduler:
     def _cancel_now(self, s: _Session, ref: int | str) -> bool:
         if s.closed:
             return False
-        ok = s.engine.cancel(ref, time.time())
+        ok = s.engine.cancel(ref, self._clock())
         if ok:
             self._kick(s)
         return ok
@@ -710,7 +761,7 @@ class Scheduler:
         s = self._live()
         if s.pump_due:
             self._pump(s)
-        return s.engine.snapshot(time.time())
+        return s.engine.snapshot(self._clock())
 
     async def set_capacity(self, pool: str, n: int) -> None:
         """Set a pool's (unlabeled) capacity now; not clamped to the pool's max."""
@@ -721,7 +772,7 @@ class Scheduler:
             raise TypeError(f"n must be an int (got {n!r})")
         if n < 0:
             raise OverflowError(f"n must be >= 0 (got {n})")
-        s.engine.set_capacity(pool, n, time.time())
+        s.engine.set_capacity(pool, n, self._clock())
         self._kick(s)
 
     async def add_recurring(
@@ -755,7 +806,7 @@ class Scheduler:
             )
         if deadline_in is not None:
             deadline_in = check_seconds("deadline_in", deadline_in)
-        now = time.time()
+        now = self._clock()
         # The template goes through submit()'s validation (with a fixed start for tolerance and
         # on_miss), so a schedule accepts exactly what a task accepts.
         tpl = build_task(
@@ -814,7 +865,7 @@ class Scheduler:
     async def remove_recurring(self, name: str) -> bool:
         """Remove a schedule (and cancel its occurrence that has not started); False if unknown."""
         s = self._live()
-        removed = s.engine.remove_recurring(name, time.time())
+        removed = s.engine.remove_recurring(name, self._clock())
         self._kick(s)
         d = s.durable
         if removed and d is not None:
@@ -837,7 +888,7 @@ class Scheduler:
             raise TypeError(f"n must be an int (got {n!r})")
         if n < 0:
             raise OverflowError(f"n must be >= 0 (got {n})")
-        s.engine.set_group_capacity(pool, dict(labels), n, time.time())
+        s.engine.set_group_capacity(pool, dict(labels), n, self._clock())
         self._kick(s)
 
     def events(self, on_lag: str = "skip") -> EventStream:
@@ -863,7 +914,7 @@ class Scheduler:
         if s.closed:
             return
         eng = s.engine
-        now = time.time()
+        now = self._clock()
         eng.advance(now)
         eng.dispatch(now)
         self._apply(s)
@@ -946,8 +997,10 @@ class Scheduler:
         executors = self._executors
         run = self._run_attempt
         # The engine builds its attempts with attempt_class=TaskContext.
+        clock = self._clock
         for att in cast("list[TaskContext]", starts):
             if not att.ended:  # with a store, it may have been aborted while being written
+                att._clock = clock
                 tasks[att.lease] = create_task(run(s, att, *executors[att.task.pool]))
 
     async def _run_attempt(
@@ -966,15 +1019,15 @@ class Scheduler:
         except asyncio.CancelledError:
             if att.ended:  # we cancelled it: nothing to report
                 return
-            eng.fail(att, time.time(), _SELF_CANCELLED)
+            eng.fail(att, self._clock(), _SELF_CANCELLED)
         except Permanent as e:
-            eng.fail(att, time.time(), e.message, permanent=True)
+            eng.fail(att, self._clock(), e.message, permanent=True)
         except Retryable as e:
-            eng.fail(att, time.time(), e.message, retry_after=e.retry_after)
+            eng.fail(att, self._clock(), e.message, retry_after=e.retry_after)
         except Exception as e:
-            eng.fail(att, time.time(), _describe(e))
+            eng.fail(att, self._clock(), _describe(e))
         else:
-            eng.complete(att, time.time(), result)
+            eng.complete(att, self._clock(), result)
         finally:
             s.tasks.pop(att.lease, None)
         if s.waiters and s.durable is None:  # wake awaiters now rather than one turn later

@@ -3,14 +3,23 @@
 Each coroutine test gets a fresh event loop through `asyncio.run`, under a timeout, so a
 scheduler that hangs fails its test instead of blocking the whole run. Fixtures and
 parametrize work as for plain tests.
+
+A test marked `virtual_time` (or a module with `pytestmark = pytest.mark.virtual_time`) runs on
+a virtual-time loop instead (helpers/vclock.py): sleeps and timers take no real time, durations
+are exact, and the timeout is virtual too, so a test that would wait forever fails at once.
+Such tests give their schedulers `clock=LoopClock()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+from pathlib import Path
 
 import pytest
+
+from helpers.auth import make_pki
+from helpers.vclock import run_virtual
 
 # Generous next to the few tenths of a second any test here needs; only a hang gets near it.
 TEST_TIMEOUT = 10.0
@@ -21,10 +30,20 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     test = pyfuncitem.obj
     if not inspect.iscoroutinefunction(test):
         return None
-    args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    params = inspect.signature(test).parameters
+    args = {name: pyfuncitem.funcargs[name] for name in params if name in pyfuncitem.funcargs}
 
     async def guarded() -> None:
         await asyncio.wait_for(test(**args), TEST_TIMEOUT)
 
-    asyncio.run(guarded())
+    if pyfuncitem.get_closest_marker("virtual_time") is not None:
+        run_virtual(guarded())
+    else:
+        asyncio.run(guarded())
     return True
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Path:
+    """A CA with a server certificate for localhost and client certificates (helpers/auth.py)."""
+    return make_pki(tmp_path)

@@ -1,4 +1,4 @@
-"""`cronoq.client.Client` over real sockets (CLIENT.md 2.2, 3; section 6).
+"""`cronoq.client.Client` over real sockets (docs/client.md).
 
 Most tests talk to real `cronoq-server` processes, one per module: a plaintext one without
 credentials, served by a raw-stub worker thread, and a TLS one with tokens of every role. A
@@ -22,12 +22,12 @@ from typing import Any
 
 import grpc
 import pytest
-from test_server_cli import PORT0, serving_process
 
 import cronoq
 from cronoq.client import Client, ClientError, Event, Result, Submitted, TaskInfo, task
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from helpers.servers import PORT0, serving_process
 
 # "default" is served by the worker thread; nothing ever serves "idle" and "page", so their
 # tasks stay pending for as long as a test needs.
@@ -244,14 +244,13 @@ async def test_wait_timeouts(plain: Plain) -> None:
         with pytest.raises(TimeoutError) as info:
             await client.submit(b"x", pool="idle", key="tw-1", wait=True, wait_timeout=0.3)
         assert info.value.__cause__ is None and info.value.__suppress_context__
-        assert 0.25 < time.monotonic() - start < 3
+        assert time.monotonic() - start > 0.25  # ended by the server's deadline, not before
         # the task stays submitted
         assert (await client.get("tw-1")).status == "ready"
         # the client's own deadline
         start = time.monotonic()
         with pytest.raises(TimeoutError):
             await client.submit(b"x", pool="idle", key="tw-2", wait=True, call_timeout=0.3)
-        assert time.monotonic() - start < 3
         with pytest.raises(TimeoutError, match="'tw-1'"):
             await client.wait("tw-1", timeout=0.2)
         assert await client.cancel("tw-1") and await client.cancel("tw-2")
@@ -628,7 +627,7 @@ async def test_requests_and_deadlines_on_the_wire() -> None:
         start = time.monotonic()
         with pytest.raises(TimeoutError):
             await client.submit(b"hang", wait=True, wait_timeout=30, call_timeout=0.5)
-        assert 0.4 < time.monotonic() - start < 3
+        assert 0.4 < time.monotonic() - start < 25  # call_timeout ended it, not wait_timeout
     (plain_submit, waited, unbounded, capped, wait_bounded, wait_open, rec_n, rec_m, _) = rec.calls
     assert plain_submit[1] == pb.SubmitRequest(task=task(b"p", **options), wait=False)
     assert plain_submit[3] is None  # no deadline

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server_cli import PORT0, Server, write
 
 import cronoq
 from cronoq.client import (
@@ -44,6 +43,7 @@ from cronoq.client import (
     Worker,
     task,
 )
+from helpers.servers import PORT0, Server, write
 
 SEEDS = (11, 22, 33)
 TASKS = 180

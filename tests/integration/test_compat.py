@@ -1,4 +1,4 @@
-"""cronoq.compat.ElasticPriorityScheduler end to end (ENGINE.md 2.23): a real Scheduler on its
+"""cronoq.compat.ElasticPriorityScheduler end to end (docs/compat.md): a real Scheduler on its
 own thread, driven from plain test threads.
 
 The `sent` fixture records the options of every submission the facade makes to the real
@@ -114,10 +114,8 @@ def test_stop_keeps_queued_tasks_and_restart_runs_them_under_the_same_keys(
         assert sched.submit(task)
     sched.start()
     time.sleep(0.1)  # "long" runs, q1 and q2 wait behind it
-    began = time.monotonic()
     sched.stop()
-    assert time.monotonic() - began < 1.0  # "long" finished inside the grace period
-    assert ids(sched.completed_tasks) == ["long"]
+    assert ids(sched.completed_tasks) == ["long"]  # it finished inside the grace period
     assert ids(sched.pending_tasks) == ["q1", "q2"]
     time.sleep(0.1)
     assert sched.completed_count == 1  # nothing runs while stopped
@@ -128,6 +126,7 @@ def test_stop_keeps_queued_tasks_and_restart_runs_them_under_the_same_keys(
     assert keys(sent) == ["long", "q1", "q2", "q1", "q2"]
 
 
+@pytest.mark.realtime  # cronoq.compat runs its own real-time loop: a real 2 s grace period
 def test_a_task_cut_off_by_the_grace_period_is_kept_for_the_next_start(make: Make) -> None:
     sched = make(initial_workers=1, max_workers=1)
     sched.start()
@@ -135,7 +134,7 @@ def test_a_task_cut_off_by_the_grace_period_is_kept_for_the_next_start(make: Mak
     time.sleep(0.1)
     began = time.monotonic()
     sched.stop()
-    assert 1.9 <= time.monotonic() - began < 3.0
+    assert time.monotonic() - began >= 1.9  # stop() waited for the grace period first
     assert sched.completed_count == 0
     assert ids(sched.pending_tasks) == ["slow"]
     assert sched.get_metrics().pending_count == 1
@@ -268,7 +267,7 @@ def test_a_fixed_start_runs_at_its_time(make: Make, sent: list[dict[str, Any]]) 
     fixed = wait_for_completed(sched, 2)[-1]
     assert fixed.id == "f"
     assert fixed.start_time is not None
-    assert at - 0.01 <= fixed.start_time <= at + 0.2
+    assert fixed.start_time >= at - 0.01  # not before its time (and on time: hits == 1.0)
     assert sent[0] == {
         "key": "f",
         "priority": Priority.NORMAL,
@@ -332,16 +331,16 @@ def test_metrics_and_cost(make: Make) -> None:
     sched.start()
     wait_for_completed(sched, 5)
     running = sched.get_metrics()
-    elapsed = time.time() - began
     assert running.schedule_quality == pytest.approx(4 / 5)
     assert running.fixed_schedule_hits == 1.0
     assert 0.0 <= running.priority_adherence <= 1.0
     assert 0.0 < running.utilization <= 1.0
-    assert 0.0 <= running.avg_wait_time < elapsed
     assert running.pending_count == 0
     assert running.worker_count in (1, 2)
     cost = sched.get_cost()
-    assert 0.0 < cost <= 2 * elapsed * 0.5 + 0.01
+    elapsed = time.time() - began  # measured last: it bounds what was measured before it
+    assert 0.0 <= running.avg_wait_time < elapsed
+    assert 0.0 < cost <= 2 * elapsed * 0.5 + 0.01  # at most 2 workers at 0.5 per second
 
     sched.stop()
     stopped = sched.get_metrics()

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_server_cli import PORT0, Server, write
+
+from helpers.servers import PORT0, Server, write
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CONFIG = (

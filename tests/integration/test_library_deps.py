@@ -1,8 +1,8 @@
 """Dependencies, atomic batches, resources and overflow through the public asyncio API.
 
-ENGINE.md 2.9, 2.10, 2.13, 2.14 (bounds and overflow) and section 3, with real executors: the
-conformance checklist items 40-49 and 63-70, plus dependencies combined with resources and the
-handle of a task skipped during its own submission (which reports the real reason, not the
+docs/dependencies.md, docs/resources.md, docs/overflow-and-fairness.md, "max_pending and overflow"
+and docs/reference/errors.md, with real executors, plus dependencies combined with resources and
+the handle of a task skipped during its own submission (which reports the real reason, not the
 published package's "task already finished").
 
 Tasks are driven by one `Probe` executor: the payload "name:action" names the task and says what
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -35,9 +34,13 @@ from cronoq import (
     TaskFailed,
     TaskHandle,
 )
+from helpers.vclock import LoopClock, vtime
 
 NO_RETRY = RetryPolicy.none()
-SLACK = 0.05  # allowed timing error, seconds
+# Every async test runs on a virtual-time loop (helpers/vclock.py); the schedulers read CLOCK.
+pytestmark = pytest.mark.virtual_time
+CLOCK = LoopClock()
+SLACK = 1e-6  # virtual time: only float rounding
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -52,7 +55,7 @@ class Probe:
     """
 
     def __init__(self) -> None:
-        self.t0 = time.monotonic()
+        self.t0 = vtime()
         self.started: dict[str, float] = {}
         self.order: list[str] = []
         self.running = 0
@@ -63,7 +66,7 @@ class Probe:
 
     async def run(self, ctx: TaskContext, payload: str) -> str:
         name, *actions = payload.split(":")
-        self.started[name] = time.monotonic() - self.t0
+        self.started[name] = vtime() - self.t0
         self.order.append(name)
         self.running += 1
         self.peak = max(self.peak, self.running)
@@ -106,6 +109,7 @@ def scheduler(
         list(pools) or [fixed("default", probe, slots, **options)],
         resources=resources,
         shutdown_grace=0.1,
+        clock=CLOCK,
     )
 
 
@@ -139,9 +143,9 @@ def skipped(task_id: int, parent: int | None, status: str) -> tuple[str, str, in
 
 
 async def until(check: Callable[[], Awaitable[bool]], seconds: float = 2.0) -> None:
-    deadline = time.monotonic() + seconds
+    deadline = vtime() + seconds
     while not await check():
-        if time.monotonic() > deadline:
+        if vtime() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.005)
 
@@ -160,11 +164,11 @@ async def started(probe: Probe, *names: str) -> None:
     await until(check)
 
 
-# --- 2.9 dependencies (checklist 40-43) --------------------------------------------------------
+# --- dependencies (docs/dependencies.md, "Edges") -------------------------------------------------
 
 
 async def test_b_after_a_is_blocked_until_a_succeeds() -> None:
-    """Checklist 40."""
+    """B after A stays blocked until A succeeds, then runs."""
     probe = Probe()
     async with scheduler(probe) as sched:
         a = await sched.submit("a:hold", key="A")
@@ -180,7 +184,7 @@ async def test_b_after_a_is_blocked_until_a_succeeds() -> None:
 
 
 async def test_a_failed_parent_skips_its_dependents_and_theirs() -> None:
-    """Checklist 41."""
+    """A parent that ends failed skips its dependents, and skips cascade to theirs."""
     probe = Probe()
     async with scheduler(probe) as sched:
         events = sched.events()
@@ -227,7 +231,7 @@ async def _parent_ending_as(
 ) -> tuple[int, Callable[[], Awaitable[None]] | None]:
     """A parent task that will end as `end`, and what ends it (None: it already has)."""
     if end == "missed":  # a fixed start already beyond its tolerance
-        h = await sched.submit("m", start_at=time.time() - 5.0, tolerance=1.0, on_miss="skip")
+        h = await sched.submit("m", start_at=CLOCK() - 5.0, tolerance=1.0, on_miss="skip")
         return h.id, None
     if end == "shed":  # pool "z": its slot is taken, room for one pending task, shed_lowest
         await sched.submit("zgate:hold", pool="z")
@@ -258,7 +262,8 @@ async def _parent_ending_as(
 @pytest.mark.parametrize("on", ["success", "failure", "complete"])
 @pytest.mark.parametrize("end", ENDS)
 async def test_edge_table(end: str, on: str) -> None:
-    """Checklist 42 (failure edges), 43 (complete edges) and the success column of 2.9."""
+    """Which parent outcomes satisfy a success, failure or complete edge and which skip the
+    child (docs/dependencies.md, "Edges")."""
     probe = Probe()
     pools = [
         fixed("default", probe, 2),
@@ -302,11 +307,11 @@ async def test_depending_on_a_finished_task_runs_at_once() -> None:
         assert await within(b.result()) == "b"
 
 
-# --- 2.9 unknown dependencies and cycles (checklist 44-47) -------------------------------------
+# --- unknown keys, cycles (docs/dependencies.md, "Unknown dependencies and cycles") ---------------
 
 
 async def test_unknown_dependencies_are_rejected() -> None:
-    """Checklist 44."""
+    """An unknown key is rejected unless the pool awaits keys; an unknown id always is."""
     probe = Probe()
     pools = [fixed("default", probe), fixed("aw", probe, unknown_dependency="await")]
     async with scheduler(probe, *pools) as sched:
@@ -326,19 +331,19 @@ async def test_unknown_dependencies_are_rejected() -> None:
 
 
 async def test_await_timeout_skips_a_task_waiting_for_a_key() -> None:
-    """Checklist 45."""
+    """With await_timeout=0.5 a task after a never-submitted key ends skipped after 0.5 s."""
     probe = Probe()
     async with scheduler(probe, unknown_dependency="await", await_timeout=0.5) as sched:
-        t0 = time.monotonic()
+        t0 = vtime()
         h = await sched.submit("x", after="never")
         assert await sched.status(h.id) == "blocked"
         assert await failure(h) == ("skipped", "timed out awaiting unknown dependency", h.id)
-        assert 0.5 - SLACK <= time.monotonic() - t0 < 0.5 + SLACK
+        assert vtime() - t0 == pytest.approx(0.5, abs=SLACK)
         assert "x" not in probe.started
 
 
 async def test_an_awaited_key_runs_the_dependent_once_submitted() -> None:
-    """Checklist 46: closing a cycle through the awaited key fails; plain B lets A run."""
+    """In await mode, closing a cycle through the awaited key fails; plain B lets A run."""
     probe = Probe()
     async with scheduler(probe, unknown_dependency="await") as sched:
         a = await sched.submit("a", key="A", after="B")
@@ -355,7 +360,8 @@ async def test_an_awaited_key_runs_the_dependent_once_submitted() -> None:
 
 async def test_a_task_that_timed_out_awaiting_a_key_closes_no_cycle() -> None:
     """A waited for "B" and was skipped by await_timeout; nothing waits for B any more, so B
-    after A is no cycle: it is skipped because A ended as skipped (2.9 edge table)."""
+    after A is no cycle: it is skipped because A ended as skipped (docs/dependencies.md,
+    "Edges")."""
     probe = Probe()
     async with scheduler(probe, unknown_dependency="await", await_timeout=0.1) as sched:
         a = await sched.submit("a", key="A", after="B")
@@ -365,7 +371,7 @@ async def test_a_task_that_timed_out_awaiting_a_key_closes_no_cycle() -> None:
 
 
 async def test_a_task_after_its_own_key_is_a_cycle() -> None:
-    """Checklist 47."""
+    """A task after its own key is a cycle, alone or in a batch, and leaves the key free."""
     probe = Probe()
     async with scheduler(probe) as sched:
         with submit_error("cycle", "dependency cycle"):
@@ -377,11 +383,11 @@ async def test_a_task_after_its_own_key_is_a_cycle() -> None:
         assert (h.id, await within(h.result())) == (1, "k")
 
 
-# --- 2.10 atomic batches (checklist 48-49) -----------------------------------------------------
+# --- atomic batches (docs/dependencies.md, "Atomic batches") --------------------------------------
 
 
 async def test_batch_with_a_forward_reference() -> None:
-    """Checklist 48."""
+    """A batch task may depend on a key defined later in the same batch; all of them run."""
     probe = Probe()
     async with scheduler(probe) as sched:
         handles = await sched.submit_batch(
@@ -393,7 +399,7 @@ async def test_batch_with_a_forward_reference() -> None:
 
 
 async def test_batch_duplicate_key_and_invalid_task_admit_nothing() -> None:
-    """Checklist 49."""
+    """A key twice in a batch, or one invalid task, rejects the whole batch: nothing is admitted."""
     probe = Probe()
     async with scheduler(probe) as sched:
         with submit_error("duplicate_key_in_batch", "duplicate key 'dd' in batch"):
@@ -432,11 +438,11 @@ async def test_batch_with_an_existing_key_yields_a_duplicate() -> None:
         assert await within(handles[1].result()) == "old"
 
 
-# --- 2.13 resources (checklist 63-66) ----------------------------------------------------------
+# --- resources (docs/resources.md) ----------------------------------------------------------------
 
 
 async def test_a_semaphore_bounds_concurrency_across_pools() -> None:
-    """Checklist 63."""
+    """A 2-permit semaphore runs at most 2 of 6 tasks at once across two pools."""
     probe = Probe()
     pools = [fixed("a", probe, 3), fixed("b", probe, 3)]
     async with scheduler(probe, *pools, resources=[Resource.semaphore("db", 2)]) as sched:
@@ -455,7 +461,7 @@ async def test_a_semaphore_bounds_concurrency_across_pools() -> None:
 
 
 async def test_semaphore_concurrency_never_above_the_permits() -> None:
-    """Checklist 63, sampled while it runs."""
+    """Sampled while it runs, concurrency on a 2-permit semaphore never exceeds 2."""
     probe = Probe()
     pools = [fixed("a", probe, 3), fixed("b", probe, 3)]
     samples = []
@@ -473,11 +479,12 @@ async def test_semaphore_concurrency_never_above_the_permits() -> None:
 
 
 async def test_token_bucket_start_times() -> None:
-    """Checklist 64: rate 5, burst 3, 8 tasks of one token."""
+    """A token bucket of rate 5, burst 3: 8 one-token tasks start at 0, 0, 0, 0.2 ... 1.0 s."""
     probe = Probe()
     bucket = Resource.token_bucket("api", rate=5, burst=3)
-    async with scheduler(probe, slots=8, resources=[bucket]) as sched:
-        t0 = time.monotonic() - probe.t0
+    sched = scheduler(probe, slots=8, resources=[bucket])
+    async with sched:
+        t0 = vtime() - probe.t0
         handles = [await sched.submit(f"t{i}", resources={"api": 1}) for i in range(8)]
         await within(asyncio.gather(*handles))
     offsets = [probe.started[f"t{i}"] - t0 for i in range(8)]
@@ -486,7 +493,7 @@ async def test_token_bucket_start_times() -> None:
 
 
 async def test_a_high_task_waiting_for_a_semaphore_lets_a_low_task_run() -> None:
-    """Checklist 65."""
+    """A HIGH task waiting for a semaphore does not hold back a LOW task that needs none."""
     probe = Probe()
     async with scheduler(probe, slots=2, resources=[Resource.semaphore("db", 1)]) as sched:
         await sched.submit("holder:hold", resources={"db": 1})
@@ -501,7 +508,7 @@ async def test_a_high_task_waiting_for_a_semaphore_lets_a_low_task_run() -> None
 
 
 async def test_resource_submission_checks() -> None:
-    """Checklist 66."""
+    """Amounts above a resource's capacity, unknown resources and zero amounts are rejected."""
     probe = Probe()
     async with scheduler(probe, resources=[Resource.semaphore("sem", 2)]) as sched:
         with submit_error(
@@ -539,7 +546,7 @@ async def test_dependencies_and_resources_together() -> None:
         assert probe.order == ["a", "b", "c"] and probe.peak == 1
 
 
-# --- 2.14 bounds and overflow (checklist 67-70) ------------------------------------------------
+# --- bounds and overflow (docs/overflow-and-fairness.md, "max_pending and overflow") --------------
 
 
 async def _fill(sched: Scheduler, probe: Probe, priorities: list[str]) -> list[TaskHandle]:
@@ -551,7 +558,7 @@ async def _fill(sched: Scheduler, probe: Probe, priorities: list[str]) -> list[T
 
 @pytest.mark.parametrize("priority", ["critical", "high", "normal", "low"])
 async def test_reject_when_full(priority: str) -> None:
-    """Checklist 67."""
+    """overflow="reject": a full pool refuses submit and enqueue of any priority (overloaded)."""
     probe = Probe()
     async with scheduler(probe, slots=1, max_pending=3, overflow="reject") as sched:
         queued = await _fill(sched, probe, ["low", "low", "low"])
@@ -565,7 +572,7 @@ async def test_reject_when_full(priority: str) -> None:
 
 
 async def test_shed_lowest() -> None:
-    """Checklist 68."""
+    """shed_lowest: an incoming LOW is refused; an incoming NORMAL evicts the newest LOW (shed)."""
     probe = Probe()
     async with scheduler(probe, slots=1, max_pending=3, overflow="shed_lowest") as sched:
         normal, low1, low2 = await _fill(sched, probe, ["normal", "low", "low"])
@@ -584,7 +591,7 @@ async def test_shed_lowest() -> None:
 
 
 async def test_shed_oldest() -> None:
-    """Checklist 69."""
+    """shed_oldest: any incoming task evicts the oldest pending LOW; with none left, overloaded."""
     probe = Probe()
     async with scheduler(probe, slots=1, max_pending=3, overflow="shed_oldest") as sched:
         low0, normal, low2 = await _fill(sched, probe, ["low", "normal", "low"])
@@ -603,7 +610,7 @@ async def test_shed_oldest() -> None:
 
 
 async def test_wait_parks_submit_and_enqueue_until_there_is_room() -> None:
-    """Checklist 70."""
+    """overflow="wait": submit and enqueue wait for room; submit_batch is refused (overloaded)."""
     probe = Probe()
     async with scheduler(probe, slots=1, max_pending=2) as sched:
         queued = await _fill(sched, probe, ["normal", "normal"])

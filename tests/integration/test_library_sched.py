@@ -1,8 +1,8 @@
 """The asyncio Scheduler end to end: fixed starts, worker groups, recurring schedules, autoscaling.
 
-ENGINE.md 2.11, 2.12, 2.14 (groups), 2.17 and the snapshot fields held, desired, reservations,
-fixed_start_hit_rate and cost (2.19), with real executors and short real times; checklist items
-50-62, 75-79 and 87. The exact rules are pinned down on a virtual clock in
+docs/fixed-starts.md, docs/groups.md, docs/autoscaling.md and the snapshot fields held, desired,
+reservations, fixed_start_hit_rate and cost (docs/library.md, "Snapshot"), with real executors and
+short real times. The exact rules are pinned down on a virtual clock in
 tests/unit/test_engine_fixed.py; here each feature is shown to work through the public API.
 
 Timing assertions are loose (a fixed start within 50 ms of its time) and every wait is bounded,
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -32,10 +31,15 @@ from cronoq import (
     TaskFailed,
     TaskHandle,
 )
+from helpers.vclock import LoopClock, vtime
 
+# Every async test runs on a virtual-time loop (helpers/vclock.py); the schedulers read CLOCK,
+# so starts, backoffs and timeouts land exactly on their virtual times.
+pytestmark = pytest.mark.virtual_time
+CLOCK = LoopClock()
 MISSED_MSG = "fixed start missed"
 CONFLICT_MSG = "fixed-start reservation conflict"
-SLACK = 0.05  # how late a fixed start may begin on a loaded test machine
+SLACK = 1e-6  # virtual time: a fixed start begins exactly on time (float rounding aside)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -51,7 +55,7 @@ class Recorder:
         self.tags: list[dict[str, str]] = []
 
     async def __call__(self, ctx: TaskContext, payload: Any) -> Any:
-        self.runs.append((time.time(), ctx))
+        self.runs.append((CLOCK(), ctx))
         self.keys.append(ctx.key)
         self.tags.append(ctx.tags)
         if isinstance(payload, (int, float)):
@@ -68,7 +72,9 @@ def fixed_pool(name: str, executor: Callable[..., Any], slots: int = 1, **option
 
 
 def make(executor: Callable[..., Any], slots: int = 1, **pool_options: Any) -> Scheduler:
-    return Scheduler([fixed_pool("default", executor, slots, **pool_options)], shutdown_grace=0.1)
+    return Scheduler(
+        [fixed_pool("default", executor, slots, **pool_options)], shutdown_grace=0.1, clock=CLOCK
+    )
 
 
 @contextlib.contextmanager
@@ -91,9 +97,9 @@ async def failure(handle: TaskHandle, seconds: float = 2.0) -> TaskFailed:
 
 async def until(check: Callable[[], Awaitable[bool]], seconds: float = 2.0) -> None:
     """Poll `check` until it is true."""
-    deadline = time.monotonic() + seconds
+    deadline = vtime() + seconds
     while not await check():
-        if time.monotonic() > deadline:
+        if vtime() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.005)
 
@@ -110,7 +116,7 @@ async def _is(sched: Scheduler, ref: int | str, status: str) -> bool:
 
 
 async def sleep_until(t: float) -> None:
-    await asyncio.sleep(max(0.0, t - time.time()))
+    await asyncio.sleep(max(0.0, t - CLOCK()))
 
 
 def utc_second(key: str, prefix: str) -> float:
@@ -120,14 +126,14 @@ def utc_second(key: str, prefix: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
 
 
-# --- 2.11 fixed starts -------------------------------------------------------------------------
+# --- fixed starts (docs/fixed-starts.md, "Fixed starts") ------------------------------------------
 
 
 async def test_fixed_start_is_scheduled_then_runs_at_its_time() -> None:
-    """Checklist 50."""
+    """A start_at task on an idle pool is scheduled until its time and starts right at it."""
     rec = Recorder()
     async with make(rec) as sched:
-        at = time.time() + 0.3
+        at = CLOCK() + 0.3
         handle = await sched.submit("x", start_at=at)
         assert await sched.status(handle.id) == "scheduled"
         await sleep_until(at - 0.1)
@@ -143,7 +149,7 @@ async def test_fixed_start_is_scheduled_then_runs_at_its_time() -> None:
 async def test_start_in_runs_within_tolerance() -> None:
     rec = Recorder()
     async with make(rec, 2, reservable_fraction=1.0) as sched:
-        t0 = time.time()
+        t0 = CLOCK()
         handles = [await sched.submit(f"t{i}", start_in=0.2 + 0.1 * i) for i in range(2)]
         for h in handles:
             await within(h)
@@ -154,10 +160,10 @@ async def test_start_in_runs_within_tolerance() -> None:
 
 
 async def test_held_slot_is_visible_before_the_start() -> None:
-    """Checklist 53 in short: the hold begins max(tolerance, default_duration) ahead."""
+    """The slot is held from max(tolerance, default_duration) before the start."""
     rec = Recorder()
     async with make(rec, default_duration=0.3) as sched:
-        t0 = time.time()
+        t0 = CLOCK()
         # lead = max(tolerance 0.1, default_duration 0.3): the hold starts at t0 + 0.3
         fixed = await sched.submit(0.1, start_at=t0 + 0.6, tolerance=0.1)
         await sleep_until(t0 + 0.15)
@@ -183,12 +189,12 @@ async def test_held_slot_is_visible_before_the_start() -> None:
     ("on_miss", "status"), [("skip", "missed"), ("fail", "failed"), ("run_late", None)]
 )
 async def test_only_worker_busy_past_the_tolerance(on_miss: str, status: str | None) -> None:
-    """Checklist 55."""
+    """The only worker is busy past start + tolerance: on_miss decides (skip, fail, run_late)."""
     rec = Recorder()
     async with make(rec) as sched:
         blocker = await sched.submit(0.5)
         await until(lambda: _is(sched, blocker.id, "running"))
-        t0 = time.time()
+        t0 = CLOCK()
         handle = await sched.submit(0.0, start_in=0.1, tolerance=0.1, on_miss=on_miss)
         if status is None:
             await within(handle)
@@ -198,7 +204,7 @@ async def test_only_worker_busy_past_the_tolerance(on_miss: str, status: str | N
             err = await failure(handle)
             assert (err.status, err.message, err.task_id) == (status, MISSED_MSG, handle.id)
             assert str(err) == f"task {handle.id} ended as {status}: {MISSED_MSG}"
-            assert 0.2 - 0.002 <= time.time() - t0 < 0.45  # at start + tolerance, not later
+            assert 0.2 - 0.002 <= CLOCK() - t0 < 0.45  # at start + tolerance, not later
             assert rec.started(handle.id) == []
             assert (await sched.snapshot()).totals[status] == 1
         p = await pool_of(sched)
@@ -215,11 +221,11 @@ async def test_only_worker_busy_past_the_tolerance(on_miss: str, status: str | N
     ],
 )
 async def test_start_at_in_the_past(late: float, on_miss: str, status: str) -> None:
-    """Checklist 54 (awaiting reports the real status and reason, not "task already
-    finished")."""
+    """A start 0.9 s late runs at once; 1.1 s late, on_miss applies at once (awaiting reports
+    the real status and reason, not "task already finished")."""
     rec = Recorder()
     async with make(rec) as sched:
-        handle = await sched.submit("x", start_at=time.time() - late, on_miss=on_miss)
+        handle = await sched.submit("x", start_at=CLOCK() - late, on_miss=on_miss)
         if status == "succeeded":
             assert await within(handle) == {}
         else:
@@ -231,7 +237,7 @@ async def test_start_at_in_the_past(late: float, on_miss: str, status: str) -> N
 async def test_start_at_accepts_an_aware_datetime() -> None:
     rec = Recorder()
     async with make(rec) as sched:
-        at = time.time() + 0.2
+        at = CLOCK() + 0.2
         handle = await sched.submit("x", start_at=datetime.fromtimestamp(at, UTC))
         assert await sched.status(handle.id) == "scheduled"
         await within(handle)
@@ -240,7 +246,8 @@ async def test_start_at_accepts_an_aware_datetime() -> None:
 
 
 async def test_reservation_conflict_and_limits() -> None:
-    """Checklist 51-52, and reservable_fraction=0.0 honoured as a limit of 1."""
+    """One overlapping reservation too many is a conflict, a later start is accepted; the limit
+    is max(1, floor(max * reservable_fraction)), with 0.0 honoured as a limit of 1."""
     rec = Recorder()
     sched = Scheduler(
         [
@@ -250,6 +257,7 @@ async def test_reservation_conflict_and_limits() -> None:
             fixed_pool("none", rec, 4, reservable_fraction=0.0),
         ],
         shutdown_grace=0.1,
+        clock=CLOCK,
     )
     async with sched:
         await sched.submit("a", pool="two", start_in=1.0, duration_hint=0.5)
@@ -281,11 +289,13 @@ async def test_cancelling_a_scheduled_task_drops_its_reservation() -> None:
 
 async def test_deps_and_fixed_start_go_blocked_scheduled_ready() -> None:
     rec = Recorder()
-    sched = Scheduler([fixed_pool("default", rec, 2)], emit_transitions=True, shutdown_grace=0.1)
+    sched = Scheduler(
+        [fixed_pool("default", rec, 2)], emit_transitions=True, shutdown_grace=0.1, clock=CLOCK
+    )
     async with sched:
         events = sched.events()
         parent = await sched.submit(0.1, key="parent")
-        at = time.time() + 0.3
+        at = CLOCK() + 0.3
         child = await sched.submit("c", after="parent", start_at=at)
         assert await sched.status(child.id) == "blocked"
         await within(child)
@@ -300,11 +310,11 @@ async def test_deps_and_fixed_start_go_blocked_scheduled_ready() -> None:
         assert at - 0.002 <= rec.started(child.id)[0] <= at + SLACK
 
 
-# --- 2.14 worker groups ------------------------------------------------------------------------
+# --- worker groups (docs/groups.md) ---------------------------------------------------------------
 
 
 async def test_group_capacity_labels_and_ctx_group() -> None:
-    """Checklist 75, 76: a labeled task waits (not counted as ready) until a matching group
+    """A labeled task waits (not counted as ready) until a matching group
     appears, runs there (subset match) and sees the group's labels in ctx.group."""
     rec = Recorder()
     async with make(rec) as sched:
@@ -358,12 +368,12 @@ async def test_set_group_capacity_validation() -> None:
         assert (await pool_of(sched)).capacity == 1
 
 
-# --- 2.12 recurring schedules -------------------------------------------------------------------
+# --- recurring schedules (docs/fixed-starts.md, "Recurring schedules") ----------------------------
 
 
 async def test_every_second_schedule_keys_tags_and_remove() -> None:
-    """Checklist 56, 62: one task per second keyed '<key>@<UTC time>Z' with the tag
-    cronoq.recurring; a schedule in another zone also keys in UTC."""
+    """One task per second keyed '<key>@<UTC time>Z' with the tag cronoq.recurring; a schedule
+    in another zone also keys in UTC; remove_recurring says whether the schedule existed."""
     rec = Recorder()
     # Each occurrence reserves [t - 1, t + expected + 1): room for both schedules.
     async with make(rec, 8, reservable_fraction=1.0) as sched:
@@ -396,7 +406,7 @@ async def test_every_second_schedule_keys_tags_and_remove() -> None:
 
 
 async def test_every_second_schedule_on_a_one_slot_pool_runs_every_second() -> None:
-    """Checklist 56 on the smallest pool (reservation limit 1): a 50 ms job every second must
+    """An every-second schedule on the smallest pool (reservation limit 1): a 50 ms job must
     not collide with its own next occurrence."""
     rec = Recorder()
     async with make(rec) as sched:
@@ -413,7 +423,8 @@ async def test_every_second_schedule_on_a_one_slot_pool_runs_every_second() -> N
 
 
 async def test_remove_recurring_cancels_the_occurrence_that_has_not_started() -> None:
-    """Our decision (ENGINE.md quirk table): nothing of a removed schedule runs afterwards."""
+    """Our decision (docs/library.md, "Differences from the published package"): nothing of a
+    removed schedule runs afterwards."""
     rec = Recorder()
     async with make(rec, 4, reservable_fraction=1.0) as sched:
         await sched.add_recurring("r", "* * * * * *", "x", key="tk")
@@ -427,7 +438,8 @@ async def test_remove_recurring_cancels_the_occurrence_that_has_not_started() ->
 
 
 async def test_add_recurring_validation() -> None:
-    """Checklist 57, 58 and the overlap check of 2.12."""
+    """Cron expressions, time zones, overlap and on_miss are checked (docs/fixed-starts.md,
+    "Recurring schedules")."""
     rec = Recorder()
     async with make(rec) as sched:
         with raises_exactly(
@@ -456,19 +468,21 @@ async def test_add_recurring_validation() -> None:
         assert rec.runs == []
 
 
-# --- 2.17 autoscaling ---------------------------------------------------------------------------
+# --- autoscaling (docs/autoscaling.md) ------------------------------------------------------------
 
 
 async def test_autoscaled_pool_grows_under_load() -> None:
-    """Checklist 77 on a fast grid (interval 0.25 s): 1 -> 5 -> 8, desired follows capacity,
-    and cost = worker_seconds x cost_per_worker_second (87)."""
+    """On a fast grid (interval 0.25 s) 40 queued tasks grow the pool 1 -> 5 -> 8, desired
+    follows capacity, and cost = worker_seconds x cost_per_worker_second."""
     rec = Recorder()
     scaling = AutoscaleConfig(interval=0.25, cost_per_worker_second=2.0)
-    sched = Scheduler([Pool("default", rec, max=8, autoscale=scaling)], shutdown_grace=0.1)
+    sched = Scheduler(
+        [Pool("default", rec, max=8, autoscale=scaling)], shutdown_grace=0.1, clock=CLOCK
+    )
     async with sched:
         p = await pool_of(sched)
         assert (p.capacity, p.desired) == (1, 1)
-        t0 = time.time()
+        t0 = CLOCK()
         handles = [await sched.submit(0.2) for _ in range(40)]
         seen: list[int] = []
 
@@ -482,39 +496,43 @@ async def test_autoscaled_pool_grows_under_load() -> None:
         await until(full, 1.5)
         assert seen[0] == 1 and seen[-1] == 8
         assert 5 in seen  # one step of +4 before the second one
-        assert time.time() - t0 < 1.0
+        assert CLOCK() - t0 < 1.0
         for h in handles:
             await within(h, 2.0)
-        assert time.time() - t0 < 2.0
+        assert CLOCK() - t0 < 2.0
         p = await pool_of(sched)
         assert p.worker_seconds > 0
         assert p.cost == pytest.approx(2.0 * p.worker_seconds, rel=1e-9)
 
 
 async def test_min_zero_pool_starts_empty_and_grows_for_a_submission() -> None:
-    """Checklist 79."""
+    """A min=0 pool starts with no workers; a submission gets one at the next evaluation."""
     rec = Recorder()
     scaling = AutoscaleConfig(interval=0.3)
-    sched = Scheduler([Pool("default", rec, min=0, max=2, autoscale=scaling)], shutdown_grace=0.1)
+    sched = Scheduler(
+        [Pool("default", rec, min=0, max=2, autoscale=scaling)], shutdown_grace=0.1, clock=CLOCK
+    )
     async with sched:
         p = await pool_of(sched)
         assert (p.capacity, p.desired) == (0, 0)
-        t0 = time.time()
+        t0 = CLOCK()
         handle = await sched.submit("x")
         await asyncio.sleep(0.05)
         assert await sched.status(handle.id) == "ready"
         await within(handle, 1.0)
-        assert time.time() - t0 < 0.3 + SLACK + 0.05
+        assert CLOCK() - t0 < 0.3 + SLACK + 0.05
         assert (await pool_of(sched)).capacity >= 1
 
 
 async def test_reservations_raise_the_capacity_of_an_autoscaled_pool() -> None:
-    """2.11/2.17: three reservations 0.8 s ahead bring a min=0 pool to 3 before they start."""
+    """Three reservations 0.8 s ahead bring a min=0 pool to 3 before they start."""
     rec = Recorder()
     scaling = AutoscaleConfig(interval=0.2)
-    sched = Scheduler([Pool("default", rec, min=0, max=6, autoscale=scaling)], shutdown_grace=0.1)
+    sched = Scheduler(
+        [Pool("default", rec, min=0, max=6, autoscale=scaling)], shutdown_grace=0.1, clock=CLOCK
+    )
     async with sched:
-        t0 = time.time()
+        t0 = CLOCK()
         handles = [await sched.submit(0.05, start_at=t0 + 0.8) for _ in range(3)]
 
         async def three() -> bool:
@@ -532,12 +550,14 @@ async def test_reservations_raise_the_capacity_of_an_autoscaled_pool() -> None:
 
 
 async def test_cost_is_worker_seconds_times_rate() -> None:
-    """Checklist 87; a pool without autoscaling has no rate, so no cost."""
+    """cost = worker_seconds x cost_per_worker_second; a pool without autoscaling has no rate,
+    so no cost."""
     rec = Recorder()
     scaling = AutoscaleConfig(cost_per_worker_second=2.0)
     sched = Scheduler(
         [Pool("a", rec, min=2, max=2, autoscale=scaling), fixed_pool("f", rec, 3)],
         shutdown_grace=0.1,
+        clock=CLOCK,
     )
     async with sched:
         await asyncio.sleep(0.2)

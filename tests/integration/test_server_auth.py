@@ -1,20 +1,19 @@
-"""Authentication, roles and pool/tenant scoping over real channels (SERVER.md 3.1, 3.2, 6).
+"""Authentication, roles and pool/tenant scoping over real channels (docs/server.md,
+"Authentication").
 
-Each test runs the server as `cronoq-server` assembles it (`assemble.build(cfg)`) in this
-process on a free loopback port, with tokens of every role and pool-restricted and
-tenant-bound ones, and calls it through the generated stubs: the role of every method, the
-rows of 3.2 about auth and scoping, the check order on a standby, and with mTLS the mapping
-of client certificates by DNS name. Unary, server-streaming (Watch) and bidirectional (Work)
-calls all see their own caller.
+Each test runs the server as `cronoq-server` assembles it (`assemble.build(cfg)`) in this process
+on a free loopback port, with tokens of every role and pool-restricted and tenant-bound ones, and
+calls it through the generated stubs: the role of every method, the rows of
+docs/reference/errors.md about auth and scoping, the check order on a standby, and with mTLS the
+mapping of client certificates by DNS name. Unary, server-streaming (Watch) and bidirectional
+(Work) calls all see their own caller.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import subprocess
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,39 +21,25 @@ import grpc
 import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.store import SqliteStore
-
-Code = grpc.StatusCode
-PORT0 = '[server]\ngrpc_addr = "127.0.0.1:0"\nhttp_addr = "127.0.0.1:0"\nshutdown_grace_s = 0\n'
-POOLS = '[[pools]]\nname = "a"\n[[pools]]\nname = "b"\n'
-
-
-def token(name: str) -> str:
-    return f"{name}-token-0123456789abcdef0123"
-
-
-# name: the token's table keys besides `token`
-TOKENS = {
-    "admin": 'role = "admin"',
-    "client": 'role = "client"',
-    "worker": 'role = "worker"',
-    "metrics": 'role = "metrics"',
-    "client_a": 'role = "client"\npools = ["a"]',
-    "worker_a": 'role = "worker"\npools = ["a"]\nlabels = ["gpu=a100"]',
-    "metrics_a": 'role = "metrics"\npools = ["a"]',
-    "admin_a": 'role = "admin"\npools = ["a"]',
-    "tenant": 'role = "client"\ntenant = "t1"',
-}
-AUTH = "".join(f'[[auth.tokens]]\ntoken = "{token(n)}"\n{keys}\n' for n, keys in TOKENS.items())
-CONFIG = PORT0 + POOLS + AUTH
-
-
-def md(who: str | None) -> list[tuple[str, str]]:
-    return [] if who is None else [("authorization", f"Bearer {token(who)}")]
+from helpers.auth import (
+    CONFIG,
+    METHODS,
+    POOLS,
+    PORT0,
+    ROLE_OF,
+    Code,
+    Stubs,
+    code_of,
+    details_of,
+    md,
+    mtls_config,
+    ref,
+    token,
+)
 
 
 @contextlib.asynccontextmanager
@@ -80,60 +65,7 @@ async def serving(text: str = CONFIG) -> AsyncIterator[Stubs]:
             yield Stubs(ch)
 
 
-class Stubs:
-    def __init__(self, ch: grpc.aio.Channel) -> None:
-        self.channel = ch
-        self.tasks = cronoq_pb2_grpc.TasksStub(ch)
-        self.admin = cronoq_pb2_grpc.AdminStub(ch)
-        self.workers = cronoq_pb2_grpc.WorkersStub(ch)
-
-    async def submit(self, who: str, pool: str = "a", **fields: Any) -> int:
-        task = pb.TaskSpec(payload=b"x", pool=pool, **fields)
-        return (await self.tasks.Submit(pb.SubmitRequest(task=task), metadata=md(who))).id
-
-
-async def code_of(call: Any) -> Code:
-    """The status a call ends with, for unary and streaming calls alike."""
-    code: Code = await call.code()
-    return code
-
-
-async def details_of(call: Any) -> str:
-    await call.code()
-    details: str = await call.details()
-    return details
-
-
-def ref(target: int | str) -> pb.TaskRef:
-    return pb.TaskRef(key=target) if isinstance(target, str) else pb.TaskRef(id=target)
-
-
 # --- roles ------------------------------------------------------------------------------------
-
-BAD = "\0"
-# method: (service, request that passes the role check but not validation, or is harmless)
-METHODS: dict[str, tuple[str, Any]] = {
-    "Submit": ("tasks", pb.SubmitRequest(task=pb.TaskSpec(pool=BAD))),
-    "SubmitBatch": ("tasks", pb.SubmitBatchRequest(tasks=[pb.TaskSpec(pool=BAD)])),
-    "Cancel": ("tasks", pb.CancelRequest()),
-    "Get": ("tasks", pb.GetRequest()),
-    "ListTasks": ("tasks", pb.ListTasksRequest(pools=[BAD])),
-    "Wait": ("tasks", pb.WaitRequest()),
-    "Watch": ("tasks", pb.WatchRequest(pools=[BAD])),
-    "Work": ("workers", [pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=1))]),
-    "Snapshot": ("admin", pb.Empty()),
-    "AddRecurring": ("admin", pb.RecurringRequest()),
-    "RemoveRecurring": ("admin", pb.RemoveRecurringRequest(name="none")),
-    "ListWorkers": ("admin", pb.Empty()),
-    "ListRecurring": ("admin", pb.Empty()),
-}
-TASK_METHODS = ["Submit", "SubmitBatch", "Cancel", "Get", "ListTasks", "Wait", "Watch"]
-ROLE_OF = {  # SERVER.md 6.1; admin may call everything
-    **dict.fromkeys(TASK_METHODS, "client"),
-    "Work": "worker",
-    **dict.fromkeys(["Snapshot", "ListWorkers", "ListRecurring"], "metrics"),
-    **dict.fromkeys(["AddRecurring", "RemoveRecurring"], "admin"),
-}  # fmt: skip
 
 
 def call(stubs: Stubs, method: str, metadata: Sequence[tuple[str, str]]) -> Any:
@@ -178,7 +110,7 @@ async def test_unknown_methods_are_for_the_admin_alone() -> None:
             assert await code_of(nope(b"", metadata=md(who))) is code, who
 
 
-# --- the check order on a standby (SERVER.md 3.1 steps 1-3) -----------------------------------
+# --- the check order on a standby (docs/server-api.md, "Check order", steps 1-3) ------------------
 
 
 async def test_standby_authenticates_before_it_refuses(tmp_path: Path) -> None:
@@ -205,7 +137,7 @@ async def test_standby_authenticates_before_it_refuses(tmp_path: Path) -> None:
         await holder.close()
 
 
-# --- pool scoping (SERVER.md 6.3) -------------------------------------------------------------
+# --- pool scoping (docs/server.md, "Authentication") ----------------------------------------------
 
 
 async def test_restricted_client_submits_only_to_its_pools() -> None:
@@ -283,7 +215,7 @@ async def test_watch_filters_other_pools_out() -> None:
         assert await code_of(denied) is Code.PERMISSION_DENIED
 
 
-# --- tenants (SERVER.md 2.2, 3.4) -------------------------------------------------------------
+# --- tenants (docs/server.md, "Authentication") ---------------------------------------------------
 
 
 async def test_tenant_bound_token() -> None:
@@ -435,46 +367,6 @@ async def test_without_credentials_everyone_is_an_unrestricted_admin() -> None:
 
 
 # --- mTLS: client certificates by DNS name ----------------------------------------------------
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Iterator[Path]:
-    """A CA, a server certificate for localhost and client certificates with DNS (and IP)
-    subject alternative names."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make certificates")
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
-
-    def make(name: str, san: str | None, *, ca: bool = False) -> None:
-        command = ["openssl", "req", "-x509", *key, "-subj", f"/CN={name}"]
-        if san is not None:
-            command += ["-addext", f"subjectAltName={san}"]
-        if not ca:
-            command += ["-CA", str(tmp_path / "ca.pem"), "-CAkey", str(tmp_path / "ca.key")]
-        command += ["-keyout", str(tmp_path / f"{name}.key"), "-out", str(tmp_path / f"{name}.pem")]
-        subprocess.run(command, check=True, capture_output=True)
-
-    make("ca", None, ca=True)
-    make("server", "DNS:localhost")
-    make("ops", "DNS:OPS.example,DNS:other.example")
-    make("robot", "DNS:robot.example")
-    make("stranger", "DNS:stranger.example")
-    make("ip", "IP:127.0.0.1")
-    yield tmp_path
-
-
-def mtls_config(pki: Path, store: str = "") -> str:
-    return (
-        PORT0
-        + f'[server.tls]\ncert = "{pki}/server.pem"\nkey = "{pki}/server.key"\n'
-        + f'client_ca = "{pki}/ca.pem"\n'
-        + POOLS
-        + store
-        + '[[auth.certs]]\ndns = "ops.example"\nrole = "client"\npools = ["a"]\n'
-        + '[[auth.certs]]\ndns = "robot.example"\nrole = "worker"\npools = ["a"]\n'
-        + '[[auth.certs]]\ndns = "127.0.0.1"\nrole = "admin"\n'
-        + f'[[auth.tokens]]\ntoken = "{token("admin")}"\nrole = "admin"\n'
-    )
 
 
 @contextlib.asynccontextmanager

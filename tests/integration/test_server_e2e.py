@@ -3,77 +3,16 @@ protocol v3 and a client, each over its own real gRPC connection."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from queue import Queue
 
 import grpc
 import pytest
-from test_server_cli import PORT0, Server, write
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-
-
-class EchoWorker:
-    """A worker thread: registers with `slots`, answers each lease with its payload reversed
-    (or fails it once, for payloads starting with b"flaky"), until stopped."""
-
-    def __init__(self, address: str, slots: int = 2) -> None:
-        self.channel = grpc.insecure_channel(address)
-        self.outbox: Queue[pb.WorkerMessage | None] = Queue()
-        self.outbox.put(
-            pb.WorkerMessage(
-                register=pb.Register(
-                    pool="default", slots=slots, worker_name="echo", protocol_version=3
-                )
-            )
-        )
-        self.seen: list[tuple[int, int]] = []  # (task id, attempt)
-        self.registered: Queue[pb.Registered] = Queue()
-        self.shutdown: pb.Shutdown | None = None
-        self.ended: grpc.StatusCode | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _messages(self) -> Iterator[pb.WorkerMessage]:
-        while (msg := self.outbox.get()) is not None:
-            yield msg
-
-    def _run(self) -> None:
-        try:
-            self._serve()
-        except grpc.RpcError as e:  # the connection went away with the server
-            self.ended = e.code()
-
-    def _serve(self) -> None:
-        stub = cronoq_pb2_grpc.WorkersStub(self.channel)
-        for msg in stub.Work(self._messages()):
-            kind = msg.WhichOneof("msg")
-            if kind == "registered":
-                self.registered.put(msg.registered)
-            elif kind == "lease":
-                lease = msg.lease
-                self.seen.append((lease.task_id, lease.attempt))
-                if lease.payload.startswith(b"flaky") and lease.attempt == 1:
-                    self.outbox.put(
-                        pb.WorkerMessage(fail=pb.Fail(lease=lease.lease, message="try again"))
-                    )
-                else:
-                    self.outbox.put(
-                        pb.WorkerMessage(
-                            complete=pb.Complete(lease=lease.lease, output=lease.payload[::-1])
-                        )
-                    )
-            elif kind == "shutdown":
-                self.shutdown = msg.shutdown
-                break
-
-    def stop(self) -> None:
-        self.outbox.put(None)
-        self.thread.join(5)
-        self.channel.close()
+from helpers.servers import PORT0, Server, write
+from helpers.workers import EchoWorker
 
 
 @pytest.fixture

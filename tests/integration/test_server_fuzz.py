@@ -2,10 +2,11 @@
 to every gRPC method, absurd worker streams next to a well-behaved worker, and random bodies to
 the HTTP API.
 
-Bad input must be answered with OK or one of the refusals of SERVER.md 3.2 (never INTERNAL or
-UNKNOWN, never a 5xx), must end at most the stream that sent it, and must leave the server
-serving. Hypothesis runs derandomized with a few examples per method, so a run is deterministic
-and quick; the deterministic tables pin the INVALID_ARGUMENT row of 3.2 case by case.
+Bad input must be answered with OK or one of the refusals of docs/reference/errors.md (never
+INTERNAL or UNKNOWN, never a 5xx), must end at most the stream that sent it, and must leave the
+server serving. Hypothesis runs derandomized with a few examples per method, so a run is
+deterministic and quick; the deterministic tables pin the INVALID_ARGUMENT row of that table case
+by case.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ import pytest
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_server_cli import PORT0, Serving, serving_process
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from helpers.servers import PORT0, Serving, serving_process
 
 MAX_MESSAGE = 65_536
 MAX_BATCH = 20
@@ -81,8 +82,9 @@ permits = 2
 )
 
 Code = grpc.StatusCode
-# SERVER.md 3.2: what bad input may be answered with. UNAVAILABLE is not among them: this
-# server leads and does not stop, so it would mean the scheduler died on the input.
+# docs/reference/errors.md, "gRPC status codes": what bad input may be answered with.
+# UNAVAILABLE is not among them: this server leads and does not stop, so it would mean the
+# scheduler died on the input.
 REFUSALS = frozenset(
     {
         Code.INVALID_ARGUMENT,
@@ -95,8 +97,9 @@ REFUSALS = frozenset(
     }
 )
 ACCEPTABLE = REFUSALS | {Code.OK}
-# How a worker stream that half-closed may end (SERVER.md 4.2, 4.6): OK, or cut for a refused
-# register, a protocol violation or an oversized message. Never the call's own 5 s timeout.
+# How a worker stream that half-closed may end (docs/protocol.md, "Opening" and
+# "Messages from the worker"): OK, or cut for a refused register, a protocol violation or an
+# oversized message. Never the call's own 5 s timeout.
 STREAM_ENDINGS = frozenset(
     {
         Code.OK,
@@ -165,8 +168,9 @@ def invoke(
 
 
 def check_answer(path: str, outcome: Outcome) -> None:
-    """OK (with answers that parse as the method's output type) or a refusal of 3.2; a worker
-    stream, which half-closes, never runs into the call's timeout."""
+    """OK (with answers that parse as the method's output type) or a refusal of
+    docs/reference/errors.md; a worker stream, which half-closes, never runs into the call's
+    timeout."""
     allowed = STREAM_ENDINGS if path == WORK else ACCEPTABLE
     assert outcome.code in allowed, f"{path} answered {outcome}"
     output = getattr(pb, METHODS[path].output_type.name)
@@ -389,7 +393,7 @@ def test_empty_requests_after_the_fuzzing(target: Serving, path: str) -> None:
     check_answer(path, outcome)
 
 
-# --- the INVALID_ARGUMENT row of SERVER.md 3.2, case by case -----------------------------------
+# --- the INVALID_ARGUMENT row of docs/reference/errors.md, case by case ---------------------------
 
 
 def _submit(**spec: Any) -> pb.SubmitRequest:
@@ -862,8 +866,9 @@ STREAM_REFUSALS: list[tuple[str, list[pb.WorkerMessage], grpc.StatusCode]] = [
 def test_worker_stream_refusals(
     target: Serving, name: str, plan: list[pb.WorkerMessage], code: grpc.StatusCode
 ) -> None:
-    """SERVER.md 4.2 and 4.6: a refused register or a protocol violation cuts the stream with
-    its code (and a stream without a violation would end OK on the half-close)."""
+    """docs/protocol.md, "Opening" and "Messages from the worker": a refused register or a protocol
+    violation cuts the stream with its code (and a stream without a violation would end OK on the
+    half-close)."""
     with grpc.insecure_channel(target.address) as channel:
         outcome, got = absurd_stream(channel, plan, ["ignore"], open_s=1.0)
     assert outcome.code is code, f"{name}: {outcome}"
@@ -873,9 +878,9 @@ def test_worker_stream_refusals(
 @pytest.mark.parametrize("retry_after", [INF, NAN, -1.0, 1e300])
 def test_fail_with_an_absurd_retry_after(target: Serving, retry_after: float) -> None:
     """A worker's `fail.retry_after_s` is a duration it sends: finite and within [0, 100 years]
-    (SERVER.md 3.1), else the stream is cut with INVALID_ARGUMENT; the attempt then fails as
-    retryable like any of a dropped stream, so the task is offered again, never parked
-    forever."""
+    (docs/server-api.md, "Input rules"), else the stream is cut with INVALID_ARGUMENT; the attempt
+    then fails as retryable like any of a dropped stream, so the task is offered again, never
+    parked forever."""
     submit = target.channel.unary_unary("/cronoq.v1.Tasks/Submit")
     raw = submit(_submit(pool="edge", payload=b"edge").SerializeToString(), timeout=5)
     task_id = pb.SubmitResponse.FromString(raw).id

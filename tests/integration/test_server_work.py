@@ -15,48 +15,11 @@ import cronoq
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.work import WorkService
+from helpers.workers import Worker
 
 
 async def unused(ctx: Any, payload: Any) -> None:
     raise AssertionError("remote pools never run in-process executors")
-
-
-class Worker:
-    """A raw stream: send WorkerMessages, read ServerMessages."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
-        self.call = cronoq_pb2_grpc.WorkersStub(channel).Work(self._messages())
-
-    async def _messages(self) -> AsyncIterator[pb.WorkerMessage]:
-        while (msg := await self.outbox.get()) is not None:
-            yield msg
-
-    def send(self, **kw: Any) -> None:
-        self.outbox.put_nowait(pb.WorkerMessage(**kw))
-
-    async def recv(self, timeout: float = 2.0) -> pb.ServerMessage:
-        msg = await asyncio.wait_for(self.call.read(), timeout)
-        assert msg is not grpc.aio.EOF, "the stream ended"
-        return msg
-
-    async def register(self, pool: str = "p", slots: int = 1, **labels: str) -> pb.Registered:
-        self.send(
-            register=pb.Register(
-                pool=pool, slots=slots, worker_name="w", protocol_version=3, labels=labels
-            )
-        )
-        msg = await self.recv()
-        assert msg.WhichOneof("msg") == "registered"
-        return msg.registered
-
-    async def lease(self) -> pb.Lease:
-        msg = await self.recv()
-        assert msg.WhichOneof("msg") == "lease", msg
-        return msg.lease
-
-    def close(self) -> None:
-        self.outbox.put_nowait(None)
 
 
 @asynccontextmanager

@@ -1,6 +1,6 @@
 """Crash safety of the SQLite store, with real processes killed by SIGKILL (issue 4).
 
-ENGINE.md 2.21 and SERVER.md 8.1, 8.2 and 8.5: submits return only once their rows are
+docs/durability.md, "What is guaranteed": submits return only once their rows are
 committed, an executor starts only once its RUNNING row (with the attempt number) is, and a
 restart counts a running attempt as used. A child process (store_crash_child.py) submits and
 runs a fixed plan of tasks against one file; it is SIGKILLed at seeded random moments, dozens

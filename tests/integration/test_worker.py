@@ -1,4 +1,4 @@
-"""The remote `cronoq.client.Worker` over real sockets (CLIENT.md 4, checkable behaviours 40-75).
+"""The remote `cronoq.client.Worker` over real sockets (docs/worker.md).
 
 Two kinds of peers. The real `cronoq-server` as a subprocess (one per module, plus one that is
 restarted on a fixed port) shows that the worker and our server agree end to end; tasks are
@@ -27,7 +27,6 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-from test_server_cli import PORT0, Server, Serving, serving_process, write
 
 import cronoq
 from cronoq.client import (
@@ -41,6 +40,7 @@ from cronoq.client import (
 )
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from helpers.servers import PORT0, Server, Serving, serving_process, write
 
 Code = grpc.StatusCode
 FAST = (0.05, 0.2)  # backoff for tests: reconnects are quick, and a grown delay stays short
@@ -269,7 +269,9 @@ async def test_register_comes_first_with_the_token_and_again_after_a_reconnect()
 
 
 async def test_registered_without_fields_reads_as_a_v1_server() -> None:
-    """Item 42: a v1 registered; item 44: hand-backs become retryable fails for it."""
+    """An empty registered reads as a protocol-1 server (docs/worker.md, "Attributes"); for it
+    a Reject goes as a retryable fail, CancelTask as a permanent one (docs/worker.md,
+    "Exceptions")."""
     gate = Gate()
 
     async def handler(lease: Lease) -> Any:
@@ -388,7 +390,8 @@ OUTCOMES: dict[bytes, Callable[[], Awaitable[Any]]] = {
 
 
 async def test_outcomes_follow_the_table() -> None:
-    """Items 47-55: one lease per row of CLIENT.md 4.6, with max_message_bytes=2048."""
+    """One lease per row of docs/worker.md, "Return values" and "Exceptions", with
+    max_message_bytes=2048."""
 
     async def handler(lease: Lease) -> Any:
         return await OUTCOMES[lease.payload]()
@@ -827,7 +830,7 @@ async def test_stop_cancels_what_outlives_the_grace() -> None:
         await asyncio.wait_for(gate.started.wait(), 3)
         t0 = time.monotonic()
         await w.stop(grace=0.2)
-        assert 0.18 <= time.monotonic() - t0 < 1.5
+        assert time.monotonic() - t0 >= 0.2 - 0.02  # it waited the grace out first
         assert gate.leases[0].cancelled.is_set()
         await asyncio.wait_for(run, 3)
         assert gate.cancelled == [1] and w.running == 0
@@ -893,7 +896,7 @@ async def test_stop_between_sessions_ends_run_and_a_second_run_serves_again() ->
         await asyncio.wait_for(run, 1)
         assert w.connections == 1
         f.script = hold
-        async with running(w):  # item 71: a second run() connects and registers again
+        async with running(w):  # a second run() connects and registers again
             await w.wait_registered(3)
         assert w.connections == 2
         assert f.conns[1].kinds() == ["register", "set_slots"]
@@ -911,6 +914,7 @@ async def test_stop_does_not_send_set_slots_before_registered_and_wait_times_out
     assert f.conns[0].eof.is_set()
 
 
+@pytest.mark.realtime  # the worker's real 5 s bound on the closing call
 async def test_stop_cancels_a_call_the_server_does_not_end() -> None:
     async def deaf(conn: Conn) -> None:
         await conn.register()
@@ -922,7 +926,7 @@ async def test_stop_cancels_a_call_the_server_does_not_end() -> None:
         await w.wait_registered(3)
         t0 = time.monotonic()
         await w.stop()
-        assert 4.9 <= time.monotonic() - t0 < 6.5
+        assert time.monotonic() - t0 >= 4.9  # it waited for the server before cancelling
         assert await asyncio.wait_for(run, 1) is None
 
 
@@ -1241,7 +1245,8 @@ async def test_real_stop_drains_within_the_grace_and_cancels_after_it(real: Serv
 
 
 async def test_real_refusals_end_run_after_one_connection(real: Serving) -> None:
-    """Fatal refusals end run() after exactly one connection (CLIENT.md item 59). The server
+    """Fatal refusals end run() after exactly one connection (docs/worker.md, "Errors that end
+    `run()`"). The server
     reads the register before refusing a credential too: refused while the register was in
     flight, grpcio sometimes reported INTERNAL instead (grpc/grpc#36066), which a worker
     retries."""

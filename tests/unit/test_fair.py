@@ -1,4 +1,5 @@
-"""Unit tests of the fair-share class queue (ENGINE.md 2.15, checklist 71-73) at the queue level.
+"""Unit tests of the fair-share class queue at the queue level
+(docs/overflow-and-fairness.md, "Tenants and fair share").
 
 A single slot is played by repeatedly taking `fifo_head()` (`take` = dispatch). A naive O(n)
 reference of the same rules checks the heap implementation on random operation sequences.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from heapq import heappop
-from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -57,7 +57,7 @@ def trace(q: FairClassQueue, k: int | None = None) -> str:
     return "".join(letter(r) for r in dispatch(q, k))
 
 
-# --- ENGINE.md 2.15 traces (checklist 71, 72) --------------------------------------------------
+# --- the traces of docs/overflow-and-fairness.md, "Tenants and fair share" ------------------------
 
 
 def spec_queue(weights: Mapping[str, float], gate_first: bool) -> FairClassQueue:
@@ -458,8 +458,12 @@ op_st = st.one_of(
 def test_matches_reference(
     weights: dict[str, float], ops: list[tuple[object, ...]], slack: int, data: st.DataObject
 ) -> None:
-    with mock.patch.object(fair, "_SLACK", slack):
+    saved = fair._SLACK  # a hypothesis test cannot take the function-scoped monkeypatch
+    fair._SLACK = slack
+    try:
         check_against_reference(weights, ops, data)
+    finally:
+        fair._SLACK = saved
 
 
 def check_against_reference(

@@ -27,6 +27,7 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.core.recurring import Recurring
+from cronoq.store.base import TASK_COLUMNS, first_id, from_ns, to_ns
 from cronoq.store.codec import JsonCodec, check_codec, encode_with
 from cronoq.store.rows import (
     insert_row,
@@ -41,10 +42,6 @@ from cronoq.store.sqlite import (
     _UPSERT_RECURRING,
     MIGRATIONS,
     SCHEMA_VERSION,
-    TASK_COLUMNS,
-    first_id,
-    from_ns,
-    to_ns,
 )
 
 CODEC = JsonCodec()

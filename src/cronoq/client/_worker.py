@@ -1,4 +1,4 @@
-"""The remote worker: serves one pool of `cronoq-server` over `Workers/Work` (CLIENT.md 4).
+"""The remote worker: serves one pool of `cronoq-server` over `Workers/Work` (docs/worker.md).
 
 A `Worker` runs *sessions*: each opens a channel and one bidirectional stream, sends `register`
 first, runs every leased attempt as its own asyncio task and reports exactly one outcome per
@@ -20,12 +20,14 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 import grpc
 import grpc.aio
 
+from cronoq._lifecycle import Lifecycle, table
 from cronoq.errors import Permanent, Retryable
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 
@@ -179,6 +181,31 @@ class _Attempt:
             self.task.cancel()
 
 
+class WorkerState(Enum):
+    """A worker's life cycle on one event loop (docs/worker.md, "Life cycle")."""
+
+    NEW = "new"  # no run() yet (or since the last run() ended)
+    RUNNING = "running"  # run(): sessions, reconnecting with backoff
+    DRAINING = "draining"  # stop(): no new leases; running ones get `grace` seconds
+    STOPPING = "stopping"  # the grace is over: leases abandoned, the stream closing
+    ENDED = "ended"  # run() returned or raised; the next run() starts over from NEW
+
+
+_W = WorkerState
+WORKER_TRANSITIONS = table(
+    WorkerState,
+    {
+        # stop() before run(): that run() returns at once
+        _W.NEW: {_W.RUNNING, _W.DRAINING},
+        _W.RUNNING: {_W.DRAINING, _W.ENDED},
+        # run() may return while stop() drains (no session to drain); stop() then finishes alone
+        _W.DRAINING: {_W.STOPPING, _W.ENDED},
+        _W.STOPPING: {_W.ENDED},
+        _W.ENDED: {_W.NEW},
+    },
+)
+
+
 class _LoopState:
     """What belongs to one event loop: asyncio objects cannot move between loops, so a worker
     used under several `asyncio.run()` calls gets a fresh set on each loop."""
@@ -188,16 +215,26 @@ class _LoopState:
         self.registered = asyncio.Event()
         self.wake = asyncio.Event()  # ends a backoff wait when stop() begins
         self.idle = asyncio.Event()  # a lease ended while draining
-        self.reset()
+        self.life = Lifecycle("Worker", _W.NEW, WORKER_TRANSITIONS)
+        self.shutdown: asyncio.Task[None] | None = None
 
     def reset(self) -> None:
-        """Ready for a new run(): the events stay the same objects, so waiters keep working."""
-        self.draining = False
-        self.stopping = False
-        self.ended = False  # a run() on this loop has returned or raised
-        self.shutdown: asyncio.Task[None] | None = None
+        """Ready for a new run() after one ended: the events stay the same objects, so
+        waiters keep working."""
+        self.life.move(_W.NEW)
+        self.shutdown = None
         self.wake.clear()
         self.idle.clear()
+
+    @property
+    def draining(self) -> bool:
+        """stop() has begun (no new leases)."""
+        return self.life.at(_W.DRAINING, _W.STOPPING)
+
+    @property
+    def stopping(self) -> bool:
+        """stop()'s grace is over: what still runs is abandoned."""
+        return self.life.at(_W.STOPPING)
 
 
 def _loopback(host: str) -> bool:
@@ -280,14 +317,19 @@ class Worker:
     # --- public API ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve until `stop()`; raises ClientError for what reconnecting cannot fix (4.10)."""
+        """Serve until `stop()`; raises ClientError for what reconnecting cannot fix
+        (docs/worker.md, "Errors that end `run()`")."""
         ls = self._state()
-        if ls.ended:
+        life = ls.life
+        if life.at(_W.ENDED):
             ls.reset()
+        if life.at(_W.NEW):
+            life.move(_W.RUNNING)
         try:
-            await self._serve(ls)
+            await self._serve(ls)  # at once when stop() came first (DRAINING, STOPPING)
         finally:
-            ls.ended = True
+            if not life.at(_W.ENDED):  # (another run() on this loop may have ended it)
+                life.move(_W.ENDED)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking leases, let running ones finish for up to `grace` seconds (default
@@ -490,7 +532,8 @@ class Worker:
         att.timer = asyncio.get_running_loop().call_later(att.period, self._beat, att)
 
     async def _attempt(self, ls: _LoopState, att: _Attempt) -> None:
-        """Run the handler and queue its one outcome (CLIENT.md 4.6), or none if abandoned."""
+        """Run the handler and queue its one outcome (docs/worker.md, "Exceptions"), or none if
+        abandoned."""
         lease = att.lease
         msg: pb.WorkerMessage | None
         try:
@@ -555,7 +598,8 @@ class Worker:
 
     def _redirect(self, e: grpc.aio.AioRpcError, endpoint: str, redirects: int) -> str | None:
         """The shard endpoint to follow for this error, None when it is no redirect; raises
-        ClientError("failed_precondition") for a redirect it must not follow (4.11)."""
+        ClientError("failed_precondition") for a redirect it must not follow (docs/worker.md,
+        "Shard redirects")."""
         if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
             return None
         to = _shard_endpoint(e.initial_metadata())
@@ -594,7 +638,9 @@ class Worker:
     # --- stop ------------------------------------------------------------------------------
 
     async def _shutdown(self, ls: _LoopState, grace: float) -> None:
-        ls.draining = True
+        life = ls.life
+        if life.at(_W.NEW, _W.RUNNING):
+            life.move(_W.DRAINING)  # (after run() ended there is nothing to drain)
         ls.wake.set()
         session = self._session
         if session is not None and session.registered:
@@ -608,7 +654,8 @@ class Worker:
             ls.idle.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ls.idle.wait(), min(left, _POLL))
-        ls.stopping = True
+        if life.at(_W.DRAINING):
+            life.move(_W.STOPPING)
         self._abandon_all(ls)
         session = self._session
         if session is None:

@@ -1,11 +1,11 @@
 """One server process put together from a ServerConfig: the scheduler, its store, the gRPC
-listener and the HTTP listener (SERVER.md 1.1, 5, 8.3, 8.6).
+listener and the HTTP listener (docs/server.md, docs/http.md).
 
-The services themselves come from outside: `launcher_factory` gives the scheduler the
-workers layer's Launcher, each of `registrars` adds servicers to the gRPC server, and
-`interceptors` (authentication) run before the readiness check, in the order of SERVER.md 3.1
-(authenticate, check the role, then check that this instance serves). Keeping the app ignorant
-of the services lets each be built and tested on its own.
+The services themselves come from outside: `launcher_factory` gives the scheduler the workers
+layer's Launcher, each of `registrars` adds servicers to the gRPC server, and `interceptors`
+(authentication) run before the readiness check, in the order of docs/server-api.md, "Check order"
+(authenticate, check the role, then check that this instance serves). Keeping the app ignorant of
+the services lets each be built and tested on its own.
 
 The HTTP listener (`http.py`) serves its JSON API by calling the gRPC handlers the registrars
 added: `listen()` hands the registrars a `_MethodTable` that forwards to the gRPC server and
@@ -13,13 +13,13 @@ keeps each handler in `methods` by its path, so both listeners run one logic wha
 registrars register. `http_authorize` is the HTTP counterpart of the authentication
 interceptors (`cronoq.server.http.Authorize`).
 
-Life cycle: `listen()` binds the listeners at once, even on a standby (SERVER.md 8.3); `lead()`
-starts the scheduler, which with a SQLite store waits there until this process holds the
-leadership, and stands by again whenever the leadership is lost (SERVER.md 8.4): the same
-scheduler starts a new session once this process leads again, recovering from the file what
-the leader in between left there. `stop()` is the graceful shutdown. Until `ready`, every gRPC
-call is refused with UNAVAILABLE by the readiness interceptor, whatever method it names, and
-every HTTP API route with 503.
+Life cycle (docs/server.md, "Standby (SQLite store)"): `listen()` binds the listeners at once, even
+on a standby; `lead()` starts the scheduler, which with a SQLite store waits there until this
+process holds the leadership, and stands by again whenever the leadership is lost: the same
+scheduler starts a new session once this process leads again, recovering from the file what the
+leader in between left there. `stop()` is the graceful shutdown. Until `ready`, every gRPC call is
+refused with UNAVAILABLE by the readiness interceptor, whatever method it names, and every HTTP API
+route with 503.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from enum import Enum
 from typing import Any, cast
 
 import grpc
 
+from cronoq._lifecycle import Lifecycle, table
 from cronoq.core.engine import Engine
 from cronoq.runtime import Launcher, Scheduler
 from cronoq.store import SqliteStore
@@ -51,11 +53,32 @@ __all__ = ["DRAIN_S", "BytesCodec", "Registrar", "ServerApp"]
 
 log = logging.getLogger(__name__)
 
-DRAIN_S = 5.0  # how long the listener drains calls still open at the end (SERVER.md 8.6 step 6)
+DRAIN_S = 5.0  # how long the listener drains calls still open (docs/server.md, "Shutdown" step 4)
 
 Registrar = Callable[["ServerApp", grpc.aio.Server], None]
 LauncherFactory = Callable[["ServerApp"], Launcher]
 StopHook = Callable[[], Awaitable[None]]
+
+
+class AppState(Enum):
+    """A server process's life cycle (docs/server.md, "Life cycle")."""
+
+    STANDBY = "standby"  # not leading (yet, or again after the leadership was lost)
+    READY = "ready"  # leading: the scheduler runs and calls are served
+    STOPPING = "stopping"  # stop() began: calls are refused, the scheduler shuts down
+    STOPPED = "stopped"  # stop() finished: the listeners are closed
+
+
+_A = AppState
+APP_TRANSITIONS = table(
+    AppState,
+    {
+        _A.STANDBY: {_A.READY, _A.STOPPING},
+        _A.READY: {_A.STANDBY, _A.STOPPING},
+        _A.STOPPING: {_A.STOPPED},
+        _A.STOPPED: set(),
+    },
+)
 
 
 class BytesCodec:
@@ -83,10 +106,12 @@ class ServerApp:
         registrars: Sequence[Registrar] = (),
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
         http_authorize: Authorize | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """ConfigError for a store this server cannot open yet or TLS files it cannot read:
         both are found before anything is bound. `launcher_factory(app)` is called before the
-        scheduler exists (the scheduler needs the launcher): only `cfg` and `store` are set."""
+        scheduler exists (the scheduler needs the launcher): only `cfg` and `store` are set.
+        `clock`: the scheduler's clock (see `Scheduler`; default `time.time`)."""
         self.cfg = cfg
         tls = cfg.server.tls
         self._credentials = None if tls is None else _credentials(tls)
@@ -111,6 +136,7 @@ class ServerApp:
             retention=cfg.limits.key_retention_s,
             retention_max=cfg.limits.key_retention_max,
             launcher=self.launcher,
+            clock=clock,
         )
         self.grpc_address: SocketAddress | None = None  # with the bound port, once listening
         self.http_address: SocketAddress | None = None
@@ -121,21 +147,21 @@ class ServerApp:
         self._interceptors = tuple(interceptors)
         self._server: grpc.aio.Server | None = None
         self._on_stop: list[StopHook] = []
-        self._state = "standby"  # then "ready", then "stopping"
+        self._life = Lifecycle("ServerApp", _A.STANDBY, APP_TRANSITIONS)
 
     @property
     def ready(self) -> bool:
         """Serving: leading, started, not stopping (a deposed leader's scheduler has stopped)."""
-        return self._state == "ready" and self.scheduler.started
+        return self._life.at(_A.READY) and self.scheduler.started
 
     @property
     def stopping(self) -> bool:
-        """The graceful shutdown has begun."""
-        return self._state == "stopping"
+        """The graceful shutdown has begun (or is over)."""
+        return self._life.at(_A.STOPPING, _A.STOPPED)
 
     def on_stop(self, hook: StopHook) -> None:
         """Run `hook` once the scheduler has stopped and before the listener drains: where the
-        workers layer sends `shutdown` to its streams (SERVER.md 8.6 step 3)."""
+        workers layer sends `shutdown` to its streams (docs/server.md, "Shutdown" step 3)."""
         self._on_stop.append(hook)
 
     async def listen(self) -> SocketAddress:
@@ -184,16 +210,16 @@ class ServerApp:
                 event(log, logging.INFO, "awaiting_leadership", store=self.store.path)
             self._lost = lost = asyncio.get_running_loop().create_future()
             await self.scheduler.start()
-            if self._state != "standby":
+            if not self._life.at(_A.STANDBY):
                 return
-            self._state = "ready"
+            self._life.move(_A.READY)
             event(log, logging.INFO, "ready")
             if self.store is None or self.launcher is None:
                 return  # nothing to lose without a store; nobody to tell without a launcher
             reason = await lost
-            if self._state != "ready":
+            if not self._life.at(_A.READY):
                 return
-            self._state = "standby"
+            self._life.move(_A.STANDBY)
             event(log, logging.WARNING, "standing_by", reason=reason)
 
     def _on_lost(self, reason: str) -> None:
@@ -201,13 +227,13 @@ class ServerApp:
             self._lost.set_result(reason)
 
     async def stop(self) -> None:
-        """Graceful shutdown (SERVER.md 8.6): refuse new calls, let running attempts finish
-        for `shutdown_grace_s` (which also ends waits and watches, writes what was decided
-        and releases the leadership), run the stop hooks, then drain the gRPC listener and
-        close the HTTP ones (which answer 503 and `/readyz` 503 until then)."""
-        if self._state == "stopping":
+        """Graceful shutdown (docs/server.md, "Shutdown"): refuse new calls, let running attempts
+        finish for `shutdown_grace_s` (which also ends waits and watches, writes what was decided
+        and releases the leadership), run the stop hooks, then drain the gRPC listener and close
+        the HTTP ones (which answer 503 and `/readyz` 503 until then)."""
+        if self._life.at(_A.STOPPING, _A.STOPPED):
             return
-        self._state = "stopping"
+        self._life.move(_A.STOPPING)
         grace = self.cfg.server.shutdown_grace_s
         event(log, logging.INFO, "stopping", grace_s=grace)
         await self.scheduler.shutdown(grace)
@@ -219,6 +245,7 @@ class ServerApp:
         if self._server is not None:
             await self._server.stop(DRAIN_S)
         await self._http.stop()
+        self._life.move(_A.STOPPED)
         event(log, logging.INFO, "stopped")
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -231,7 +258,7 @@ class ServerApp:
             if not leading.done():
                 leading.cancel()  # still standing by: give the wait up
                 await asyncio.wait({leading})
-            elif leading.exception() is None:
+            elif leading.cancelled() or leading.exception() is None:
                 await stopping
             else:
                 stopping.cancel()
@@ -279,7 +306,7 @@ class _MethodTable:
 
 
 class _ReadyGate(grpc.aio.ServerInterceptor):
-    """UNAVAILABLE for every call while standing by or stopping (SERVER.md 8.3, 8.6).
+    """UNAVAILABLE for every call while standing by or stopping (docs/server.md, "Shutdown").
 
     The refusal is errors.refusal, the same handler authentication refuses with.
     """
@@ -311,7 +338,7 @@ def _store(cfg: ServerConfig) -> SqliteStore | None:
 
 
 def _credentials(tls: TlsSettings) -> grpc.ServerCredentials:
-    """TLS for the listener; with `client_ca`, mutual TLS (SERVER.md 6.4)."""
+    """TLS for the listener; with `client_ca`, mutual TLS (docs/configuration.md, "[server]")."""
 
     def read(key: str, path: str) -> bytes:
         try:

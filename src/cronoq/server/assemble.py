@@ -4,6 +4,7 @@ when credentials are configured, authentication in front of them."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,8 +25,10 @@ SHUTDOWN_REASON = "server shutting down"
 WAITING = {"/cronoq.v1.Tasks/Wait", "/cronoq.v1.Tasks/Submit"}
 
 
-def build(cfg: ServerConfig) -> ServerApp:
-    """A ServerApp whose pools are served by remote workers over Workers/Work."""
+def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> ServerApp:
+    """A ServerApp whose pools are served by remote workers over Workers/Work; `clock` is the
+    scheduler's clock (default `time.time`), which the workers' service reads too."""
+    clock = time.time if clock is None else clock
     work = WorkService(
         pool_max={p.name: p.max for p in cfg.pools},
         pool_slot_caps={p.name: p.max_slots_per_worker for p in cfg.pools},
@@ -33,6 +36,7 @@ def build(cfg: ServerConfig) -> ServerApp:
         max_message_bytes=cfg.limits.max_message_bytes,
         max_tags=cfg.limits.max_tags,
         max_tag_len=cfg.limits.max_tag_len,
+        clock=clock,
     )
 
     def register(app: ServerApp, server: grpc.aio.Server) -> None:
@@ -57,6 +61,7 @@ def build(cfg: ServerConfig) -> ServerApp:
             RequestTimeout(cfg.limits.request_timeout_s),
         ],
         http_authorize=_http_authorize(authenticator) if enabled else None,
+        clock=clock,
     )
 
     async def tell_workers() -> None:

@@ -7,7 +7,8 @@ stream, and turns what workers send into `cronoq.server.workers.Workers` calls, 
 scheduler so it decides what follows. Each stream has a bounded outbound queue sized for its
 grant: a worker that stops reading is disconnected (its leases retry elsewhere) rather than
 allowed to miss a lease or an abort. A worker registers only for pools and with labels its
-credential allows (`auth.current_principal()`, SERVER.md 6.3), else PERMISSION_DENIED.
+credential allows (`auth.current_principal()`, docs/server.md, "Authentication"), else
+PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ log = logging.getLogger("cronoq.server")
 
 REGISTER_TIMEOUT = 10.0
 MAX_FAIL_MESSAGE = 8192
-MAX_DURATION = 100 * 365 * 86400.0  # durations from clients: at most 100 years (SERVER.md 7)
+# Durations from clients: at most 100 years (docs/reference/limits.md, "Fixed limits").
+MAX_DURATION = 100 * 365 * 86400.0
 _CODES = {
     "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
@@ -76,9 +78,12 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         register_timeout: float = REGISTER_TIMEOUT,
         max_tags: int = 32,
         max_tag_len: int = 256,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`max_tags`/`max_tag_len`: limits.max_tags and max_tag_len, which bound the labels and
-        the name a worker registers with, as they bound a task's tags."""
+        the name a worker registers with, as they bound a task's tags. `clock`: the scheduler's
+        clock (`Scheduler.clock`), read for every report to the engine."""
+        self._clock = clock
         self._pool_max = dict(pool_max)
         self._pool_caps = dict(pool_slot_caps)
         self._slot_cap = slot_cap
@@ -108,7 +113,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
 
     def launch(self, starts: list[Attempt]) -> None:
         assert self.workers is not None
-        assigned = self.workers.assign(starts, time.time())
+        assigned = self.workers.assign(starts, self._clock())
         for w, att in assigned:
             self._send(w, pb.ServerMessage(lease=self._lease(att)))
         if len(assigned) < len(starts):
@@ -207,7 +212,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             st = self._register(first, caller)
         except Refused as cut:
             await context.abort(cut.code, cut.message)
-        reader = asyncio.ensure_future(self._read(st, request_iterator))
+        reader = asyncio.ensure_future(self._read(st, request_iterator, context))
         try:
             while True:
                 msg = await st.queue.get()
@@ -219,7 +224,8 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     "the worker does not read its stream: its outbound buffer is full",
                 )
-            violation = reader.result() if reader.done() else None
+            # (a reader cancelled before its first step has no result: only a CancelledError)
+            violation = reader.result() if reader.done() and not reader.cancelled() else None
             if violation is not None:
                 await context.abort(violation.code, violation.message)
         finally:
@@ -257,7 +263,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         assert self.workers is not None
         try:
             w = self.workers.register(
-                reg.pool, reg.slots, reg.worker_name, dict(reg.labels), time.time()
+                reg.pool, reg.slots, reg.worker_name, dict(reg.labels), self._clock()
             )
         except WorkerError as e:
             raise Refused(_CODES[e.code], e.message) from None
@@ -277,9 +283,14 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         return st
 
     async def _read(
-        self, st: _Stream, request_iterator: AsyncIterator[pb.WorkerMessage]
+        self, st: _Stream, request_iterator: AsyncIterator[pb.WorkerMessage], context: Any
     ) -> Refused | None:
-        """Handle the worker's messages until its stream ends; a violation ends it early."""
+        """Handle the worker's messages until its stream ends; a violation ends it early.
+
+        The call can end under the reader (the worker went away, the server is stopping):
+        grpcio then raises from the request iterator whatever it raises for a read after
+        the end (a cancellation, UsageError, a server-stopped error). That is the stream's
+        end, not a failure of ours, and is not logged as one."""
         try:
             async for msg in request_iterator:
                 self._handle(st.worker, msg)
@@ -291,17 +302,20 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             return Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
-        except Exception:  # a bug of ours: end this stream (never leave a ghost worker)
-            log.exception("worker_stream_failed", extra={"fields": {"worker": st.worker.id}})
-            self._close(st)
-            return Refused(grpc.StatusCode.INTERNAL, "the server failed handling this stream")
+        except Exception as e:
+            if not (context.done() or context.cancelled()):
+                # a bug of ours: end this stream (never leave a ghost worker)
+                log.exception("worker_stream_failed", extra={"fields": {"worker": st.worker.id}})
+                self._close(st)
+                return Refused(grpc.StatusCode.INTERNAL, "the server failed handling this stream")
+            log.debug("worker stream %d ended during a read: %r", st.worker.id, e)
         self._close(st)
         return None
 
     def _handle(self, w: RemoteWorker, msg: pb.WorkerMessage) -> None:
         ws = self.workers
         assert ws is not None
-        now = time.time()
+        now = self._clock()
         kind = msg.WhichOneof("msg")
         if kind == "heartbeat":
             ws.heartbeat(w, msg.heartbeat.lease, now)
@@ -338,6 +352,6 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         """The stream ended: the worker's slots go and its leases retry elsewhere."""
         self._streams.pop(st.worker.id, None)
         if self.workers is not None and not st.worker.gone:
-            self.workers.drop(st.worker, time.time())
+            self.workers.drop(st.worker, self._clock())
             event(log, logging.INFO, "worker_gone", worker=st.worker.id, pool=st.worker.pool)
             self._kick()

@@ -15,8 +15,8 @@ from ..core.model import (
     TaskRecord,
 )
 from ..core.recurring import Recurring
+from .base import from_ns, to_ns
 from .codec import Codec
-from .sqlite import from_ns, to_ns
 
 _STATUS = {name: i for i, name in enumerate(STATUS_NAMES)}
 

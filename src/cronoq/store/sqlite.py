@@ -4,9 +4,10 @@ How it is driven: a scheduler (library mode) or the server calls the async metho
 its event loop; every call runs on one dedicated thread that owns the connection, so the loop
 never waits on disk. `open()` validates (and creates or migrates) the file, `lead()` waits until
 this process holds the leadership lease, `load()` returns what the previous leaders left,
-`commit()` writes one group of changes in one transaction (and renews the lease in it),
-`renew()` keeps the lease while idle, `prune()` drops old terminal rows, `close()` ends, giving
-the lease up at once after a clean stop.
+`commit_nowait()` writes one group of changes in one transaction (and renews the lease in it),
+`renew()` keeps the lease while idle, `prune()` drops old terminal rows, `finished()` reads a
+finished task's row, `close()` ends, giving the lease up at once after a clean stop. These are
+the methods of the `cronoq.store.Store` protocol (store/base.py).
 
 Fencing: every transaction that writes tasks first updates the leader row *where the epoch and
 holder are still ours*; if another process took over meanwhile that update matches no row, the
@@ -25,15 +26,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from queue import SimpleQueue
 from typing import Any, TypeVar
 
 from ..errors import SchedulerError
+from .base import TASK_COLUMNS, Batch, Finished, LeadershipLost, QueuedStore, Stored, to_ns
 
 SCHEMA_VERSION = 2
 APPLICATION = "cronoq"
-FENCED = "fenced: leadership lost"
 
 # Version 1: the tables every cronoq store has.
 _SCHEMA_V1 = (
@@ -94,11 +94,6 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
-TASK_COLUMNS = (
-    "id, seq, arrival, pool, kind, priority, key, payload, deadline, fixed_start, tolerance, "
-    "on_miss, duration_hint, timeout, retry, deps, resources, tags, labels, tenant, status, "
-    "terminal, attempt, updated, message, output, eligible, not_before"
-)
 _INSERT_TASK = f"INSERT INTO cronoq_tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 28)})"
 # A live task's changes touch no column the indexes use (key, terminal, updated): updating
 # those costs about twice as much.
@@ -128,56 +123,6 @@ _UPSERT_RECURRING = (
 T = TypeVar("T")
 
 
-class LeadershipLost(SchedulerError):
-    """Another process holds the file's leadership now: stop writing and stand down."""
-
-    def __init__(self, message: str = FENCED) -> None:
-        super().__init__(message)
-
-
-@dataclass
-class Batch:
-    """One group of changes, written in one transaction.
-
-    `inserts` are full task rows (TASK_COLUMNS order), `updates` changes of live tasks and
-    `finishes` of tasks that became terminal (see rows.update_row), `schedules` rows of
-    cronoq_recurring, `removed_schedules` names to delete, and `max_id` the highest task id
-    issued so far (the file keeps the high-water mark)."""
-
-    inserts: list[tuple[Any, ...]] = field(default_factory=list)
-    updates: list[tuple[Any, ...]] = field(default_factory=list)
-    finishes: list[tuple[Any, ...]] = field(default_factory=list)
-    schedules: list[tuple[Any, ...]] = field(default_factory=list)
-    removed_schedules: list[str] = field(default_factory=list)
-    max_id: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(
-            self.inserts
-            or self.updates
-            or self.finishes
-            or self.schedules
-            or self.removed_schedules
-        )
-
-
-@dataclass
-class Stored:
-    """What `load()` returns: task rows (TASK_COLUMNS order, by id) and schedule rows."""
-
-    tasks: list[tuple[Any, ...]]
-    schedules: list[tuple[Any, ...]]
-    max_id: int
-
-
-def to_ns(t: float) -> int:
-    return int(t * 1e9)
-
-
-def from_ns(ns: int) -> float:
-    return ns / 1e9
-
-
 def _positive(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds (got {value!r})")
@@ -187,7 +132,7 @@ def _positive(name: str, value: object) -> float:
     return v
 
 
-class SqliteStore:
+class SqliteStore(QueuedStore):
     """Durable scheduler state in a SQLite file (WAL mode); one leader per file at a time."""
 
     def __init__(
@@ -251,31 +196,6 @@ class SqliteStore:
             await self.close(release=False)
             raise
 
-    async def lead(self) -> int:
-        """Wait until this process holds the lease (a standby polls every lock_poll seconds);
-        returns the new epoch. Task ids of this leadership are `epoch << 48 | n`."""
-        while True:
-            epoch = await self._call(self._try_lead)
-            if epoch is not None:
-                self.epoch = epoch
-                return epoch
-            await asyncio.sleep(self.lock_poll)
-
-    async def load(self) -> Stored:
-        return await self._call(self._load)
-
-    def commit_nowait(self, batch: Batch) -> asyncio.Future[None]:
-        """Queue one group for writing in one transaction (renewing the lease) at once; the
-        future ends when it is committed, with LeadershipLost if fenced."""
-        return self._submit(self._commit, batch)
-
-    async def renew(self) -> None:
-        await self._call(self._commit, Batch())
-
-    async def prune(self, now: float) -> int:
-        """Delete terminal rows that ended more than `retention` seconds ago."""
-        return await self._call(self._prune, to_ns(now - self.retention))
-
     async def close(self, release: bool = True) -> None:
         """Close the file; with release, give up the lease so a standby takes over at once."""
         if self._jobs is None:
@@ -287,9 +207,6 @@ class SqliteStore:
             jobs.put(None)  # the thread ends
 
     # --- on the store's thread ---------------------------------------------------------------
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._submit(fn, *args)
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Queue fn(*args) for the store thread. (A plain queue and call_soon_threadsafe: no
@@ -396,7 +313,14 @@ class SqliteStore:
     def _try_lead(self) -> int | None:
         db = self._conn()
         now = time.time_ns()
-        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            # The leader holds the write lock longer than our busy timeout (a slow commit, or
+            # a process paused inside one): not leading yet, so poll again instead of failing.
+            if _locked(e):
+                return None
+            raise
         try:
             epoch, holder, expires = db.execute(
                 "SELECT epoch, holder, expires_unix_ns FROM cronoq_leader WHERE id = 1"
@@ -483,6 +407,16 @@ class SqliteStore:
             raise
         return cur.rowcount
 
+    def _finished(self, task_id: int) -> Finished | None:
+        row = (
+            self._conn()
+            .execute(
+                f"SELECT {TASK_COLUMNS} FROM cronoq_tasks WHERE id = ? AND terminal = 1", (task_id,)
+            )
+            .fetchone()
+        )
+        return None if row is None else Finished(tuple(row))
+
     def _close(self, release: bool) -> None:
         db, self._db = self._db, None
         if db is None:
@@ -528,6 +462,9 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
         fut.set_result(result)
 
 
-def first_id(epoch: int) -> int:
-    """The first task id of a leadership epoch (unsharded): epoch << 48 | 1."""
-    return epoch << 48 | 1
+def _locked(e: sqlite3.OperationalError) -> bool:
+    """Did the busy timeout run out on another connection's lock (SQLITE_BUSY/LOCKED)?"""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(e) or "busy" in str(e)
