@@ -249,11 +249,32 @@ async def test_a_full_outbound_buffer_ends_that_stream() -> None:
     )
     w = RemoteWorker(1, "p", "w", {}, requested=1, granted=1, registered_at=0.0)
     st = svc._streams[w.id] = _Stream(w)
-    assert st.queue.maxsize == 2 * 1 + 8
+    assert st.limit == 2 * 1 + 8
     ping = pb.ServerMessage(abort=pb.Abort(lease=1, reason="x"))
-    for _ in range(st.queue.maxsize):
+    for _ in range(st.limit):
         svc._send(w, ping)
     assert not st.overflowed and w.id in svc._streams
     svc._send(w, ping)  # one too many: the stream ends instead of dropping a message
     assert st.overflowed and w.id not in svc._streams
     assert st.queue.qsize() == 1 and st.queue.get_nowait() is None  # the writer stops at once
+
+
+async def test_raising_the_grant_grows_the_outbound_buffer() -> None:
+    """The buffer follows the current grant: a worker that registers with one slot and then
+    raises it to 16 gets 16 leases at once (more than the 2 x 1 + 8 of its first grant)
+    without being cut off as a worker that does not read."""
+    async with server(max_=16) as (sched, channel):
+        w = Worker(channel)
+        assert (await w.register(slots=1)).slots == 1
+        for i in range(20):
+            await sched.submit(b"t%d" % i)
+        first = await w.lease()
+        w.send(set_slots=pb.SetSlots(slots=16))
+        leases = [first] + [await w.lease() for _ in range(15)]
+        assert len({lease.lease for lease in leases}) == 16 > 1
+        assert (await sched.snapshot()).pool("p").capacity == 16
+        # the stream is still open and serving: a finished lease frees a slot for the next one
+        w.send(complete=pb.Complete(lease=first.lease, output=b"ok"))
+        assert (await w.lease()).task_id not in {lease.task_id for lease in leases}
+        assert not w.call.done()
+        w.close()

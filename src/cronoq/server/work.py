@@ -5,10 +5,10 @@ the scheduler hands it the attempts it started (after they are durable, with a s
 ones it gave up; the service turns them into `lease` and `abort` messages on the right worker's
 stream, and turns what workers send into `cronoq.server.workers.Workers` calls, then kicks the
 scheduler so it decides what follows. Each stream has a bounded outbound queue sized for its
-grant: a worker that stops reading is disconnected (its leases retry elsewhere) rather than
-allowed to miss a lease or an abort. A worker registers only for pools and with labels its
-credential allows (`auth.current_principal()`, docs/server.md, "Authentication"), else
-PERMISSION_DENIED.
+current grant (resized as the grant changes): a worker that stops reading is disconnected (its
+leases retry elsewhere) rather than allowed to miss a lease or an abort. A worker registers
+only for pools and with labels its credential allows (`auth.current_principal()`,
+docs/server.md, "Authentication"), else PERMISSION_DENIED.
 """
 
 from __future__ import annotations
@@ -47,21 +47,32 @@ _CODES = {
 
 
 class _Stream:
-    """One worker's outbound side: a bounded queue the stream's writer drains."""
+    """One worker's outbound side: a queue the stream's writer drains, bounded by `limit`."""
 
     def __init__(self, worker: RemoteWorker) -> None:
         self.worker = worker
-        self.queue: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue(
-            2 * max(worker.granted, worker.requested) + 8
-        )
+        # (unbounded for asyncio: `send` enforces `limit`, which follows the grant)
+        self.queue: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue()
+        self.limit = 0
+        self.resize()
         self.overflowed = False
 
+    def resize(self) -> None:
+        """Bound the buffer by the worker's current grant; call whenever the grant changes.
+
+        Two messages (a lease and its abort) per granted slot, or per lease still held when
+        the grant shrinks below them, plus 8 for the rest (registered, shutdown)."""
+        w = self.worker
+        self.limit = 2 * max(w.granted, len(w.leases)) + 8
+
+    def full(self) -> bool:
+        return self.queue.qsize() >= self.limit
+
     def send(self, msg: pb.ServerMessage) -> bool:
-        try:
-            self.queue.put_nowait(msg)
-        except asyncio.QueueFull:
+        if self.full():
             self.overflowed = True
             return False
+        self.queue.put_nowait(msg)
         return True
 
 
@@ -186,7 +197,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
     def _close(self, st: _Stream) -> None:
         """End a stream from the server's side (its writer stops; the reader then drops it)."""
         self._streams.pop(st.worker.id, None)
-        if st.queue.full():  # make room for the end marker: what is queued goes unsent
+        if st.full():  # the end marker goes first: what is queued goes unsent
             while not st.queue.empty():
                 st.queue.get_nowait()
         st.queue.put_nowait(None)
@@ -335,6 +346,9 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             ws.fail(w, f.lease, message, now, permanent=f.permanent, retry_after=retry_after)
         elif kind == "set_slots":
             ws.set_slots(w, msg.set_slots.slots, now)
+            st = self._streams.get(w.id)
+            if st is not None:
+                st.resize()  # before the kick below can queue leases for the new grant
         elif kind == "nack":
             moved = ws.nack(w, msg.nack.lease, now)
             if moved is not None:
