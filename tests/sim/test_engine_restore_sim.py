@@ -38,25 +38,15 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.errors import SubmitError
+from cronoq.store.base import COLUMN, DONE_CHANGE, LIVE_CHANGE
 from cronoq.store.codec import JsonCodec
 from cronoq.store.rows import insert_row, record_from_row, update_row
 
 T0 = 1_700_000_000.0
 CODEC = JsonCodec()
-# Column positions in a task row (the SQLite store's TASK_COLUMNS order).
-KEY, STATUS, TERMINAL, ATTEMPT, UPDATED, MESSAGE, OUTPUT, ELIGIBLE, NOT_BEFORE = (
-    6,
-    20,
-    21,
-    22,
-    23,
-    24,
-    25,
-    26,
-    27,
-)
-LIVE_COLUMNS = (STATUS, ATTEMPT, MESSAGE, ELIGIBLE, NOT_BEFORE)
-DONE_COLUMNS = (STATUS, ATTEMPT, UPDATED, MESSAGE, OUTPUT, KEY)
+STATUS, TERMINAL = COLUMN["status"], COLUMN["terminal"]
+LIVE_COLUMNS = tuple(COLUMN[c] for c in LIVE_CHANGE)
+DONE_COLUMNS = tuple(COLUMN[c] for c in DONE_CHANGE)
 
 
 def engine(now: float, first_id: int) -> Engine:
@@ -144,7 +134,8 @@ class CrashRestore(RuleBasedStateMachine):
         for rec in journal.changed.values():
             values, done = update_row(rec, None)
             row = self.rows[rec.id]
-            for column, value in zip(DONE_COLUMNS if done else LIVE_COLUMNS, values, strict=False):
+            columns = DONE_COLUMNS if done else LIVE_COLUMNS
+            for column, value in zip(columns, values[:-1], strict=True):
                 row[column] = value
             if done:
                 row[TERMINAL] = 1

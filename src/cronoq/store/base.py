@@ -22,10 +22,12 @@ from ..errors import SchedulerError
 
 __all__ = [
     "COLUMN",
+    "DONE_CHANGE",
     "FENCED",
     "TASK_COLUMNS",
     "Batch",
     "Finished",
+    "LIVE_CHANGE",
     "LeadershipLost",
     "QueuedStore",
     "Store",
@@ -42,10 +44,14 @@ FENCED = "fenced: leadership lost"
 TASK_COLUMNS = (
     "id, seq, arrival, pool, kind, priority, key, payload, deadline, fixed_start, tolerance, "
     "on_miss, duration_hint, timeout, retry, deps, resources, tags, labels, tenant, status, "
-    "terminal, attempt, updated, message, output, eligible, not_before"
+    "terminal, attempt, updated, message, output, eligible, not_before, started"
 )
 # column name -> its index in a task row
 COLUMN: dict[str, int] = {name: i for i, name in enumerate(TASK_COLUMNS.split(", "))}
+# The columns a change row of Batch.updates (a live task) and of Batch.finishes (a task that
+# ended: its row becomes terminal) sets, in order; the task id follows them.
+LIVE_CHANGE = ("status", "attempt", "message", "eligible", "not_before", "started")
+DONE_CHANGE = ("status", "attempt", "updated", "message", "output", "key", "started")
 
 
 class LeadershipLost(SchedulerError):
@@ -59,9 +65,9 @@ class LeadershipLost(SchedulerError):
 class Batch:
     """One group of changes, written in one transaction (all of it or nothing).
 
-    `inserts` are full task rows (TASK_COLUMNS order); `updates` are changes of live tasks,
-    `(status, attempt, message, eligible, not_before, id)`; `finishes` are tasks that became
-    terminal, `(status, attempt, updated, message, output, key, id)` (see rows.update_row);
+    `inserts` are full task rows (TASK_COLUMNS order); `updates` are changes of live tasks
+    (the LIVE_CHANGE columns, then the id); `finishes` are tasks that became terminal (the
+    DONE_CHANGE columns, then the id; see rows.update_row);
     `schedules` are recurring rows `(name, spec, template_payload, next_unix_ns, last_task_id)`
     to insert or replace by name; `removed_schedules` names to delete; `max_id` the highest task
     id issued so far (the store keeps the high-water mark: max of what it has and this)."""

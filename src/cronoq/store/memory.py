@@ -33,7 +33,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SchedulerError
-from .base import COLUMN, TASK_COLUMNS, Batch, Finished, LeadershipLost, QueuedStore, Stored
+from .base import (
+    COLUMN,
+    DONE_CHANGE,
+    LIVE_CHANGE,
+    TASK_COLUMNS,
+    Batch,
+    Finished,
+    LeadershipLost,
+    QueuedStore,
+    Stored,
+)
 
 __all__ = ["MemoryState", "MemoryStore"]
 
@@ -45,10 +55,8 @@ _DEPS = COLUMN["deps"]
 _STATUS = COLUMN["status"]
 _TERMINAL = COLUMN["terminal"]
 _UPDATED = COLUMN["updated"]
-# Batch.updates: (status, attempt, message, eligible, not_before, id)
-_LIVE = tuple(COLUMN[c] for c in ("status", "attempt", "message", "eligible", "not_before"))
-# Batch.finishes: (status, attempt, updated, message, output, key, id); terminal becomes 1
-_DONE = tuple(COLUMN[c] for c in ("status", "attempt", "updated", "message", "output", "key"))
+_LIVE = tuple(COLUMN[c] for c in LIVE_CHANGE)  # Batch.updates
+_DONE = tuple(COLUMN[c] for c in DONE_CHANGE)  # Batch.finishes (terminal becomes 1)
 
 _handles = itertools.count(1)
 

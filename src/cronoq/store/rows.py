@@ -61,6 +61,10 @@ def _eligible(rec: TaskRecord) -> int | None:
     return to_ns(rec.eligible_at) if rec.eligible_at else None
 
 
+def _started(rec: TaskRecord) -> int | None:
+    return to_ns(rec.started_at) if rec.started_at else None
+
+
 def _not_before(rec: TaskRecord) -> int | None:
     return to_ns(rec.ready_at) if rec.status == RETRYING else None
 
@@ -105,12 +109,13 @@ def insert_row(
         output,
         _eligible(rec),
         _not_before(rec),
+        _started(rec),
     )
 
 
 def update_row(rec: TaskRecord, output: bytes | None) -> tuple[tuple[Any, ...], bool]:
-    """A known task's changed columns and whether it ended (sqlite._UPDATE_DONE's row) or not
-    (sqlite._UPDATE_LIVE's row)."""
+    """A known task's changed columns and whether it ended (base.DONE_CHANGE's columns, then
+    the id) or not (base.LIVE_CHANGE's)."""
     if rec.status >= FIRST_TERMINAL:
         done = (
             STATUS_NAMES[rec.status],
@@ -119,10 +124,18 @@ def update_row(rec: TaskRecord, output: bytes | None) -> tuple[tuple[Any, ...], 
             rec.message,
             output,
             rec.key,  # None once freed (a removed schedule's cancelled occurrence)
+            _started(rec),
             rec.id,
         )
         return done, True
-    live = (STATUS_NAMES[rec.status], rec.attempt, rec.message, _eligible(rec), _not_before(rec))
+    live = (
+        STATUS_NAMES[rec.status],
+        rec.attempt,
+        rec.message,
+        _eligible(rec),
+        _not_before(rec),
+        _started(rec),
+    )
     return (*live, rec.id), False
 
 
@@ -158,6 +171,7 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
         output,
         eligible,
         not_before,
+        started,
     ) = row
     extra = None
     if fixed_start is not None or deps or resources:
@@ -190,6 +204,7 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
     rec.submitted_at = from_ns(arrival)
     rec.message = message
     rec.eligible_at = 0.0 if eligible is None else from_ns(eligible)
+    rec.started_at = 0.0 if started is None else from_ns(started)
     problem = None
     if rec.status >= FIRST_TERMINAL:
         rec.finished_at = from_ns(updated)

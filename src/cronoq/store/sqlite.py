@@ -30,9 +30,20 @@ from queue import SimpleQueue
 from typing import Any, TypeVar
 
 from ..errors import SchedulerError
-from .base import TASK_COLUMNS, Batch, Finished, LeadershipLost, QueuedStore, Stored, to_ns
+from .base import (
+    COLUMN,
+    DONE_CHANGE,
+    LIVE_CHANGE,
+    TASK_COLUMNS,
+    Batch,
+    Finished,
+    LeadershipLost,
+    QueuedStore,
+    Stored,
+    to_ns,
+)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "cronoq"
 
 # Version 1: the tables every cronoq store has.
@@ -92,18 +103,17 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE cronoq_tasks ADD COLUMN eligible INTEGER",
         "ALTER TABLE cronoq_tasks ADD COLUMN not_before INTEGER",
     ),
+    # 3: when a task's latest attempt started (finished tasks report it after a restart).
+    2: ("ALTER TABLE cronoq_tasks ADD COLUMN started INTEGER",),
 }
 
-_INSERT_TASK = f"INSERT INTO cronoq_tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * 28)})"
+_INSERT_TASK = f"INSERT INTO cronoq_tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(COLUMN))})"
 # A live task's changes touch no column the indexes use (key, terminal, updated): updating
 # those costs about twice as much.
-_UPDATE_LIVE = (
-    "UPDATE cronoq_tasks SET status = ?, attempt = ?, message = ?, eligible = ?, not_before = ? "
-    "WHERE id = ?"
-)
+_UPDATE_LIVE = f"UPDATE cronoq_tasks SET {', '.join(f'{c} = ?' for c in LIVE_CHANGE)} WHERE id = ?"
 _UPDATE_DONE = (
-    "UPDATE cronoq_tasks SET status = ?, terminal = 1, attempt = ?, updated = ?, message = ?, "
-    "output = ?, key = ? WHERE id = ?"
+    f"UPDATE cronoq_tasks SET terminal = 1, {', '.join(f'{c} = ?' for c in DONE_CHANGE)} "
+    "WHERE id = ?"
 )
 # Terminal rows that ended before a time, except parents of blocked tasks: restoring a blocked
 # task resolves its dependencies again, by id or key (deps are [[target, on], ...]).
