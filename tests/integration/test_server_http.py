@@ -229,6 +229,17 @@ async def test_refusals_are_json_errors(
     assert code is None or answer["error"]["code"] == code
 
 
+async def test_a_method_the_path_does_not_take_is_405_with_allow() -> None:
+    async with (
+        running(build(load_config(PORTS0))) as c,
+        c.session.request("DELETE", c.base + "/v1/tasks") as r,
+    ):
+        assert r.status == 405
+        assert (await r.json())["error"]["code"] == "method_not_allowed"
+        allowed = {m.strip() for m in r.headers["Allow"].split(",")}
+    assert {"GET", "POST"} <= allowed and "DELETE" not in allowed
+
+
 async def test_bad_json_is_400() -> None:
     async with running(build(load_config(PORTS0))) as c:
         headers = {"Content-Type": "application/json"}

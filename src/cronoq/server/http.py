@@ -83,11 +83,14 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large
 class HttpError(Exception):
     """Ends a request with `{"error": {"code": code, "message": message}}` and `status`."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers
 
     @classmethod
     def of_grpc(cls, code: grpc.StatusCode, message: str) -> HttpError:
@@ -95,7 +98,7 @@ class HttpError(Exception):
 
     def response(self) -> web.Response:
         body = {"error": {"code": self.code, "message": self.message}}
-        return web.json_response(body, status=self.status)
+        return web.json_response(body, status=self.status, headers=self.headers)
 
 
 def _invalid(message: str) -> HttpError:
@@ -364,7 +367,10 @@ class HttpListener:
             if e.status < 400:
                 raise
             fallback = "invalid_argument" if e.status < 500 else "internal"
-            return HttpError(e.status, _HTTP_CODES.get(e.status, fallback), e.reason).response()
+            # A 405 keeps aiohttp's Allow header: the methods the path does take.
+            allow = {hdrs.ALLOW: e.headers[hdrs.ALLOW]} if hdrs.ALLOW in e.headers else None
+            code = _HTTP_CODES.get(e.status, fallback)
+            return HttpError(e.status, code, e.reason, allow).response()
 
     @web.middleware
     async def _host_check(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
