@@ -93,11 +93,13 @@ async def test_unknown_or_malformed_credentials_are_unauthenticated() -> None:
             "Bearer",
             "",
             token("admin"),  # no scheme
+            f"Bearer {token('client')} ",  # whitespace around the token is refused, not trimmed
+            f"Bearer  {token('client')}",
         ):
             c = s.tasks.ListTasks(pb.ListTasksRequest(), metadata=[("authorization", header)])
             assert await code_of(c) is Code.UNAUTHENTICATED, header
         for scheme in ("bearer", "BEARER", "Bearer"):  # the scheme in any case
-            meta = [("authorization", f"{scheme}  {token('client')} ")]
+            meta = [("authorization", f"{scheme} {token('client')}")]
             assert await code_of(s.tasks.ListTasks(pb.ListTasksRequest(), metadata=meta)) is Code.OK
         assert "missing credentials" in await details_of(s.tasks.ListTasks(pb.ListTasksRequest()))
 

@@ -51,7 +51,9 @@ def test_the_scheme_in_any_case(scheme: str) -> None:
 @pytest.mark.parametrize(
     "header",
     ["", "Bearer", "Bearer ", "Basic " + TOKENS["c"][0], TOKENS["c"][0],
-     "Bearer " + TOKENS["c"][0] + "x", "Bearer not-a-configured-token-000"],
+     "Bearer " + TOKENS["c"][0] + "x", "Bearer not-a-configured-token-000",
+     "Bearer " + TOKENS["c"][0] + " ", "Bearer " + TOKENS["c"][0] + "\t",
+     "Bearer  " + TOKENS["c"][0], " Bearer " + TOKENS["c"][0]],
 )  # fmt: skip
 def test_bad_headers_are_unauthenticated(header: str) -> None:
     with pytest.raises(Unauthenticated):
