@@ -368,7 +368,7 @@ class HttpListener:
                 raise
             fallback = "invalid_argument" if e.status < 500 else "internal"
             # A 405 keeps aiohttp's Allow header: the methods the path does take.
-            allow = {hdrs.ALLOW: e.headers[hdrs.ALLOW]} if hdrs.ALLOW in e.headers else None
+            allow = {"Allow": e.headers[hdrs.ALLOW]} if hdrs.ALLOW in e.headers else None
             code = _HTTP_CODES.get(e.status, fallback)
             return HttpError(e.status, code, e.reason, allow).response()
 
