@@ -304,7 +304,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         end, not a failure of ours, and is not logged as one."""
         try:
             async for msg in request_iterator:
-                self._handle(st.worker, msg)
+                self._handle(st, msg)
         except Refused as cut:
             self._close(st)
             return cut
@@ -323,7 +323,8 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         self._close(st)
         return None
 
-    def _handle(self, w: RemoteWorker, msg: pb.WorkerMessage) -> None:
+    def _handle(self, st: _Stream, msg: pb.WorkerMessage) -> None:
+        w = st.worker
         ws = self.workers
         assert ws is not None
         now = self._clock()
@@ -346,9 +347,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             ws.fail(w, f.lease, message, now, permanent=f.permanent, retry_after=retry_after)
         elif kind == "set_slots":
             ws.set_slots(w, msg.set_slots.slots, now)
-            st = self._streams.get(w.id)
-            if st is not None:
-                st.resize()  # before the kick below can queue leases for the new grant
+            st.resize()  # before the kick below can queue leases for the new grant
         elif kind == "nack":
             moved = ws.nack(w, msg.nack.lease, now)
             if moved is not None:
