@@ -6,7 +6,8 @@ permanent ones.
     python examples/worker.py --submit 4       # ... and submit 4 tasks, print results, stop
 
 The worker token comes from CRONOQ_WORKER_TOKEN and the client token (for --submit) from
-CRONOQ_TOKEN; a server started without a config needs neither.
+CRONOQ_TOKEN; a server started without a config needs neither. A refusal that trying again
+cannot fix (a wrong token, an unknown pool) ends the program with one line and exit code 1.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from typing import Any
 
 import cronoq
-from cronoq.client import CancelTask, Client, Lease, Reject, Worker
+from cronoq.client import CancelTask, Client, ClientError, Lease, Reject, Worker
 
 
 class TransientError(Exception):
@@ -93,8 +95,10 @@ async def main() -> None:
         if registered.done():
             await registered
             print(f"worker {worker.worker_id} registered with {worker.granted_slots} slots")
-            await submit_some(args.server, args.pool, args.submit)
-            await worker.stop()
+            try:
+                await submit_some(args.server, args.pool, args.submit)
+            finally:
+                await worker.stop()
         else:
             registered.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -103,4 +107,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except ClientError as e:  # e.g. "unauthenticated: unknown token"
+        sys.exit(f"worker.py: {e}")

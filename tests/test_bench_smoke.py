@@ -1,5 +1,5 @@
-"""bench/library.py and bench/server.py --quick run to the end and print every figure (targets
-are not checked)."""
+"""bench/library.py, bench/server.py, bench/store.py and bench/takeover.py --quick run to the end
+and print every figure (targets are not checked)."""
 
 from __future__ import annotations
 
@@ -100,3 +100,19 @@ STORE_FIGURES = {
 
 def test_quick_store_benchmark_prints_every_figure() -> None:
     _run(STORE_BENCH, ["--quick"], STORE_FIGURES, timeout=300)
+
+
+TAKEOVER_BENCH = BENCH.parent / "takeover.py"
+TAKEOVER_FIGURES = {
+    "0": r"^\[0\]  fresh start, spawn -> first answer +median [\d,]+ ms  \(min [\d,]+, max",
+    "1": r"^\[1\]  restart after kill -9, kill -> answer +median [\d,]+ ms .*x the \d+ s lease; "
+    r"[+-][\d,]+ ms over \[0\] .*(PASS|MISS)",
+    "1-split": r"^     of which kill -> listening \(process start-up\) median [\d,]+ ms",
+    "2": r"^\[2\]  standby after kill -9, kill -> answer +median [\d,]+ ms .*(PASS|MISS)",
+    "baseline": r"^     baseline: the dead leader's lease, \d+ s",
+    "summary": r"^targets:  \d/2 met",
+}
+
+
+def test_quick_takeover_benchmark_prints_every_figure() -> None:
+    _run(TAKEOVER_BENCH, ["--quick"], TAKEOVER_FIGURES, timeout=300)

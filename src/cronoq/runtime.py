@@ -136,8 +136,9 @@ class _Session:
         self.waiters: dict[int, asyncio.Future[None]] = {}
         self.tasks: dict[int, asyncio.Future[Any]] = {}
         self.streams: list[EventStream] = []
-        # pool -> submitters parked by overflow="wait" until the pool has room
-        self.room: dict[str, list[asyncio.Future[None]]] = {}
+        # pool -> (tasks wanted, future) of callers parked until the pool has room for them
+        # (submitters of overflow="wait" pools, and Scheduler.room())
+        self.room: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
         self.closed = False
         self.idle: asyncio.Future[None] | None = None
         self.pump_due = False
@@ -551,7 +552,7 @@ class Scheduler:
 
     def _close_session(self, s: _Session) -> None:
         s.closed = True
-        for fut in [*s.waiters.values(), *(f for fs in s.room.values() for f in fs)]:
+        for fut in [*s.waiters.values(), *(f for fs in s.room.values() for _, f in fs)]:
             if not fut.done():
                 fut.set_result(None)
         s.waiters.clear()
@@ -696,12 +697,36 @@ class Scheduler:
             except SubmitError as e:
                 if e.code != "full":
                     raise
-                fut = s.loop.create_future()
-                s.room.setdefault(rec.pool, []).append(fut)
-                await fut
+                await self._park(s, rec.pool, 1)
                 s = self._admitting()
                 continue
             return s, got, dup
+
+    async def room(self, pool: str, n: int = 1) -> None:
+        """Wait until `pool` can take `n` more pending tasks without its overflow policy
+        (`Engine.has_room(pool, n)`); at once if it can. It also returns when the session ends
+        (shutdown, a lost store): the caller's next call then says why. A cancelled wait leaves
+        nothing behind. For a driver that holds submitters itself (the server's
+        overflow="wait")."""
+        s = self._live()
+        if pool not in self._core_configs:
+            raise SubmitError("unknown_pool", f"unknown pool {pool!r}")
+        while not s.closed and not s.engine.has_room(pool, n):
+            await self._park(s, pool, n)
+
+    @staticmethod
+    async def _park(s: _Session, pool: str, n: int) -> None:
+        """Until a turn after which `pool` has room for `n` (see _apply), or the session ends."""
+        entry = (n, s.loop.create_future())
+        s.room.setdefault(pool, []).append(entry)
+        try:
+            await entry[1]
+        finally:
+            parked = s.room.get(pool)
+            if parked is not None and entry in parked:  # cancelled: leave nothing behind
+                parked.remove(entry)
+                if not parked:
+                    del s.room[pool]
 
     async def submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
         """Admit all tasks or none: every task is validated before the first is admitted."""
@@ -948,10 +973,18 @@ class Scheduler:
         if s.idle is not None and not s.engine.running and not s.idle.done():
             s.idle.set_result(None)
         if s.room:
-            for pool in [p for p in s.room if s.engine.has_room(p)]:
-                for fut in s.room.pop(pool):
-                    if not fut.done():
+            eng = s.engine
+            for pool in [p for p in s.room if eng.has_room(p)]:
+                later = []
+                for n, fut in s.room.pop(pool):
+                    if fut.done():
+                        continue
+                    if n == 1 or eng.has_room(pool, n):
                         fut.set_result(None)
+                    else:
+                        later.append((n, fut))
+                if later:
+                    s.room[pool] = later
 
     def _release(
         self,

@@ -131,8 +131,8 @@ def mtls_config(pki: Path, store: str = "") -> str:
         + f'client_ca = "{pki}/ca.pem"\n'
         + POOLS
         + store
-        + '[[auth.certs]]\ndns = "ops.example"\nrole = "client"\npools = ["a"]\n'
-        + '[[auth.certs]]\ndns = "robot.example"\nrole = "worker"\npools = ["a"]\n'
-        + '[[auth.certs]]\ndns = "127.0.0.1"\nrole = "admin"\n'
+        + '[[auth.certs]]\ndns_name = "ops.example"\nrole = "client"\npools = ["a"]\n'
+        + '[[auth.certs]]\ndns_name = "robot.example"\nrole = "worker"\npools = ["a"]\n'
+        + '[[auth.certs]]\ndns = "127.0.0.1"\nrole = "admin"\n'  # `dns`: dns_name's alias
         + f'[[auth.tokens]]\ntoken = "{token("admin")}"\nrole = "admin"\n'
     )

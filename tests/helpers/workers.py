@@ -105,8 +105,8 @@ class Worker:
         assert msg.WhichOneof("msg") == "registered"
         return msg.registered
 
-    async def lease(self) -> pb.Lease:
-        msg = await self.recv()
+    async def lease(self, timeout: float = 2.0) -> pb.Lease:
+        msg = await self.recv(timeout)
         assert msg.WhichOneof("msg") == "lease", msg
         return msg.lease
 

@@ -4,13 +4,17 @@ so its tasks stay pending)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import os
 import pty
 import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,15 +109,14 @@ def test_task_options_reach_the_server(server: str) -> None:
         server, "x", "--kind", "report", "--priority", "HIGH", "--key", "cli-opts",
         "--tenant", "acme", "--deadline-in", "1h", "--timeout", "30s", "--max-attempts", "2",
         "--tag", "team=ops", "--label", "zone=b", "--resource", "gpu=1",
-        "--duration-hint", "500ms", "--content-type", "text/x-report", "--tolerance", "2s",
-        "--on-miss", "skip",
+        "--duration-hint", "500ms", "--content-type", "text/x-report", "--on-miss", "skip",
     )  # fmt: skip
     info = json.loads(cronoq(server, "get", "cli-opts", "--json").stdout)
     assert (info["id"], info["pool"], info["kind"]) == (task, "idle", "report")
     assert (info["priority"], info["tenant"], info["max_attempts"]) == ("high", "acme", 2)
     later = submit_idle(server, "--start-at", "2099-01-01T00:00:00Z", "--after", str(task))
     assert json.loads(cronoq(server, "--json", "get", str(later)).stdout)["status"] == "blocked"
-    start_in = submit_idle(server, "--start-in", "1h")
+    start_in = submit_idle(server, "--start-in", "1h", "--tolerance", "2s")  # (needs a start)
     assert json.loads(cronoq(server, "--json", "get", str(start_in)).stdout)["status"] == (
         "scheduled"
     )
@@ -336,3 +339,66 @@ def test_without_grpc_the_command_says_what_to_install() -> None:
     )
     assert done.returncode == 2
     assert "pip install 'cronoq[client]'" in one_error_line(done)
+
+
+class _Ready(logging.Handler):
+    """Sets `ready` on the server's `event=ready` log record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ready = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "ready":
+            self.ready.set()
+
+
+@contextlib.contextmanager
+def server_whose_clock_stands_still(config: str) -> Iterator[str]:
+    """The server cronoq-server runs (assemble.build), serving in a thread of this process on
+    a clock that does not move: everything it counts stays in its metrics window."""
+    from cronoq.server.assemble import build
+    from cronoq.server.config import load_config
+
+    app = build(load_config(config), clock=lambda: 1_000_000.0)
+    logger, ready = logging.getLogger("cronoq.server.app"), _Ready()
+    logger.addHandler(ready)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    serving = threading.Thread(target=loop.run_until_complete, args=(app.serve(stop),))
+    serving.start()
+    try:
+        assert ready.ready.wait(60), "the server did not start"
+        yield f"http://{app.grpc_address}"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        serving.join(60)
+        loop.close()
+        logger.removeHandler(ready)
+        logger.setLevel(level)
+
+
+def test_top_counts_errors_per_attempt_and_failed_tasks_in_the_totals() -> None:
+    """docs/cli.md, "cronoq top": the metrics window counts attempts, the totals tasks."""
+    retry = "retry = { max_attempts = 2, initial_backoff_s = 0, jitter = false }"
+    config = PORT0 + f'[[pools]]\nname = "default"\nmax = 2\n{retry}\n'
+    with server_whose_clock_stands_still(config) as server:
+        worker = EchoWorker(server.removeprefix("http://"))  # fails each "flaky" task once
+        try:
+            for payload in ("flaky-1", "flaky-2"):  # retried, then succeeded
+                done = cronoq(server, "submit", payload, "--wait")
+                assert done.returncode == 0 and "succeeded" in done.stdout, done.stderr
+            last = cronoq(server, "submit", "flaky-3", "--max-attempts", "1", "--wait")
+            assert last.returncode == 1 and "dead_lettered" in last.stdout, last.stderr
+            frame = cronoq(server, "top", "--once")
+        finally:
+            worker.stop()
+    assert frame.returncode == 0, frame.stderr
+    lines = [line.rstrip() for line in frame.stdout.splitlines()]
+    window = lines.index("metrics window")
+    assert lines[window + 1].split()[:4] == ["pool", "disp", "ok", "errors"]
+    assert lines[window + 3].split()[:4] == ["default", "5", "2", "3"]  # 5 attempts, 3 failed
+    totals = " ".join(" ".join(line.split()) for line in lines[2:5])
+    assert "failed 0" in totals and "dead lettered 1" in totals and "retries 2" in totals

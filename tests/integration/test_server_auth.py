@@ -101,7 +101,14 @@ async def test_unknown_or_malformed_credentials_are_unauthenticated() -> None:
         for scheme in ("bearer", "BEARER", "Bearer"):  # the scheme in any case
             meta = [("authorization", f"{scheme} {token('client')}")]
             assert await code_of(s.tasks.ListTasks(pb.ListTasksRequest(), metadata=meta)) is Code.OK
-        assert "missing credentials" in await details_of(s.tasks.ListTasks(pb.ListTasksRequest()))
+        assert await details_of(s.tasks.ListTasks(pb.ListTasksRequest())) == (
+            "missing credentials (bearer token or client certificate)"
+        )
+        unknown = [("authorization", "Bearer unknown-token-0123456789abcdef")]
+        c = s.tasks.ListTasks(pb.ListTasksRequest(), metadata=unknown)
+        assert await details_of(c) == "invalid token"
+        c = s.tasks.ListTasks(pb.ListTasksRequest(), metadata=md("worker"))
+        assert await details_of(c) == "credentials lack the required role"
 
 
 async def test_unknown_methods_are_for_the_admin_alone() -> None:
@@ -495,9 +502,9 @@ async def test_http_uses_the_same_credentials_and_roles() -> None:
 
         health, anonymous, unknown, client, metrics, metrics_a = await asyncio.to_thread(probe)
     assert health[0] == 200
-    assert (anonymous[0], anonymous[1]["error"]["code"]) == (401, "unauthenticated")
-    assert (unknown[0], unknown[1]["error"]["code"]) == (401, "unauthenticated")
-    assert (client[0], client[1]["error"]["code"]) == (403, "permission_denied")
+    assert (anonymous[0], anonymous[1]["code"]) == (401, "unauthorized")
+    assert (unknown[0], unknown[1]["code"]) == (401, "unauthorized")
+    assert (client[0], client[1]["code"]) == (403, "forbidden")
     assert metrics[0] == 200 and {p["name"] for p in metrics[1]["pools"]} == {"a", "b"}
     assert metrics_a[0] == 200 and [p["name"] for p in metrics_a[1]["pools"]] == ["a"]
 

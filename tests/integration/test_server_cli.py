@@ -12,6 +12,7 @@ import socket
 import sqlite3
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -94,60 +95,81 @@ def test_print_proto_comes_first_and_needs_no_config(tmp_path: Path) -> None:
     assert "service Workers" in r.stdout
 
 
+VALID = "configuration is valid\n"  # what --check prints, as the published server does
+
+
 def test_check_ok(tmp_path: Path) -> None:
-    assert run("--check").stdout == "ok\n"  # the embedded default
+    r = run("--check")  # the embedded default
+    assert (r.returncode, r.stdout, r.stderr) == (0, VALID, "")
     r = run("--check", "-c", write(tmp_path, PORT0))
-    assert (r.returncode, r.stdout) == (0, "ok\n")
+    assert (r.returncode, r.stdout) == (0, VALID)
 
 
-def test_check_errors_one_line_each_exit_2(tmp_path: Path) -> None:
+def test_check_errors_one_error_line_each_exit_1(tmp_path: Path) -> None:
     config = write(tmp_path, '[server]\nfoo = 1\n[[pools]]\nname = "p"\nmin = 5\nmax = 2\n')
     r = run("--check", "-c", config)
-    assert r.returncode == 2 and r.stdout == ""
+    assert r.returncode == 1 and r.stdout == ""
     lines = r.stderr.splitlines()
-    assert lines[0] == "server.foo: unknown key"
-    assert len(lines) == 2 and lines[1].startswith("pools[0].")
+    assert lines[0] == "Error: server.foo: unknown key"
+    assert len(lines) == 2 and lines[1].startswith("Error: pools[0].")
     assert "Traceback" not in r.stderr
-    # the same without --check: the server does not start
-    assert run("-c", config).returncode == 2
+    # the same without --check: the server does not start, and logs nothing
+    served = run("-c", config)
+    assert (served.returncode, served.stderr) == (1, r.stderr)
     missing = run("--check", "-c", str(tmp_path / "nope.toml"))
-    assert missing.returncode == 2 and "cannot read the file" in missing.stderr
+    assert missing.returncode == 1
+    (line,) = missing.stderr.splitlines()
+    assert line.startswith(f"Error: {tmp_path / 'nope.toml'}: cannot read the file"), line
+    broken = run("--check", "-c", write(tmp_path, "[server\n", "broken.toml"))
+    assert broken.returncode == 1
+    (line,) = broken.stderr.splitlines()
+    assert line.startswith(f"Error: {tmp_path / 'broken.toml'}: not valid TOML ("), line
+
+
+def test_a_usage_error_exits_2(tmp_path: Path) -> None:
+    r = run("--no-such-option")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "usage: cronoq-server" in r.stderr and "--no-such-option" in r.stderr
+    assert run("--check", "-c").returncode == 2  # -c without its PATH
 
 
 def test_cronoq_config_env_and_the_flag_over_it(tmp_path: Path) -> None:
     bad = write(tmp_path, "[server]\nfoo = 1\n", "bad.toml")
     r = run("--check", env={"CRONOQ_CONFIG": bad})
-    assert (r.returncode, r.stderr) == (2, "server.foo: unknown key\n")
+    assert (r.returncode, r.stderr) == (1, "Error: server.foo: unknown key\n")
     r = run("--check", "-c", write(tmp_path, PORT0), env={"CRONOQ_CONFIG": bad})
-    assert (r.returncode, r.stdout) == (0, "ok\n")
+    assert (r.returncode, r.stdout) == (0, VALID)
 
 
 def test_shard_override_reaches_validation(tmp_path: Path) -> None:
     config = write(tmp_path, SHARDS)
     r = run("--check", "-c", config)
-    assert r.returncode == 2 and r.stderr.startswith("server.shard: is required")
-    assert run("--check", "-c", config, "--shard", "cpu").stdout == "ok\n"
+    assert r.returncode == 1 and r.stderr.startswith("Error: server.shard: is required")
+    assert run("--check", "-c", config, "--shard", "cpu").stdout == VALID
     # gpu is a shard, but its pool is not configured here: the validation saw the override
     r = run("--check", "-c", config, env={"CRONOQ_SHARD": "gpu"})
-    assert r.returncode == 2 and 'pool "llm" of this server\'s shard' in r.stderr
+    assert r.returncode == 1 and 'pool "llm" of this server\'s shard' in r.stderr
     r = run("--check", "-c", config, "--shard", "cpu", env={"CRONOQ_SHARD": "gpu"})
-    assert r.stdout == "ok\n"  # the flag wins over the variable
+    assert r.stdout == VALID  # the flag wins over the variable
     r = run("--check", "-c", config, "--shard", "tpu")
-    assert r.returncode == 2 and "server.shard: must name one of" in r.stderr
+    assert r.returncode == 1 and "Error: server.shard: must name one of" in r.stderr
 
 
 def test_insecure_no_auth_flag(tmp_path: Path) -> None:
     config = write(tmp_path, '[server]\ngrpc_addr = "0.0.0.0:0"\n')
     r = run("--check", "-c", config)
-    assert r.returncode == 2 and r.stderr.startswith("server.grpc_addr: 0.0.0.0:0 is not")
-    assert run("--check", "-c", config, "--insecure-no-auth").stdout == "ok\n"
+    assert r.returncode == 1 and r.stderr.startswith("Error: server.grpc_addr: 0.0.0.0:0 is not")
+    assert run("--check", "-c", config, "--insecure-no-auth").stdout == VALID
 
 
 def test_postgres_is_refused_clearly(tmp_path: Path) -> None:
     config = write(tmp_path, PORT0 + '[store]\nkind = "postgres"\nurl = "postgres://u@h/db"\n')
     assert run("--check", "-c", config).returncode == 0  # a valid configuration...
     r = run("-c", config)
-    assert (r.returncode, r.stderr) == (2, "store.kind: the postgres store is not available yet\n")
+    assert (r.returncode, r.stderr) == (
+        1,
+        "Error: store.kind: the postgres store is not available yet\n",
+    )
 
 
 def test_address_in_use_exits_1(tmp_path: Path) -> None:
@@ -157,8 +179,76 @@ def test_address_in_use_exits_1(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         r = run("-c", write(tmp_path, f'[server]\ngrpc_addr = "127.0.0.1:{port}"\n'))
     assert r.returncode == 1
-    assert "event=failed" in r.stderr and f"cannot listen on 127.0.0.1:{port}" in r.stderr
     assert "Traceback" not in r.stderr
+    # the log line, then the published server's last line
+    *logged, last = r.stderr.splitlines()
+    (failed,) = [line for line in logged if "event=failed" in line]
+    assert f"cannot listen on 127.0.0.1:{port}" in failed and LOG_LINE.match(failed)
+    assert last == f"Error: cannot listen on 127.0.0.1:{port}: address already in use", last
+
+
+def events_of(stderr: str) -> list[str]:
+    return [m.group(1) for line in stderr.splitlines() if (m := re.search(r"event=(\w+)", line))]
+
+
+def test_a_store_that_cannot_open_logs_failed_before_the_shutdown(tmp_path: Path) -> None:
+    store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/no-such-directory/q.db"\n'
+    config = write(tmp_path, PORT0 + store)
+    assert run("--check", "-c", config).stdout == VALID  # the file is opened only to serve
+    r = run("-c", config)
+    assert r.returncode == 1, r.stderr
+    assert events_of(r.stderr)[-3:] == ["failed", "stopping", "stopped"], r.stderr
+    (failed,) = [line for line in r.stderr.splitlines() if "event=failed" in line]
+    assert "level=error" in failed and "no-such-directory/q.db" in failed
+    assert "Traceback" not in r.stderr
+    last = r.stderr.splitlines()[-1]  # after the shutdown's events
+    assert last.startswith("Error: ") and "no-such-directory/q.db" in last, r.stderr
+
+
+# `cronoq-server` as the entry point runs it, in an interpreter where the modules cannot be
+# imported: the import fails as it does when their packages are not installed.
+WITHOUT = """
+import runpy, sys
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {missing}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+runpy.run_module("cronoq.server.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [("aiohttp", "prometheus_client"), ("grpc", "google", "aiohttp", "prometheus_client")],
+    ids=["with-grpcio", "without-grpcio"],
+)
+def test_without_the_server_extra_one_line_says_what_to_install(
+    tmp_path: Path, missing: tuple[str, ...]
+) -> None:
+    code = WITHOUT.format(missing=set(missing))
+    config = write(tmp_path, PORT0)
+    served = subprocess.run(
+        [sys.executable, "-c", code, "-c", config], capture_output=True, text=True, timeout=20
+    )
+    assert served.returncode == 1
+    (line,) = served.stderr.splitlines()
+    named = re.fullmatch(
+        r"Error: serving needs the server extra \(no module named '(\w+)'\):"
+        r" pip install 'cronoq\[server\]'",
+        line,
+    )
+    assert named is not None and named.group(1) in missing, line
+    checked = subprocess.run(
+        [sys.executable, "-c", code, "--check", "-c", config],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert (checked.returncode, checked.stdout) == (0, VALID)  # --check needs no extra
 
 
 # --- serving -------------------------------------------------------------------------------
@@ -405,7 +495,7 @@ async def test_tls_listener(tmp_path: Path) -> None:
             return str(r.read().decode())
 
     # the HTTP listener speaks TLS too, and only TLS
-    assert '"ok"' in await asyncio.to_thread(https, "https")
+    assert await asyncio.to_thread(https, "https") == "ok"
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         await asyncio.to_thread(https, "http")
     stop.set()

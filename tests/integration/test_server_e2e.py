@@ -17,7 +17,8 @@ from helpers.workers import EchoWorker
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    config = PORT0 + '[[pools]]\nname = "default"\nmax = 4\n[pools.retry]\ninitial_backoff_s = 0\n'
+    retry = "[pools.retry]\nmax_attempts = 3\ninitial_backoff_s = 0\n"
+    config = PORT0 + '[[pools]]\nname = "default"\nmax = 4\n' + retry
     s = Server(write(tmp_path, config))
     s.wait_for("event=ready")
     yield s

@@ -170,15 +170,17 @@ def test_role_matrix(target: Serving, method: str, caller: str) -> None:
 
 
 async def test_not_found_unknown_task(target: Serving) -> None:
+    """Get and Wait; Cancel answers `cancelled = false` instead (test_server_published)."""
     async with connect(target) as s:
         who = md("client")
         for t in (987654321, "no-such-key"):
             for c in (
                 s.tasks.Get(pb.GetRequest(task=ref(t)), metadata=who),
                 s.tasks.Wait(pb.WaitRequest(task=ref(t), timeout_s=1), metadata=who),
-                s.tasks.Cancel(pb.CancelRequest(task=ref(t)), metadata=who),
             ):
                 assert await code_of(c) is Code.NOT_FOUND, t
+            got = await s.tasks.Cancel(pb.CancelRequest(task=ref(t)), metadata=who)
+            assert not got.cancelled
 
 
 async def test_not_found_unknown_pool(target: Serving) -> None:
@@ -186,15 +188,20 @@ async def test_not_found_unknown_pool(target: Serving) -> None:
         c = s.tasks.Submit(pb.SubmitRequest(task=spec("nope")), metadata=md("client"))
         code, details = await refused(c)
         assert code is Code.NOT_FOUND and "nope" in details
-        c = s.admin.AddRecurring(
-            pb.RecurringRequest(name="r", cron="0 0 1 1 *", template=spec("nope")),
-            metadata=md("admin"),
-        )
+        c = s.tasks.ListTasks(pb.ListTasksRequest(pools=["nope"]), metadata=md("client"))
         assert await code_of(c) is Code.NOT_FOUND
         w = AuthWorker(s)
         w.send(register=pb.Register(pool="nope", slots=1, worker_name="w", protocol_version=3))
         assert await code_of(w.call) is Code.NOT_FOUND
         w.close()
+
+
+async def test_not_found_unknown_resource(target: Serving) -> None:
+    async with connect(target) as s:
+        c = s.tasks.Submit(
+            pb.SubmitRequest(task=spec(resources={"nope": 1})), metadata=md("client")
+        )
+        assert await refused(c) == (Code.NOT_FOUND, "unknown resource 'nope'")
 
 
 async def test_not_found_unknown_dependency(target: Serving) -> None:
@@ -210,10 +217,14 @@ async def test_resource_exhausted_full_pool(target: Serving) -> None:
     async with connect(target) as s:
         held = [await submit(s, "tiny"), await submit(s, "tiny")]
         try:
-            code, details = await refused(
-                s.tasks.Submit(pb.SubmitRequest(task=spec("tiny")), metadata=md("client"))
+            # overflow "wait" holds the call until there is room, here until its deadline
+            # (docs/overflow-and-fairness.md, "On the server")
+            code, _ = await refused(
+                s.tasks.Submit(
+                    pb.SubmitRequest(task=spec("tiny")), metadata=md("client"), timeout=0.5
+                )
             )
-            assert (code, details) == (Code.RESOURCE_EXHAUSTED, "queue full")
+            assert code is Code.DEADLINE_EXCEEDED
             held.append(await submit(s, "rej"))
             code, details = await refused(
                 s.tasks.Submit(pb.SubmitRequest(task=spec("rej")), metadata=md("client"))
@@ -269,10 +280,10 @@ BAD_SPECS: dict[str, pb.TaskSpec] = {
     "unknown priority": spec(priority=99),
     "unknown condition": spec(deps=[pb.Dep(target=pb.TaskRef(id=1), cond=99)]),  # type: ignore[arg-type]
     "too many deps": spec(deps=[pb.Dep(target=pb.TaskRef(id=i)) for i in (1, 2, 3)]),
-    "unknown resource": spec(resources={"nope": 1}),
     "amount over capacity": spec(resources={"gpu": 3}),
     "zero amount": spec(resources={"gpu": 0}),
-    "max_attempts 0": spec(retry=pb.RetryPolicy(max_attempts=0)),
+    "multiplier over 1000": spec(retry=pb.RetryPolicy(max_attempts=2, multiplier=1001)),
+    "tolerance without a start": spec(tolerance_s=1.0),
 }
 
 
@@ -289,10 +300,11 @@ REASONS = {
     "unknown priority": "task.priority: unknown enum value",
     "unknown condition": "task.deps[0].cond: unknown enum value",
     "too many deps": "max_deps=2",
-    "unknown resource": "unknown resource 'nope'",
     "amount over capacity": "exceeds capacity",
     "zero amount": "amount must be > 0",
-    "max_attempts 0": "task.retry.max_attempts",
+    "multiplier over 1000": "task.retry.multiplier",
+    "tolerance without a start": "tolerance_s requires a start time",
+    "template for an unknown pool": "invalid template: unknown pool 'nope'",
     "dependency cycle": "cycle",
     "duplicate key": "duplicate key 'twice'",
     "too many tasks": "max_tasks_per_batch=20",
@@ -380,6 +392,7 @@ BAD_OTHERS: dict[str, tuple[str, str, Any]] = {
         "RemoveRecurring",
         pb.RemoveRecurringRequest(name="a\0"),
     ),
+    "template for an unknown pool": ("admin", "AddRecurring", _recurring(template=spec("nope"))),
 }
 
 
@@ -392,12 +405,10 @@ async def test_invalid_argument_other(target: Serving, case: str) -> None:
         assert code is Code.INVALID_ARGUMENT and REASONS[case] in details, details
 
 
-async def test_resource_exhausted_message_too_large(target: Serving) -> None:
+async def test_out_of_range_message_too_large(target: Serving) -> None:
     async with connect(target) as s:
         big = pb.SubmitRequest(task=spec(payload=b"x" * 70_000))  # over max_message_bytes
-        assert await code_of(s.tasks.Submit(big, metadata=md("client"))) is (
-            Code.RESOURCE_EXHAUSTED
-        )
+        assert await code_of(s.tasks.Submit(big, metadata=md("client"))) is Code.OUT_OF_RANGE
 
 
 async def test_deadline_exceeded_waits(target: Serving) -> None:

@@ -23,6 +23,7 @@ import cronoq
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.config import LimitsSettings
+from cronoq.server.decode import receive_limit
 from cronoq.server.tasks import AdminService, TasksService
 
 Code = grpc.StatusCode
@@ -68,7 +69,10 @@ async def serve(
     await sched.start()
     size = limits.max_message_bytes
     server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size)]
+        options=[
+            ("grpc.max_receive_message_length", receive_limit(size)),  # as the app's listener
+            ("grpc.max_send_message_length", size),
+        ]
     )
     cronoq_pb2_grpc.add_TasksServicer_to_server(TasksService(sched, limits), server)
     cronoq_pb2_grpc.add_AdminServicer_to_server(AdminService(sched, limits, workers), server)
@@ -171,14 +175,16 @@ async def test_submit_invalid_input() -> None:
         assert await submit(timeout_s=-1) == invalid
         assert await submit(start_in_s=1, start_unix_ns=1) == invalid
         assert await submit(priority=9) == invalid
-        assert await submit(retry=pb.RetryPolicy(max_attempts=0)) == invalid
-        assert await submit(resources={"nope": 1}) == invalid
+        assert await submit(retry=pb.RetryPolicy(max_attempts=1, multiplier=-1)) == invalid
+        assert await submit(tolerance_s=1) == invalid
         assert await submit(resources={"sem": 3}) == invalid
         assert await submit(content_type="x" * 129) == invalid
         assert await submit(deps=[pb.Dep(target=pb.TaskRef())]) == invalid
         assert await submit(pool="nope") == Code.NOT_FOUND
+        assert await submit(resources={"nope": 1}) == Code.NOT_FOUND
         assert await submit(deps=[pb.Dep(target=ref("missing"))]) == Code.NOT_FOUND
-        assert await submit(payload=b"x" * (64 * 1024 + 1)) == Code.RESOURCE_EXHAUSTED
+        assert await submit(payload=b"x" * (64 * 1024 + 1)) == Code.OUT_OF_RANGE
+        assert await code_of(env.tasks.Submit(pb.SubmitRequest())) == invalid
         assert not env.sched._live().engine.tasks  # nothing was admitted
 
 
@@ -188,11 +194,15 @@ async def test_full_pools_and_total_bound() -> None:
         cronoq.Pool("strict", hang, max=1, autoscale=False, max_pending=1, overflow="reject"),
     ]
     async with serve(LimitsSettings(max_pending_total=4), extra_pools=pools) as env:
-        for pool in ("bounded", "strict"):
+        # overflow "wait" holds the call until room or its deadline; "reject" refuses at once
+        for pool, code in (
+            ("bounded", Code.DEADLINE_EXCEEDED),
+            ("strict", Code.RESOURCE_EXHAUSTED),
+        ):
             for _ in range(2):  # one runs, one waits
                 await env.tasks.Submit(pb.SubmitRequest(task=spec(pool=pool)))
-            full = env.tasks.Submit(pb.SubmitRequest(task=spec(pool=pool)))
-            assert await code_of(full) == Code.RESOURCE_EXHAUSTED
+            full = env.tasks.Submit(pb.SubmitRequest(task=spec(pool=pool)), timeout=0.3)
+            assert await code_of(full) == code
         for _ in range(3):  # pending: 1 + 1 above, 2 here
             await env.tasks.Submit(pb.SubmitRequest(task=spec(pool="slow")))
         over = env.tasks.Submit(pb.SubmitRequest(task=spec()))
@@ -269,7 +279,8 @@ async def test_cancel() -> None:
         res = await t.Wait(pb.WaitRequest(task=ref(queued.id)))
         assert res.status == pb.TASK_STATUS_CANCELLED and not res.HasField("output")
         assert not (await t.Cancel(pb.CancelRequest(task=ref(queued.id)))).cancelled
-        assert await code_of(t.Cancel(pb.CancelRequest(task=ref(999999)))) == Code.NOT_FOUND
+        for unknown in (999999, "nobody"):  # as if it had ended
+            assert not (await t.Cancel(pb.CancelRequest(task=ref(unknown)))).cancelled
 
 
 # --- ListTasks ---------------------------------------------------------------------------------
@@ -446,5 +457,5 @@ async def test_recurring_invalid() -> None:
         assert await add(template=spec(start_in_s=1)) == invalid
         assert await add(template=spec(deadline_unix_ns=1)) == invalid
         assert await add(overlap=17) == invalid
-        assert await add(template=spec(pool="nope")) == Code.NOT_FOUND
+        assert await add(template=spec(pool="nope")) == invalid
         assert not (await env.admin.ListRecurring(pb.Empty())).schedules

@@ -154,10 +154,13 @@ async def test_cancel_sends_an_abort() -> None:
     ("first", "code"),
     [
         (pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=1)), grpc.StatusCode.INVALID_ARGUMENT),
-        (pb.WorkerMessage(register=pb.Register(pool="nope", slots=1)), grpc.StatusCode.NOT_FOUND),
         (
-            pb.WorkerMessage(register=pb.Register(pool="p", slots=0)),
-            grpc.StatusCode.INVALID_ARGUMENT,
+            pb.WorkerMessage(register=pb.Register(pool="nope", slots=1, protocol_version=3)),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (
+            pb.WorkerMessage(register=pb.Register(pool="p", slots=1, protocol_version=2)),
+            grpc.StatusCode.FAILED_PRECONDITION,
         ),
     ],
 )

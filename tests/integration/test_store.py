@@ -753,7 +753,7 @@ def _newer_schema(path: Path) -> None:
     execute(path, *_SCHEMA_V1)
     execute(
         path,
-        "INSERT INTO cronoq_meta VALUES ('application', 'cronoq'), ('schema_version', '4')",
+        "INSERT INTO cronoq_meta VALUES ('application', 'cronoq'), ('schema_version', '5')",
     )
 
 
@@ -763,7 +763,7 @@ def _newer_schema(path: Path) -> None:
         (_text_file, "not a cronoq database (file is not a database)"),
         (_other_sqlite, "not a cronoq database (no cronoq_meta table)"),
         (_foreign_meta, "not a cronoq database (cronoq_meta has no cronoq schema version)"),
-        (_newer_schema, "schema version 4 is newer than this cronoq supports (3)"),
+        (_newer_schema, "schema version 5 is newer than this cronoq supports (4)"),
     ],
 )
 async def test_unusable_file_is_refused_and_left_unchanged(
@@ -790,16 +790,16 @@ async def test_unusable_file_is_refused_and_left_unchanged(
 
 
 async def test_a_newer_schema_written_by_a_real_store_is_refused(tmp_path: Path) -> None:
-    """A file made by a scheduler, then marked as version 4: refused, bytes untouched."""
+    """A file made by a scheduler, then marked as version 5: refused, bytes untouched."""
     path = tmp_path / "cronoq.db"
     async with running(make(path, Recorder())) as s:
         await s.submit("x")
-    execute(path, "UPDATE cronoq_meta SET value = '4' WHERE key = 'schema_version'")
+    execute(path, "UPDATE cronoq_meta SET value = '5' WHERE key = 'schema_version'")
     before = path.read_bytes()
     with pytest.raises(SchedulerError) as info:
         await make(path, Recorder()).start()
     assert str(path) in str(info.value)
-    assert "schema version 4 is newer than this cronoq supports (3)" in str(info.value)
+    assert "schema version 5 is newer than this cronoq supports (4)" in str(info.value)
     assert path.read_bytes() == before
 
 
@@ -833,7 +833,7 @@ async def test_empty_file_is_initialized(tmp_path: Path) -> None:
         assert await (await s.submit("x")) == "x"
     assert dict(query(path, "SELECT key, value FROM cronoq_meta")) == {
         "application": "cronoq",
-        "schema_version": "3",
+        "schema_version": "4",
     }
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
 
@@ -896,7 +896,7 @@ async def test_version_1_file_is_migrated_and_its_tasks_run(tmp_path: Path) -> N
     assert rec.attempts(e | 3) == [2]
     assert rec.attempts(e | 1) == []
     meta = dict(query(path, "SELECT key, value FROM cronoq_meta"))
-    assert meta == {"application": "cronoq", "schema_version": "3"}
+    assert meta == {"application": "cronoq", "schema_version": "4"}
     columns = [c[1] for c in query(path, "PRAGMA table_info(cronoq_tasks)")]
     assert columns[-3:] == ["eligible", "not_before", "started"]
     assert dict(query(path, "SELECT key, status FROM cronoq_tasks WHERE key IS NOT NULL")) == {

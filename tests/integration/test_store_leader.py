@@ -1,17 +1,28 @@
-"""Leader and standbys on one SQLite file, as separate processes (issue 4).
+"""Leader and standbys on one SQLite file, as separate processes.
 
 docs/durability.md, "Leader and standbys": one process leads, the others wait inside
-`start()`; a clean stop hands over at once, a killed leader's lease runs out after lease_ttl;
-each new leader has the next epoch, which is the high 16 bits of its task ids; a leader whose
-lease was taken over is fenced ("fenced: leadership lost") and writes nothing more. Each
-process is store_leader_child.py, driven over stdin/stdout; the file is read with sqlite3.
+`start()`; a clean stop hands over at once, and so does the death of a leader on this host (the
+kernel frees its lock file), while a lease whose holder may still live (another host, a holder
+without the lock) is waited out; each new leader has the next epoch, which is the high 16 bits
+of its task ids; a leader whose lease ran out with nobody taking over renews it and goes on,
+one whose lease was taken over is fenced ("fenced: leadership lost") and writes nothing more.
+Library processes are store_leader_child.py, driven over stdin/stdout; server processes are
+`cronoq-server` (helpers/servers.py); the file is read with sqlite3. The last part drives
+`SqliteStore` handles in this process (two handles are two processes to the lock file).
+
+Takeovers that must not wait out a lease give it 60 s and allow TAKEOVER (30 s): a bound that
+only a takeover that waited for the lease can miss, however slow the machine.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 import queue
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,11 +32,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from cronoq import SqliteStore
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from cronoq.store import Batch
+from cronoq.store.sqlite import _SCHEMA_V1, LOCK_SUFFIX, MIGRATIONS
+from helpers.servers import PORT0, Server, write
+from helpers.workers import EchoWorker
+
 CHILD = Path(__file__).with_name("store_leader_child.py")
-TTL = 1.0  # lease_ttl of the kill and fencing tests (lease_renew = TTL / 4, lock_poll 0.05)
+TTL = 1.0  # lease_ttl of the fencing tests (lease_renew = TTL / 4, lock_poll 0.05)
 LOCK_POLL = 0.05
+LEASE = 60.0  # the lease of the takeovers that must not wait it out
+TAKEOVER = 30.0  # ... and how long they may take at most (see the module's docstring)
 FENCED = "fenced: leadership lost"
 # Waits for a child's answer are conditions; this bound only fails a hung one (a busy machine
 # can take seconds to start a Python process or to commit).
@@ -243,25 +265,26 @@ def test_a_result_is_seen_only_once_it_is_on_disk(
         assert row[1:4] == ("succeeded", 1, 1), f"t{n} was reported before it was written"
 
 
-def test_standby_takes_over_within_the_lease_after_the_leader_is_killed(
+def test_a_killed_leaders_standby_and_successor_on_this_host_do_not_wait_out_its_lease(
     spawn: Callable[..., Child], tmp_path: Path
 ) -> None:
-    a = spawn("A")
+    db = tmp_path / "cronoq.sqlite"
+    a = spawn("A", LEASE)
     epoch_a, _ = a.started()
     a.ask("submit done 0", "result done")
     long_id = a.ask("submit long 60", "submitted long")[2]
     assert a.expect("run long")[2:] == [long_id, "1"]
 
-    b = spawn("B")
+    b = spawn("B", LEASE)
     b.expect("starting")
     a.proc.send_signal(signal.SIGKILL)
     assert a.proc.wait(timeout=LONG) == -signal.SIGKILL
-    expiry = lease_expiry(tmp_path / "cronoq.sqlite")  # A's last renewal: final now
+    expiry = lease_expiry(db)  # A's last renewal: final now
 
-    epoch_b, started_at = b.started(timeout=LONG)
+    epoch_b, started_at = b.started(timeout=TAKEOVER)
     assert epoch_b == epoch_a + 1
-    assert started_at >= expiry, "B led before A's lease ran out"
-    assert holder_pid(tmp_path / "cronoq.sqlite") == b.pid
+    assert started_at < expiry, "B waited out the lease of a leader that was gone"
+    assert holder_pid(db) == b.pid
 
     # B has A's tasks: the finished one with its result, the running one counts its attempt
     # as used and runs again as attempt 2.
@@ -269,6 +292,16 @@ def test_standby_takes_over_within_the_lease_after_the_leader_is_killed(
     assert b.expect("run long")[2:] == [long_id, "2"]
     assert b.ask("status long", "status long")[2] == "running"
     assert int(b.ask("submit b1 0", "submitted b1")[2]) == first_id(epoch_b)
+    assert b.expect("result b1")[2] == compact({"by": "B", "attempt": 1})  # (on disk now)
+
+    # A process started after B's death (a restart) does not wait either.
+    b.kill()
+    expiry = lease_expiry(db)
+    c = spawn("C", LEASE)
+    epoch_c, started_at = c.started(timeout=TAKEOVER)
+    assert epoch_c == epoch_b + 1 and started_at < expiry
+    assert c.ask("result done", "result done")[2] == compact({"by": "A", "attempt": 1})
+    assert c.ask("result b1", "result b1")[2] == compact({"by": "B", "attempt": 1})
 
 
 def test_a_paused_leader_whose_lease_was_taken_is_fenced_and_writes_nothing(
@@ -280,11 +313,13 @@ def test_a_paused_leader_whose_lease_was_taken_is_fenced_and_writes_nothing(
     a.ask("submit done 0", "result done")
     long_id = a.ask("submit long 60", "submitted long")[2]
     assert a.expect("run long")[2:] == [long_id, "1"]
-    # "soon" finishes while A is paused: on waking, A tries to write its success.
-    soon_id = a.ask("submit soon 0.5", "submitted soon")[2]
-    assert a.expect("run soon")[2:] == [soon_id, "1"]
     b = spawn("B")
-    b.expect("starting")
+    b.expect("starting")  # (its start-up is over before "soon" starts)
+    # "soon" is still running when A is paused (3 s are far more than the pause takes to
+    # land), and its time is up when A wakes (see below): A then tries to write its success.
+    soon_id = a.ask("submit soon 3", "submitted soon")[2]
+    assert a.expect("run soon")[2:] == [soon_id, "1"]
+    soon_done = time.time() + 3.0  # (A started it before it said so)
     pause_between_transactions(a, db)
     expiry = lease_expiry(db)  # A renews no more while paused
 
@@ -304,6 +339,8 @@ def test_a_paused_leader_whose_lease_was_taken_is_fenced_and_writes_nothing(
     assert before[0][int(soon_id)][1:4] == ("running", 0, 2)
 
     assert time.time() > expiry  # (B leads, so A's lease has run out)
+    while time.time() < soon_done:  # "soon" has ended in A's time when it wakes
+        time.sleep(0.05)
     a.proc.send_signal(signal.SIGCONT)
     # A steps down: the handle of its running task fails, its API refuses with the reason.
     assert " ".join(a.expect(("failed long", "result long"))) == f"failed long shutdown {FENCED}"
@@ -324,3 +361,304 @@ def test_a_paused_leader_whose_lease_was_taken_is_fenced_and_writes_nothing(
     # "soon" ended in A's memory, but A could not write that: its handle must fail as well,
     # not report a success that the file does not have (B is running it again).
     assert " ".join(a.expect(("failed soon", "result soon"))) == f"failed soon shutdown {FENCED}"
+
+
+# --- cronoq-server processes ------------------------------------------------------------------
+
+
+def server_config(tmp_path: Path, db: Path, lease: float) -> str:
+    store = f'[store]\nkind = "sqlite"\npath = "{db}"\nleader_lease_s = {lease}\n'
+    return write(tmp_path, PORT0 + store)
+
+
+def grpc_submit(address: str, key: str, payload: bytes = b"x", wait: bool = False) -> Any:
+    with grpc.insecure_channel(address) as ch:
+        request = pb.SubmitRequest(task=pb.TaskSpec(key=key, payload=payload), wait=wait)
+        return cronoq_pb2_grpc.TasksStub(ch).Submit(request, timeout=LONG)
+
+
+def grpc_get(address: str, key: str) -> Any:
+    with grpc.insecure_channel(address) as ch:
+        request = pb.GetRequest(task=pb.TaskRef(key=key))
+        return cronoq_pb2_grpc.TasksStub(ch).Get(request, timeout=LONG)
+
+
+def worker_ids(address: str) -> list[int]:
+    with grpc.insecure_channel(address) as ch:
+        listed = cronoq_pb2_grpc.AdminStub(ch).ListWorkers(pb.Empty(), timeout=LONG)
+        return [w.id for w in listed.workers]
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    started: list[Server] = []
+    yield started
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGCONT)
+        s.kill()
+
+
+def test_a_server_killed_and_started_again_serves_without_waiting_out_its_lease(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    db = tmp_path / "q.db"
+    config = server_config(tmp_path, db, LEASE)
+    first = Server(config)
+    servers.append(first)
+    first.wait_for("event=ready")
+    before = grpc_submit(first.address, "before")
+    first.kill()  # SIGKILL
+    expiry = lease_expiry(db)
+
+    again = Server(config)
+    servers.append(again)
+    again.wait_for("event=ready", timeout=TAKEOVER)
+    assert time.time() < expiry, "the restart waited out its predecessor's lease"
+    info = grpc_get(again.address, "before")
+    assert (info.id, info.status) == (before.id, pb.TASK_STATUS_READY)
+    assert grpc_submit(again.address, "after").id >> 48 == (before.id >> 48) + 1
+
+
+def test_a_standby_server_takes_over_from_a_killed_leader_without_waiting_out_its_lease(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    db = tmp_path / "q.db"
+    config = server_config(tmp_path, db, LEASE)
+    leader = Server(config)
+    servers.append(leader)
+    leader.wait_for("event=ready")
+    standby = Server(config)
+    servers.append(standby)
+    standby.wait_for("event=awaiting_leadership")
+    before = grpc_submit(leader.address, "before")
+    leader.kill()
+    expiry = lease_expiry(db)
+
+    standby.wait_for("event=ready", timeout=TAKEOVER)
+    assert time.time() < expiry, "the standby waited out the dead leader's lease"
+    assert grpc_get(standby.address, "before").id == before.id
+    assert holder_pid(db) == standby.proc.pid
+
+
+def test_a_lone_server_stalled_past_its_lease_keeps_leading_and_its_worker(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """No other process wants the file: a leader stalled (SIGSTOP: a stalled disk, a busy
+    machine) until its lease ran out renews it on waking, keeps its worker streams and serves;
+    it does not stand by."""
+    db = tmp_path / "q.db"
+    server = Server(server_config(tmp_path, db, 1.0))
+    servers.append(server)
+    server.wait_for("event=ready")
+    worker = EchoWorker(server.address, slots=1)
+    try:
+        registered = worker.registered.get(timeout=LONG)
+        assert grpc_submit(server.address, "warm", b"abc", wait=True).result.output == b"cba"
+        epoch = read_file(db)[1][0]
+
+        server.proc.send_signal(signal.SIGSTOP)
+        while not stopped(server.proc.pid):
+            time.sleep(0.001)
+        expiry = lease_expiry(db)  # it renews no more while stopped
+        while time.time() <= expiry + 0.2:  # until its lease has run out
+            time.sleep(0.05)
+        server.proc.send_signal(signal.SIGCONT)
+
+        done = grpc_submit(server.address, "after", b"xyz", wait=True)
+        assert (done.result.status, done.result.output) == (pb.TASK_STATUS_SUCCEEDED, b"zyx")
+        settle = time.monotonic() + LONG
+        while lease_expiry(db) <= time.time():  # renewed (each commit and every 0.2 s)
+            assert time.monotonic() < settle, "the lease was never renewed"
+            time.sleep(0.01)
+        assert read_file(db)[1][0] == epoch and holder_pid(db) == server.proc.pid
+        assert worker_ids(server.address) == [registered.worker_id]
+        assert (done.id, 1) in worker.seen
+        assert worker.shutdown is None and worker.ended is None and worker.registered.empty()
+    finally:
+        worker.stop()
+    assert server.terminate(timeout=LONG) == 0
+    assert not [line for line in server.lines if "standing_by" in line or "fenced" in line]
+
+
+# --- SqliteStore handles in this process -------------------------------------------------------
+
+FAST = {"lease_renew": 0.2, "lock_poll": LOCK_POLL}
+
+
+async def opened(db: Path, lease_ttl: float = LEASE) -> SqliteStore:
+    store = SqliteStore(db, lease_ttl=lease_ttl, **FAST)
+    await store.open()
+    return store
+
+
+def leader_row(db: Path) -> dict[str, Any]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT * FROM cronoq_leader").fetchone())
+
+
+def set_leader(db: Path, **columns: Any) -> None:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        conn.execute(f"UPDATE cronoq_leader SET {assignments}", tuple(columns.values()))
+        conn.commit()
+
+
+async def until(check: Callable[[], Any], what: str) -> None:
+    give_up = time.monotonic() + 5.0
+    while not check():
+        assert time.monotonic() < give_up, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+async def test_the_leader_row_says_where_the_holder_runs_and_that_it_has_the_lock(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "cronoq.sqlite"
+    store = await opened(db)
+    assert await store.lead() == 1
+    row = leader_row(db)
+    lock = os.stat(str(db) + LOCK_SUFFIX)
+    assert row["host"] == f"{socket.gethostname()} {boot_id()} {lock.st_dev}:{lock.st_ino}"
+    assert (row["pid"], row["lock_holder"]) == (os.getpid(), store.holder)
+    await store.close()  # a clean stop clears the holder and the lock holder
+    row = leader_row(db)
+    assert (row["holder"], row["lock_holder"], row["expires_unix_ns"]) == (None, None, 0)
+
+
+async def test_a_standby_waiting_here_takes_over_the_moment_the_holders_lock_is_freed(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "cronoq.sqlite"
+    first = await opened(db)
+    await first.lead()
+    standby = await opened(db)
+    waiting = asyncio.create_task(standby.lead())
+    await until(lambda: standby._lock._waiting, "the standby to wait for the lock")
+    await first.renew()
+    assert not waiting.done()
+    expiry = lease_expiry(db)
+    await first.close(release=False)  # as at a death: the lease stays in the row
+    assert await asyncio.wait_for(waiting, 5.0) == 2
+    assert time.time() < expiry
+    assert leader_row(db)["lock_holder"] == standby.holder
+    await standby.close()
+
+
+def _another_host(row: dict[str, Any]) -> dict[str, Any]:
+    _, _, lock = row["host"].split(" ")
+    return {"host": f"elsewhere 00000000-0000-0000-0000-000000000000 {lock}"}
+
+
+def _another_lock_file(row: dict[str, Any]) -> dict[str, Any]:
+    name, boot, _ = row["host"].split(" ")
+    return {"host": f"{name} {boot} 1:1"}
+
+
+def _without_the_lock(row: dict[str, Any]) -> dict[str, Any]:
+    return {"lock_holder": None}
+
+
+def _another_holder(row: dict[str, Any]) -> dict[str, Any]:
+    return {"holder": "intruder:1:0000"}  # (its lock_holder is the old holder's)
+
+
+@pytest.mark.parametrize(
+    "change", [_another_host, _another_lock_file, _without_the_lock, _another_holder]
+)
+async def test_a_lease_whose_holder_may_still_live_is_waited_out(
+    tmp_path: Path, change: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    """The networked-host rule: the lock file proves a death only for a holder on this host
+    that had that very lock; any other unexpired lease is waited out."""
+    db = tmp_path / "cronoq.sqlite"
+    first = await opened(db)
+    await first.lead()
+    await first.close(release=False)  # the lock is free, the lease in the row runs on
+    expiry = time.time() + 1.0
+    set_leader(db, expires_unix_ns=int(expiry * 1e9), **change(leader_row(db)))
+    standby = await opened(db)
+    assert await asyncio.wait_for(standby.lead(), 5.0) == 2
+    assert time.time() >= expiry, "took over a lease whose holder may still live"
+    await standby.close()
+
+
+def _file_at(db: Path, version: int, holder: str, expires: float) -> None:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for statement in _SCHEMA_V1:
+            conn.execute(statement)
+        for v in range(1, version):
+            for statement in MIGRATIONS[v]:
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO cronoq_meta VALUES ('application', 'cronoq'), ('schema_version', ?)",
+            (str(version),),
+        )
+        conn.execute(
+            "UPDATE cronoq_leader SET epoch = 5, max_id = ?, holder = ?, expires_unix_ns = ?",
+            (5 << 48 | 9, holder, int(expires * 1e9)),
+        )
+        conn.commit()
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+async def test_older_files_are_migrated_and_a_lease_they_hold_is_waited_out(
+    tmp_path: Path, version: int
+) -> None:
+    """A holder written before version 4 (a process of an older cronoq, maybe on this very
+    host) says nothing of a lock: its lease is waited out."""
+    db = tmp_path / "cronoq.sqlite"
+    expiry = time.time() + 1.0
+    _file_at(db, version, f"{socket.gethostname()}:{os.getpid()}:abcd", expiry)
+    store = await opened(db)
+    row = leader_row(db)
+    assert {"host", "pid", "lock_holder"} <= set(row)
+    assert (row["host"], row["pid"], row["lock_holder"]) == (None, None, None)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM cronoq_meta").fetchall())
+    assert meta["schema_version"] == "4"
+    assert await asyncio.wait_for(store.lead(), 5.0) == 6
+    assert time.time() >= expiry
+    assert (await store.load()).max_id == 5 << 48 | 9
+    assert leader_row(db)["lock_holder"] == store.holder
+    await store.close()
+
+
+async def test_a_leader_whose_lease_ran_out_unopposed_renews_it_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "cronoq.sqlite"
+    store = await opened(db, lease_ttl=1.0)
+    await store.lead()
+    expiry = lease_expiry(db)
+    await until(lambda: time.time() > expiry, "the lease to run out")  # nothing renewed it
+    await store.commit_nowait(Batch(schedules=[("nightly", "{}", None, None, None)]))
+    assert lease_expiry(db) > time.time()
+    await store.renew()
+    assert await store.prune(time.time()) == 0
+    assert leader_row(db)["epoch"] == 1
+    await store.close()
+
+
+async def test_a_fenced_leader_gives_its_lock_up(tmp_path: Path) -> None:
+    """A leader that finds another holder frees the lock file at once, so that the new
+    leader (here: one that took over after the lease) gets it at its next commit."""
+    db = tmp_path / "cronoq.sqlite"
+    old = await opened(db, lease_ttl=1.0)
+    await old.lead()
+    expiry = lease_expiry(db)
+    new = await opened(db)
+    await until(lambda: time.time() > expiry, "the lease to run out")
+    assert await asyncio.wait_for(new.lead(), 5.0) == 2
+    assert leader_row(db)["lock_holder"] is None  # the old leader still has the lock
+    with pytest.raises(Exception, match="fenced: leadership lost"):
+        await old.renew()
+    await new.renew()
+    assert leader_row(db)["lock_holder"] == new.holder
+    await old.close()
+    await new.close()

@@ -9,16 +9,18 @@ from datetime import UTC, datetime
 
 import pytest
 from rich.console import Console, RenderableType
+from rich.screen import Screen
 
 from cronoq.cli._params import parse_duration, parse_ref, parse_time
 from cronoq.cli._render import event_line, result_detail, seconds, task_table, to_json
-from cronoq.cli._top import FailureLog, Sample, render
+from cronoq.cli._top import FAILURES_KEPT, FailureLog, Sample, render
 from cronoq.client import Event, PoolSnapshot, Result, Snapshot, TaskInfo, Totals, WorkerGroup
 
 
-def text(renderable: RenderableType, width: int = 100) -> str:
+def text(renderable: RenderableType, width: int = 100, height: int = 100) -> str:
     out = io.StringIO()
-    Console(file=out, width=width, color_system=None, highlight=False).print(renderable)
+    console = Console(file=out, width=width, height=height, color_system=None, highlight=False)
+    console.print(renderable)
     return out.getvalue()
 
 
@@ -187,3 +189,71 @@ def test_pool_filter_failures_and_missing_shards() -> None:
 def test_a_frame_fits_eighty_columns() -> None:
     frame = text(render("cq", Sample(snapshot(1, 1), 1.0), failures=FailureLog()), width=80)
     assert "pending C/H/N/L" in frame  # the widest header is not wrapped
+
+
+def many_failures() -> FailureLog:
+    """A full list of failures whose messages are long, and of several lines."""
+    log = FailureLog()
+    for n in range(FAILURES_KEPT + 3):  # the oldest fall off the list
+        message = f"RuntimeError: failure {n}\n  " + "while talking to the backend " * 8
+        status = "dead_lettered" if n % 2 else "failed"
+        log.events.appendleft(Event(100 + n, "default", "", status, 3, 1_700_000_000.0, message))
+    return log
+
+
+def screen(renderable: RenderableType, width: int, height: int) -> list[str]:
+    """What a full screen of width x height shows (rich's Screen: what `Live(screen=True)`
+    draws), and the same frame printed to a console of that size: they must agree."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, height=height, color_system=None)
+    console.print(Screen(renderable))
+    printed = text(renderable, width=width, height=height).splitlines()
+    shown = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert [line.rstrip() for line in printed] == shown[: len(printed)]
+    assert all(not line for line in shown[len(printed) :])  # the rest of the screen is blank
+    return printed
+
+
+@pytest.mark.parametrize(
+    ("pools", "shown"),
+    [(("batch",), FAILURES_KEPT), (("default",), 3), ((), 1)],
+    ids=["one-pool", "one-pool-two-groups", "two-pools-two-groups"],
+)
+def test_top_fits_80x24_with_as_many_failures_as_there_is_room_for(
+    pools: tuple[str, ...], shown: int
+) -> None:
+    frame = render("cq", Sample(snapshot(100, 37), 10.0), failures=many_failures(), pools=pools)
+    lines = screen(frame, 80, 24)
+    assert len(lines) == 24 and max(len(line) for line in lines) <= 80
+    titles = [line.split()[0] for line in lines if line.strip()]
+    assert titles[:2] == ["cronoq", "tasks:"]  # the head and every section, in order
+    assert [t for t in titles if t in ("pools", "metrics", "recent")] == [
+        "pools", "metrics", "recent",
+    ]  # fmt: skip
+    first = next(i for i, line in enumerate(lines) if line.startswith("recent failures"))
+    title = "recent failures" if shown == FAILURES_KEPT else f"recent failures ({shown} of 8)"
+    assert lines[first].rstrip() == title
+    assert lines[first + 1].split() == ["pool", "id", "status", "at", "message"]
+    rows = lines[first + 3 :]
+    assert len(rows) == shown  # one line per failure, the newest first, down to the last line
+    assert [row.split()[1] for row in rows] == [str(110 - n) for n in range(shown)]
+    for n, row in enumerate(rows):
+        assert row.rstrip().endswith("…") and f"RuntimeError: failure {10 - n} while" in row
+
+
+def test_a_tall_screen_lists_every_failure_with_blank_lines_between_sections() -> None:
+    frame = render("cq", Sample(snapshot(100, 37), 10.0), failures=many_failures())
+    lines = screen(frame, 100, 60)
+    assert len(lines) < 60
+    first = lines.index(next(line for line in lines if line.startswith("recent failures")))
+    assert lines[first].rstrip() == "recent failures" and lines[first - 1].strip() == ""
+    assert len(lines[first + 3 :]) == FAILURES_KEPT
+    assert "" in [line.strip() for line in lines[:first]]  # blank lines between the sections
+
+
+def test_the_window_counts_attempts_as_errors_not_failed_tasks() -> None:
+    frame = text(render("cq", Sample(snapshot(1, 1), 1.0)), width=80)
+    lines = frame.splitlines()
+    header = lines[lines.index(next(x for x in lines if x.startswith("metrics window"))) + 1]
+    assert header.split()[:4] == ["pool", "disp", "ok", "errors"]
+    assert "failed" not in header

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.engine import Engine
 from cronoq.core.model import Extras, PoolConfig, TaskRecord
 from cronoq.core.resources import ResourceConfig
@@ -103,6 +104,27 @@ def test_group_has_room() -> None:
     eng.dispatch(0.0)
     assert not eng.group_has_room("p", gpu)
     assert eng.group_has_room("p", frozenset())
+
+
+def test_has_room_for_n_and_desired() -> None:
+    """`has_room(pool, n)`: room for n more pending tasks (what a held batch needs); `desired`:
+    the target of the pool's snapshot, read without one (the webhook scaler's seam)."""
+    scaling = AutoscaleSettings(drain_time=0.1)
+    pools = [
+        PoolConfig("p", capacity=0, max_pending=3),
+        PoolConfig("a", capacity=0, min=1, max=3, autoscale=scaling),
+    ]
+    eng = Engine(pools, 0.0, elastic=False)
+    assert eng.has_room("p", 3) and not eng.has_room("p", 4)
+    submit(eng)
+    assert eng.has_room("p") and eng.has_room("p", 2) and not eng.has_room("p", 3)
+    assert eng.desired("p") == 0  # not autoscaled: the capacity
+    eng.advance(0.0)  # the first evaluation: no demand, so `min`
+    assert eng.desired("a") == 1
+    submit(eng, "a")
+    eng.advance(1.0)  # one queued task drains in 10 s at 0.1 s: capped at max
+    assert eng.desired("a") == 3
+    assert [p.desired for p in eng.snapshot(1.0).pools] == [0, 3]
 
 
 def test_take_journal_hands_over_what_changed() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cronoq import Pool
 from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.engine import Engine
 from cronoq.core.resources import ResourceConfig
@@ -82,18 +83,25 @@ def test_no_file_gives_the_embedded_default() -> None:
     assert str(cfg.server.grpc_addr) == "127.0.0.1:7070"
     assert str(cfg.server.http_addr) == "127.0.0.1:7071"
     assert cfg.server.metrics_addr is None and cfg.server.tls is None
-    assert cfg.server.shutdown_grace_s == 30.0 and cfg.server.log_level == "info"
+    assert cfg.server.shutdown_grace_s == 10.0 and cfg.server.log_level == "info"
+    assert cfg.server.grpc_web is None and not cfg.server.insecure_no_auth
     assert cfg.store.kind == "memory"
     assert not cfg.auth.enabled
     (pool,) = cfg.pools
+    # the published server's pool defaults (docs/configuration.md, "[[pools]]")
     assert (pool.name, pool.min, pool.max, pool.lease_ttl_s, pool.autoscale) == (
         "default",
         0,
-        64,
+        10,
         30.0,
-        False,
+        True,
     )
-    assert pool.max_pending == 100_000 and pool.overflow == "wait"
+    assert pool.max_pending == 100_000 and pool.overflow == "reject"
+    assert pool.scaler.kind == "external" and pool.await_unknown_dependencies_s is None
+    assert (pool.default_duration_s, pool.reservable_fraction) == (1.0, 0.5)
+    assert (pool.target_utilization, pool.drain_time_s, pool.cooldown_s) == (0.75, 30.0, 30.0)
+    assert (pool.cost_per_worker_second, pool.max_slots_per_worker) == (0.0, None)
+    assert not pool.fair_share and pool.tenant_weights == {}
     retry = pool.retry
     assert (
         retry.max_attempts,
@@ -111,30 +119,42 @@ def test_limits_and_outputs_defaults() -> None:
         "max_tasks_per_batch": 1000,
         "max_pending_total": 1_000_000,
         "max_pending_per_pool": 100_000,
-        "max_message_bytes": 4_194_304,
-        "max_http_body_bytes": 4_194_304,
+        "max_message_bytes": 16_777_216,
+        "max_http_body_bytes": 16_777_216,
         "max_key_len": 256,
         "max_kind_len": 128,
         "max_tags": 32,
-        "max_tag_len": 256,
-        "max_deps": 64,
+        "max_tag_len": 1024,
+        "max_deps": 256,
         "max_resources": 16,
         "max_wait_s": 300.0,
         "request_timeout_s": 30.0,
-        "max_concurrent_requests": 1024,
-        "max_concurrent_streams": 256,
-        "max_slots_per_worker": 256,
+        "max_concurrent_requests": 4096,
+        "max_concurrent_streams": 1024,
+        "max_slots_per_worker": 1024,
         "keepalive_interval_s": 20.0,
         "keepalive_timeout_s": 20.0,
-        "key_retention_s": 86_400.0,
-        "key_retention_max": 100_000,
+        "key_retention_s": 3600.0,
+        "key_retention_max": 1_000_000,
         "max_list": 1000,
     }
     assert dataclasses.asdict(cfg.outputs) == {
         "cache_entries": 10_000,
-        "cache_bytes": 268_435_456,
+        "cache_bytes": 67_108_864,
         "info_entries": 100_000,
     }
+
+
+def test_the_store_defaults() -> None:
+    sqlite = load_config('[store]\nkind = "sqlite"\npath = "s.db"\n', env={}).store
+    assert (sqlite.kind, sqlite.keep_finished_s) == ("sqlite", 604_800.0)
+    pg = '[store]\nkind = "postgres"\n'
+    postgres = load_config(pg, env={"DATABASE_URL": "postgres://h/db"}).store
+    assert (postgres.url_env, postgres.keep_finished_s, postgres.schema) == (
+        "DATABASE_URL",
+        604_800.0,
+        "public",
+    )
 
 
 def test_limits_keys_are_read_and_the_pool_bound_follows_them() -> None:
@@ -187,7 +207,7 @@ token = "@ADMIN@"
 role = "admin"
 
 [[auth.certs]]
-dns = "worker-1.internal"
+dns_name = "worker-1.internal"
 role = "worker"
 pools = ["default"]
 
@@ -283,7 +303,7 @@ def test_full_configuration(pem: Path) -> None:
     assert worker.grant == Grant("worker", ("llm",), (("gpu", "a100"), ("zone", "eu")))
     assert admin.digest == hashlib.sha256(ADMIN.encode()).digest()
     (cert,) = cfg.auth.certs
-    assert (cert.dns, cert.grant) == ("worker-1.internal", Grant("worker", ("default",)))
+    assert (cert.dns_name, cert.grant) == ("worker-1.internal", Grant("worker", ("default",)))
 
     assert (cfg.store.kind, cfg.store.path, cfg.store.keep_finished_s) == (
         "sqlite",
@@ -487,36 +507,55 @@ POOL = '[[pools]]\nname = "p"\n'
         # durations
         (
             POOL + "lease_ttl_s = 0",
-            "pools[0].lease_ttl_s: must be > 0 and at most one year (got 0)",
+            "pools[0].lease_ttl_s: must be >= 0.1 and at most one year (got 0)",
         ),
         (
             POOL + "lease_ttl_s = -1.5",
-            "pools[0].lease_ttl_s: must be > 0 and at most one year (got -1.5)",
+            "pools[0].lease_ttl_s: must be >= 0.1 and at most one year (got -1.5)",
         ),
         (
             POOL + "lease_ttl_s = 31536001",
-            "pools[0].lease_ttl_s: must be > 0 and at most one year (got 31536001)",
+            "pools[0].lease_ttl_s: must be >= 0.1 and at most one year (got 31536001)",
         ),
         (
             POOL + "lease_ttl_s = nan",
-            "pools[0].lease_ttl_s: must be > 0 and at most one year (got nan)",
+            "pools[0].lease_ttl_s: must be >= 0.1 and at most one year (got nan)",
         ),
         (
             POOL + "lease_ttl_s = inf",
-            "pools[0].lease_ttl_s: must be > 0 and at most one year (got inf)",
+            "pools[0].lease_ttl_s: must be >= 0.1 and at most one year (got inf)",
+        ),
+        (
+            "[limits]\nrequest_timeout_s = -1",
+            "limits.request_timeout_s: must be >= 0.1 and at most one year (got -1)",
         ),
         (
             "[server]\nshutdown_grace_s = -1",
             "server.shutdown_grace_s: must be >= 0 and at most one year (got -1)",
         ),
         (
-            POOL + "retry = { max_backoff_s = -1 }",
+            POOL + "retry = { max_attempts = 3, max_backoff_s = -1 }",
             "pools[0].retry.max_backoff_s: must be >= 0 and at most one year (got -1)",
         ),
-        ("[limits]\nmax_wait_s = 0", "limits.max_wait_s: must be > 0 and at most one year (got 0)"),
+        (
+            "[limits]\nmax_wait_s = -1",
+            "limits.max_wait_s: must be >= 0 and at most one year (got -1)",
+        ),
         (
             '[store]\nkind = "sqlite"\npath = "s.db"\nkeep_finished_s = 0',
-            "store.keep_finished_s: must be > 0 and at most one year (got 0)",
+            "store.keep_finished_s: must be >= 60 and at most one year (got 0)",
+        ),
+        (
+            '[store]\nkind = "sqlite"\npath = "s.db"\nleader_lease_s = 0.5',
+            "store.leader_lease_s: must be >= 1 and at most one year (got 0.5)",
+        ),
+        (
+            '[store]\nkind = "sqlite"\npath = "s.db"\nleader_lease_s = 31536001',
+            "store.leader_lease_s: must be > 0 and at most one year (got 31536001)",
+        ),
+        (
+            '[store]\nkind = "sqlite"\npath = "s.db"\nleader_lease_s = "10s"',
+            "store.leader_lease_s: must be a number of seconds (got a string)",
         ),
         # [server]
         (
@@ -558,14 +597,14 @@ POOL = '[[pools]]\nname = "p"\n'
         (POOL + "min = 5\nmax = 2", "pools[0].min: must be <= max"),
         (POOL + "max = 0", "pools[0].max: must be >= 1"),
         (POOL + "min = -1", "pools[0].min: must not be negative (got -1)"),
-        (POOL + "max_pending = -1", "pools[0].max_pending: must not be negative (got -1)"),
+        (POOL + "max_pending = -1", "pools[0].max_pending: must be >= 1 (got -1)"),
         (
             POOL + 'overflow = "drop"',
             "pools[0].overflow: must be wait, reject, shed_lowest or shed_oldest",
         ),
         (
             POOL + "reservable_fraction = 1.5",
-            "pools[0].reservable_fraction: must be in [0, 1] (got 1.5)",
+            "pools[0].reservable_fraction: must be in (0, 1] (got 1.5)",
         ),
         (POOL + "target_utilization = 0", "pools[0].target_utilization: must be in (0, 1] (got 0)"),
         (
@@ -584,7 +623,7 @@ POOL = '[[pools]]\nname = "p"\n'
         (POOL + "max_slots_per_worker = 0", "pools[0].max_slots_per_worker: must be >= 1 (got 0)"),
         (POOL + "retry = { max_attempts = 0 }", "pools[0].retry.max_attempts: must be >= 1"),
         (
-            POOL + "retry = { multiplier = 0.5 }",
+            POOL + "retry = { max_attempts = 3, multiplier = 0.5 }",
             "pools[0].retry.multiplier: must be a finite number >= 1 (got 0.5)",
         ),
         (
@@ -649,8 +688,8 @@ POOL = '[[pools]]\nname = "p"\n'
         # [limits], [outputs]
         ("[limits]\nmax_tasks_per_batch = 0", "limits.max_tasks_per_batch: must be >= 1 (got 0)"),
         (
-            "[limits]\nmax_message_bytes = 2147483648",
-            "limits.max_message_bytes: must be from 1 to 2147483647 (got 2147483648)",
+            "[limits]\nmax_message_bytes = 4095",
+            "limits.max_message_bytes: must be >= 4096 (got 4095)",
         ),
         ("[outputs]\ncache_entries = -1", "outputs.cache_entries: must be >= 0 (got -1)"),
         # [auth]
@@ -677,10 +716,6 @@ POOL = '[[pools]]\nname = "p"\n'
             'auth.tokens[0].pools: unknown pool "gpu"',
         ),
         (
-            f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "client"\npools = []',
-            "auth.tokens[0].pools: must not be empty (leave it out to allow every pool)",
-        ),
-        (
             f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "worker"\nlabels = ["gpu"]',
             'auth.tokens[0].labels[0]: must be "name=value" (got "gpu")',
         ),
@@ -689,12 +724,12 @@ POOL = '[[pools]]\nname = "p"\n'
             "auth.tokens[0].tenant: must be a string (got an integer)",
         ),
         (
-            '[[auth.certs]]\ndns = "w.internal"\nrole = "worker"',
+            '[[auth.certs]]\ndns_name = "w.internal"\nrole = "worker"',
             "auth.certs: client certificates are only asked for with server.tls.client_ca set",
         ),
         (
             '[[auth.certs]]\nrole = "worker"',
-            "auth.certs[0].dns: is required\n"
+            "auth.certs[0].dns_name: is required\n"
             "auth.certs: client certificates are only asked for with server.tls.client_ca set",
         ),
     ],
@@ -709,6 +744,14 @@ def test_integers_are_accepted_where_floats_are() -> None:
     assert isinstance(pool.lease_ttl_s, float)
 
 
+def test_the_sqlite_leader_lease_defaults_to_10_s_and_may_be_set() -> None:
+    sqlite = '[store]\nkind = "sqlite"\npath = "s.db"\n'
+    assert load_config(sqlite, env={}).store.leader_lease_s == 10.0
+    assert load_config(sqlite + "leader_lease_s = 1", env={}).store.leader_lease_s == 1.0
+    assert load_config(sqlite + "leader_lease_s = 90.5", env={}).store.leader_lease_s == 90.5
+    assert load_config("", env={}).store.leader_lease_s is None  # the memory store has none
+
+
 def test_one_year_is_the_longest_duration() -> None:
     assert load_config(POOL + "lease_ttl_s = 31536000", env={}).pools[0].lease_ttl_s == 31_536_000
 
@@ -718,12 +761,161 @@ def test_certs_with_mutual_tls(pem: Path) -> None:
         f'[server.tls]\ncert = "{pem}/cert.pem"\nkey = "{pem}/key.pem"\n'
         f'client_ca = "{pem}/ca.pem"\n'
     )
-    cert = '[[auth.certs]]\ndns = "w.internal"\nrole = "worker"\n'
+    cert = '[[auth.certs]]\ndns_name = "w.internal"\nrole = "worker"\n'
     cfg = load_config(tls + cert, env={})
     assert cfg.auth.enabled and cfg.auth.certs[0].grant.role == "worker"
+    assert cfg.auth.certs[0].dns_name == "w.internal"
     assert errors_of(tls + cert + cert, env={}) == [
+        "auth.certs[1].dns_name: the same name as auth.certs[0]"
+    ]
+    # `dns` is an alias of dns_name: the same setting, the same rules
+    alias = '[[auth.certs]]\ndns = "w.internal"\nrole = "worker"\n'
+    assert load_config(tls + alias, env={}).auth == cfg.auth
+    assert errors_of(tls + cert + alias, env={}) == [
         "auth.certs[1].dns: the same name as auth.certs[0]"
     ]
+    both = '[[auth.certs]]\ndns_name = "a.internal"\ndns = "b.internal"\nrole = "worker"\n'
+    assert errors_of(tls + both, env={}) == [
+        "auth.certs[0]: give either dns_name or dns (its alias), not both"
+    ]
+    assert errors_of(tls + '[[auth.certs]]\ndns_name = ""\nrole = "worker"\n', env={}) == [
+        "auth.certs[0].dns_name: must not be empty"
+    ]
+
+
+# --- what the published server 0.2.1 accepts (docs/configuration.md) -----------------------------
+
+
+def test_zeros_the_published_server_starts_with() -> None:
+    text = (
+        "[limits]\nmax_wait_s = 0\nkey_retention_s = 0\nkey_retention_max = 0\n"
+        "max_tags = 0\nmax_deps = 0\nmax_resources = 0\n"
+        + POOL
+        + "await_unknown_dependencies_s = 0\n"
+    )
+    cfg = load_config(text, env={})
+    limits = cfg.limits
+    assert (limits.max_wait_s, limits.key_retention_s, limits.key_retention_max) == (0, 0, 0)
+    assert (limits.max_tags, limits.max_deps, limits.max_resources) == (0, 0, 0)
+    assert cfg.pools[0].await_unknown_dependencies_s == 0.0
+    # an unknown dependency is awaited, for no time at all, rather than refused
+    (pool,) = core_pools(cfg)
+    assert (pool.unknown_dependency, pool.await_timeout) == ("await", 0.0)
+    # the scheduler takes the retention of no key at all
+    (library,) = library_pools(cfg)
+    assert library.await_timeout == 0.0
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [(2_147_483_647, 2_147_483_647), (2_147_483_648, 2_147_483_647), (2**40, 2_147_483_647)],
+)
+def test_a_huge_max_message_bytes_is_lowered_to_what_grpcio_takes(given: int, kept: int) -> None:
+    assert load_config(f"[limits]\nmax_message_bytes = {given}\n", env={}).limits == (
+        LimitsSettings(max_message_bytes=kept)
+    )
+
+
+def test_a_token_for_no_pool_and_labels_with_empty_values() -> None:
+    text = (
+        f'[[auth.tokens]]\ntoken = "{CLIENT}"\nrole = "client"\npools = []\n'
+        f'[[auth.tokens]]\ntoken = "{WORKER}"\nrole = "worker"\nlabels = ["gpu=", "zone=eu"]\n'
+    )
+    none, labelled = load_config(text, env={}).auth.tokens
+    assert none.grant == Grant("client", pools=())  # no pool at all, unlike pools=None
+    assert labelled.grant == Grant("worker", labels=(("gpu", ""), ("zone", "eu")))
+    for label in ("=x", "gpu", ""):
+        text = f'[[auth.tokens]]\ntoken = "{WORKER}"\nrole = "worker"\nlabels = ["{label}"]\n'
+        (error,) = errors_of(text, env={})
+        assert error.startswith("auth.tokens[0].labels[0]: must "), error
+
+
+# The ranges of docs/configuration.md: each value just outside them (refused), and each bound
+# (accepted).
+RANGES = [
+    (POOL + "lease_ttl_s = 0.09", "pools[0].lease_ttl_s: must be >= 0.1 and at most one year"),
+    (POOL + "max_pending = 0", "pools[0].max_pending: must be >= 1"),
+    (POOL + "reservable_fraction = 0", "pools[0].reservable_fraction: must be in (0, 1]"),
+    (POOL + "drain_time_s = 0", "pools[0].drain_time_s: must be >= 0.001 and at most one year"),
+    (
+        POOL + "drain_time_s = 31536001",
+        "pools[0].drain_time_s: must be >= 0.001 and at most one year",
+    ),
+    (
+        POOL + "retry = { max_attempts = 3, multiplier = 1000.5 }",
+        "pools[0].retry.multiplier: must be at most 1000",
+    ),
+    (
+        POOL + "retry = { max_attempts = 3, multiplier = 0.99 }",
+        "pools[0].retry.multiplier: must be a finite number >= 1",
+    ),
+    (POOL + "retry = { initial_backoff_s = 1 }", "pools[0].retry.max_attempts: is required"),
+    (POOL + "[pools.retry]\njitter = false", "pools[0].retry.max_attempts: is required"),
+    *(
+        (f"[limits]\n{key} = 0.09", f"limits.{key}: must be >= 0.1 and at most one year")
+        for key in ("request_timeout_s", "keepalive_interval_s", "keepalive_timeout_s")
+    ),
+    ("[limits]\nmax_message_bytes = 4095", "limits.max_message_bytes: must be >= 4096"),
+    ("[limits]\nmax_http_body_bytes = 4095", "limits.max_http_body_bytes: must be >= 4096"),
+    ("[limits]\nmax_list = 0", "limits.max_list: must be from 1 to 100000"),
+    ("[limits]\nmax_list = 100001", "limits.max_list: must be from 1 to 100000"),
+    ("[limits]\nmax_wait_s = -0.5", "limits.max_wait_s: must be >= 0 and at most one year"),
+    ("[limits]\nkey_retention_max = -1", "limits.key_retention_max: must be >= 0"),
+    ("[limits]\nmax_deps = -1", "limits.max_deps: must be >= 0"),
+    (
+        '[store]\nkind = "sqlite"\npath = "s.db"\nkeep_finished_s = 59.9',
+        "store.keep_finished_s: must be >= 60 and at most one year",
+    ),
+    (
+        '[store]\nkind = "postgres"\nurl = "postgres://h/db"\nkeep_finished_s = 31536001',
+        "store.keep_finished_s: must be >= 60 and at most one year",
+    ),
+    (
+        "[outputs]\ncache_bytes = 0",
+        "outputs.cache_bytes: must be > 0 while cache_entries > 0 "
+        "(set cache_entries = 0 to cache no outputs)",
+    ),
+    (
+        "[server.grpc_web]\nallowed_origins = []",
+        "server.grpc_web.allowed_origins: must list 1 to 64 origins (got 0)",
+    ),
+    (
+        "[server.grpc_web]\nallowed_origins = ["
+        + ", ".join(f'"https://o{i}.example"' for i in range(65))
+        + "]",
+        "server.grpc_web.allowed_origins: must list 1 to 64 origins (got 65)",
+    ),
+    (POOL + "await_unknown_dependencies_s = -1", "pools[0].await_unknown_dependencies_s: must be"),
+]
+
+
+@pytest.mark.parametrize(("text", "error"), RANGES)
+def test_values_outside_the_published_ranges_are_refused(text: str, error: str) -> None:
+    (line,) = errors_of(text, env={})
+    assert line.startswith(error), line
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        POOL + "lease_ttl_s = 0.1\nmax_pending = 1\nreservable_fraction = 1e-9\n",
+        POOL + "reservable_fraction = 1\ndrain_time_s = 0.001\n",
+        POOL + "drain_time_s = 31536000\nretry = { max_attempts = 1, multiplier = 1000 }\n",
+        POOL + "retry = { max_attempts = 2, multiplier = 1 }\n",
+        "[limits]\nrequest_timeout_s = 0.1\nkeepalive_interval_s = 0.1\n",
+        "[limits]\nkeepalive_interval_s = 0.5\nkeepalive_timeout_s = 0.5\n",  # as a test uses
+        "[limits]\nmax_message_bytes = 4096\nmax_http_body_bytes = 4096\nmax_list = 100000\n",
+        "[limits]\nmax_list = 1\n",
+        '[store]\nkind = "sqlite"\npath = "s.db"\nkeep_finished_s = 60\n',
+        '[store]\nkind = "sqlite"\npath = "s.db"\nkeep_finished_s = 31536000\n',
+        "[outputs]\ncache_entries = 0\ncache_bytes = 0\n",
+        "[server.grpc_web]\nallowed_origins = ["
+        + ", ".join(f'"https://o{i}.example"' for i in range(64))
+        + "]\n",
+    ],
+)
+def test_the_bounds_of_the_published_ranges_are_accepted(text: str) -> None:
+    load_config(text, env={})
 
 
 def test_several_errors_are_collected_in_one_exception() -> None:
@@ -747,12 +939,12 @@ role = "client"
 """
     assert errors_of(text, env={}) == [
         'server.grpc_addr: not a socket address ("nowhere")',
-        "limits.max_list: must be >= 1 (got 0)",
+        "limits.max_list: must be from 1 to 100000 (got 0)",
         "pools[0].retry.max_attempts: must be >= 1",
         "pools[0].retry.multiplier: must be a finite number >= 1 (got 0.0)",
         "pools[0].min: must be <= max",
         "pools[0].overflow: must be wait, reject, shed_lowest or shed_oldest",
-        "pools[1].lease_ttl_s: must be > 0 and at most one year (got 0)",
+        "pools[1].lease_ttl_s: must be >= 0.1 and at most one year (got 0)",
         "auth.tokens[0].token: must be at least 16 characters",
     ]
 
@@ -770,15 +962,19 @@ def test_a_wrong_bound_is_not_compared_with_the_other() -> None:
     [
         ("foo = 1", "foo"),
         ("[server]\nfoo = 1", "server.foo"),
-        ("[server.grpc_web]\nallowed_origins = []\nfoo = 1", "server.grpc_web.foo"),
+        (
+            '[server.grpc_web]\nallowed_origins = ["https://a.example"]\nfoo = 1',
+            "server.grpc_web.foo",
+        ),
         ("[server.peer_tls]\nfoo = 1", "server.peer_tls.foo"),
         ("[auth]\nfoo = 1", "auth.foo"),
         (f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "admin"\nfoo = 1', "auth.tokens[0].foo"),
         ('[store]\npath = "x.db"', "store.path"),  # a memory store has no path
         ('[store]\nkind = "sqlite"\npath = "x.db"\nschema = "s"', "store.schema"),
+        ("[store]\nleader_lease_s = 5", "store.leader_lease_s"),  # only sqlite has a lease
         ("[limits]\nfoo = 1", "limits.foo"),
         (POOL + "foo = 1", "pools[0].foo"),
-        (POOL + "retry = { foo = 1 }", "pools[0].retry.foo"),
+        (POOL + "retry = { max_attempts = 3, foo = 1 }", "pools[0].retry.foo"),
         (POOL + 'scaler = { kind = "external", url = "https://h" }', "pools[0].scaler.url"),
         (
             '[[resources]]\nkind = "semaphore"\nname = "r"\npermits = 1\nrate = 1',
@@ -971,6 +1167,7 @@ jitter = false
 name = "batch"
 min = 1
 max = 8
+autoscale = false
 cost_per_worker_second = 0.1
 [[resources]]
 kind = "semaphore"
@@ -1022,6 +1219,19 @@ def test_library_pools_and_resources() -> None:
     )
     db, api = library_resources(cfg)
     assert (db.name, db.permits, api.name, api.rate, api.burst) == ("db", 4, "api", 2.5, 10)
+
+
+def test_the_cost_rate_reaches_the_scheduler_with_or_without_autoscaling() -> None:
+    """The server's Scheduler takes library_pools: each one's engine view prices its worker
+    seconds, autoscaled (llm) or not (batch); a library Pool without autoscaling still has
+    no cost rate of its own."""
+    llm, batch = library_pools(load_config(CONVERT, env={}))
+    assert llm.autoscale is not None and batch.autoscale is None
+    assert [p.core_config().cost_per_worker_second for p in (llm, batch)] == [0.25, 0.1]
+    assert Pool("x", lambda: None, autoscale=False).core_config().cost_per_worker_second == 0.0
+    engine = Engine([p.core_config() for p in (llm, batch)], 0.0)
+    engine.set_capacity("batch", 4, 0.0)
+    assert {p.name: p.cost for p in engine.snapshot(10.0).pools}["batch"] == 4 * 10 * 0.1
 
 
 def test_core_resources_and_an_engine_built_from_them() -> None:

@@ -116,8 +116,10 @@ def test_spec_options() -> None:
         ({"duration_hint_s": 1e12}, "task.duration_hint_s"),
         ({"deadline_in_s": 1.0, "deadline_unix_ns": 1}, "task.deadline_in_s"),
         ({"start_in_s": 1.0, "start_unix_ns": 1}, "task.start_in_s"),
-        ({"retry": pb.RetryPolicy()}, "task.retry.max_attempts"),
-        ({"retry": pb.RetryPolicy(max_attempts=1, multiplier=0.5)}, "task.retry.multiplier"),
+        ({"retry": pb.RetryPolicy(multiplier=-0.5)}, "task.retry.multiplier"),
+        ({"retry": pb.RetryPolicy(multiplier=1000.5)}, "task.retry.multiplier"),
+        ({"retry": pb.RetryPolicy(multiplier=math.nan)}, "task.retry.multiplier"),
+        ({"tolerance_s": 1.0}, "task.tolerance_s"),
         ({"retry": pb.RetryPolicy(max_attempts=1, max_backoff_s=-1)}, "task.retry.max_backoff_s"),
     ],
 )
@@ -132,17 +134,56 @@ def test_duration_message_and_payload_size() -> None:
         options(payload=b"x" * 11)
 
 
-def test_retry_zero_fields_take_the_pool_policy() -> None:
-    base = RetryPolicy(
-        max_attempts=9, initial_backoff=0.5, multiplier=3, max_backoff=7, jitter=False
-    )
-    spec = pb.TaskSpec(pool="p", retry=pb.RetryPolicy(max_attempts=2))
-    retry = convert.spec_to_task(spec, LIMITS, pool_retry={"p": base})[1]["retry"]
-    assert (retry.max_attempts, retry.initial_backoff, retry.multiplier) == (2, 0.5, 3.0)
-    assert (retry.max_backoff, retry.jitter) == (7.0, False)
-    spec.retry.initial_backoff_s = 2.0
-    retry = convert.spec_to_task(spec, LIMITS, pool_retry={"p": base})[1]["retry"]
-    assert (retry.initial_backoff, retry.max_backoff, retry.jitter) == (2.0, 7.0, False)
+def retry_of(**fields: Any) -> RetryPolicy:
+    policy: RetryPolicy = options(retry=pb.RetryPolicy(**fields))["retry"]
+    return policy
+
+
+def test_retry_zero_fields_take_the_library_defaults() -> None:
+    """docs/server-api.md, "Input rules": 0 attempts is one; a backoff field or the multiplier
+    0 is the library's default (1 s, 60 s, 2.0); jitter is what was sent."""
+    unset = retry_of()
+    assert (unset.max_attempts, unset.initial_backoff, unset.max_backoff) == (1, 1.0, 60.0)
+    assert (unset.multiplier, unset.jitter) == (2.0, False)
+    sent = retry_of(max_attempts=4, initial_backoff_s=2.0, max_backoff_s=9.0, jitter=True)
+    assert (sent.max_attempts, sent.initial_backoff, sent.max_backoff) == (4, 2.0, 9.0)
+    assert (sent.multiplier, sent.jitter) == (2.0, True)
+    assert retry_of(multiplier=0.25).multiplier == 1.0  # (0, 1): no growth
+    assert retry_of(multiplier=1000.0).multiplier == 1000.0
+
+
+KEYS = LimitsSettings(max_key_len=64)
+
+
+def test_occurrence_keys_are_reserved_for_submits_only() -> None:
+    reserved = ["daily@2025-06-01T09:30:00Z", "@2025-06-01T09:30:00Z", "a@b@9999-99-99T99:99:99Z"]
+    allowed = [
+        "daily@2025-06-01T09:30:00.5Z",  # fractional seconds
+        "daily@2025-06-01T09:30:00",
+        "daily@2025-06-01T09:30:00Z@x",  # the last '@' decides
+        "daily@2025-06-01 09:30:00Z",
+        "daily@2025-06-01T09:30:0xZ",
+        "2025-06-01T09:30:00Z",  # no '@'
+        "daily@\uff12025-06-01T09:30:00Z",
+    ]
+    for key in reserved:
+        assert convert.is_occurrence_key(key), key
+        with pytest.raises(InvalidArgument) as err:
+            convert.spec_to_task(pb.TaskSpec(key=key), KEYS)
+        assert err.value.field == "task.key" and "reserved" in err.value.rule
+        template = convert.spec_to_task(pb.TaskSpec(key=key), KEYS, template=True)[1]
+        assert template["key"] == key
+    for key in allowed:
+        assert not convert.is_occurrence_key(key), key
+        assert convert.spec_to_task(pb.TaskSpec(key=key), KEYS)[1]["key"] == key
+
+
+def test_tolerance_needs_a_start_except_in_a_template() -> None:
+    assert refused(tolerance_s=1.0).rule == "tolerance_s requires a start time"
+    assert options(tolerance_s=1.0, start_unix_ns=1)["tolerance"] == 1.0
+    assert options(tolerance_s=1.0, start_in_s=0.0)["tolerance"] == 1.0
+    spec = pb.TaskSpec(tolerance_s=1.0)
+    assert convert.spec_to_task(spec, LIMITS, template=True)[1] == {"tolerance": 1.0}
 
 
 def test_task_ref() -> None:

@@ -60,15 +60,28 @@ def test_grant_is_capped_by_the_pool_and_both_per_worker_caps() -> None:
     assert eng3.pools["p"].capacity == 6  # capacity is the sum of the grants
 
 
-def test_register_refuses_an_unknown_pool_and_zero_slots() -> None:
+def test_register_refuses_an_unknown_pool() -> None:
     _, ws = setup()
     with pytest.raises(WorkerError) as e:
         ws.register("nope", 1, "a", {}, T0)
     assert (e.value.code, e.value.message) == ("NOT_FOUND", "unknown pool 'nope'")
-    with pytest.raises(WorkerError) as e:
-        ws.register("p", 0, "a", {}, T0)
-    assert e.value.code == "INVALID_ARGUMENT"
     assert list(ws.workers()) == []
+
+
+def test_a_worker_registered_with_zero_slots_gets_leases_once_it_sets_some() -> None:
+    eng, ws = setup()
+    w = ws.register("p", 0, "a", {}, T0)
+    assert (w.granted, eng.pools["p"].capacity) == (0, 0)
+    (rec,) = submit(eng, 1)
+    assert dispatch(eng, ws) == []
+    assert ws.set_slots(w, 2, T0) == 2
+    assert [(name, task) for name, task, _ in dispatch(eng, ws)] == [("a", rec.id)]
+    # the same with labels: a worker group of no slots until then
+    g = ws.register("p", 0, "g", {"gpu": "x"}, T0)
+    (labeled,) = submit(eng, 1, labels={"gpu": "x"})
+    assert dispatch(eng, ws) == [] and g.granted == 0
+    ws.set_slots(g, 1, T0)
+    assert [(name, task) for name, task, _ in dispatch(eng, ws)] == [("g", labeled.id)]
 
 
 def test_leases_go_to_the_worker_with_most_free_slots_and_never_beyond_grants() -> None:

@@ -4,6 +4,8 @@ Theory of operation: a loop polls `Admin.Snapshot`; a background `Watch` of term
 keeps the last few failed and dead-lettered tasks. `render` is a pure function from those
 values (the current and the previous snapshot, for rates, and the failures) to one rich
 renderable, so a frame can be tested, or printed once with `--once`, without a live screen.
+The renderable fits itself to the height it is given when it is drawn (the screen's): the
+list of failures shows as many as there is room for, one line each.
 Keys are read from the terminal in cbreak mode through the event loop's reader callbacks, so
 waiting for a key never blocks the refresh.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -78,7 +80,7 @@ def render(
     """
     snap = current.snapshot
     shown = [p for p in snap.pools if not pools or p.name in pools]
-    parts: list[RenderableType] = [
+    head: list[RenderableType] = [
         Text.assemble(("cronoq top", "bold"), f"  {server}  ", (state, "bold")),
         Text(
             f"tasks: {snap.live_tasks} live, {snap.running} running, {snap.pending} pending"
@@ -90,14 +92,64 @@ def render(
     groups = _groups_table(shown)
     if groups.row_count:
         sections.append(groups)
-    if failures is not None:
-        sections.append(_failures(failures))
+    after: list[RenderableType] = []
     if snap.unavailable_shards:
         missing = ", ".join(snap.unavailable_shards)
-        sections.append(Text(f"unavailable shards: {missing}", style="bold red"))
-    for section in sections:
-        parts += [Text(""), section]
-    return Group(*parts)
+        after.append(Text(f"unavailable shards: {missing}", style="bold red"))
+    return _Frame(head, sections, failures, after)
+
+
+class _Frame:
+    """A frame that fits the height it is drawn in (a full screen's; else the console's).
+
+    The sections are separated by blank lines when the frame has room for them with a full
+    list of failures, and follow each other without them otherwise (a 24-line terminal):
+    whether they do depends on the screen and the pools, not on how many failures came, so
+    the layout does not jump when one arrives. The list of failures then gets the lines left,
+    one line per failure, newest first. What still does not fit (more pools than lines) is cut
+    at the bottom of the screen."""
+
+    def __init__(
+        self,
+        head: Sequence[RenderableType],
+        sections: Sequence[RenderableType],
+        failures: FailureLog | None,
+        after: Sequence[RenderableType],
+    ) -> None:
+        self.head, self.sections, self.after = list(head), list(sections), list(after)
+        self.failures = failures
+
+    def _group(self, spaced: bool, failures: RenderableType | None) -> Group:
+        middle = [*self.sections, *([] if failures is None else [failures]), *self.after]
+        parts = list(self.head)
+        for section in middle:
+            parts += [Text(""), section] if spaced else [section]
+        return Group(*parts)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        height = options.height or options.max_height
+        free = options.update(height=None)
+
+        def lines(renderable: RenderableType) -> int:
+            return len(console.render_lines(renderable, free, pad=False))
+
+        log = self.failures
+        if log is None:
+            yield self._group(True, None)
+            return
+        full = lines(_failures_table([], 0)) + FAILURES_KEPT  # each failure takes one line
+        spaced = lines(self._group(True, None)) + 1 + full <= height
+        room = height - lines(self._group(spaced, None)) - (1 if spaced else 0)
+        kept = list(log.events)
+        section: RenderableType | None = _failures_line(log)
+        if section is None:
+            table = _failures_table(kept, len(kept))
+            fit = len(kept) - max(0, lines(table) - room)
+            if fit <= 0:
+                section = Text(f"recent failures: {len(kept)}, no room to list them", style="dim")
+            else:
+                section = table if fit == len(kept) else _failures_table(kept[:fit], len(kept))
+        yield self._group(spaced, section if room > 0 else None)
 
 
 def _rate(name: str, current: Sample, previous: Sample | None) -> str:
@@ -161,7 +213,7 @@ def _pool_table(pools: Sequence[PoolSnapshot]) -> Table:
 
 def _window_table(pools: Sequence[PoolSnapshot]) -> Table:
     table = _table(
-        "metrics window", "disp", "ok", "failed", "wait p50/p90/p99", "adherence", "fixed hit",
+        "metrics window", "disp", "ok", "errors", "wait p50/p90/p99", "adherence", "fixed hit",
         "cost",
     )  # fmt: skip
     for p in pools:
@@ -170,7 +222,7 @@ def _window_table(pools: Sequence[PoolSnapshot]) -> Table:
             Text(p.name),
             str(p.dispatched),
             str(p.succeeded),
-            str(p.failed),
+            str(p.failed),  # attempts that ended without success, retried ones too: `errors`
             waits,
             _percent(p.priority_adherence),
             _percent(p.fixed_start_hit_rate),
@@ -188,22 +240,33 @@ def _groups_table(pools: Sequence[PoolSnapshot]) -> Table:
     return table
 
 
-def _failures(log: FailureLog) -> RenderableType:
+def _failures_line(log: FailureLog) -> Text | None:
+    """The failures section when it is one line: no list to show; None when there is one."""
     if log.error:
         return Text(f"recent failures: not available ({log.error})", style="dim")
     if not log.events:
         return Text("recent failures: none", style="dim")
-    table = _table("recent failures", "id", "status", "at", "message")
+    return None
+
+
+def _failures_table(events: Sequence[Event], of: int) -> Table:
+    """The newest failures, `events` out of the `of` kept: one line each, whatever the width."""
+    title = "recent failures" if len(events) == of else f"recent failures ({len(events)} of {of})"
+    table = _table(title, "id", "status", "at", "message")
     for column in table.columns[2:]:
         column.justify = "left"
-    # One line per failure: the message takes the room left and ends in an ellipsis.
+    # No cell wraps: the message takes the room left and ends in an ellipsis, a long pool name
+    # too. A message's line breaks (a traceback's) become spaces.
     table.expand = True
+    for column in table.columns:
+        column.no_wrap = True
+        column.overflow = "ellipsis"
+    table.columns[0].max_width = 20
     table.columns[-1].ratio = 1
-    table.columns[-1].no_wrap = True
-    table.columns[-1].overflow = "ellipsis"
-    for e in log.events:
+    for e in events:
         at = time.strftime("%H:%M:%S", time.localtime(e.at))
-        table.add_row(Text(e.pool), str(e.id), e.status, at, Text(e.message))
+        message = " ".join(e.message.split())
+        table.add_row(Text(e.pool), str(e.id), e.status, at, Text(message))
     return table
 
 

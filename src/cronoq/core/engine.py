@@ -237,9 +237,13 @@ class Engine:
             out.append(rec)
         return out, False
 
-    def has_room(self, pool_name: str) -> bool:
-        """Can the pool take one more pending task without its overflow policy?"""
-        return self.pools[pool_name].has_room()
+    def has_room(self, pool_name: str, n: int = 1) -> bool:
+        """Can the pool take `n` more pending tasks without its overflow policy?"""
+        return self.pools[pool_name].has_room(n)
+
+    def desired(self, pool_name: str) -> int:
+        """The pool's target capacity now (`PoolSnapshot.desired`), without a snapshot."""
+        return self.pools[pool_name].desired()
 
     def pending(self) -> int:
         """Tasks waiting for a slot, in every pool."""

@@ -119,10 +119,14 @@ class PoolState:
     def pending(self) -> int:
         return sum(self.pending_by_class)
 
-    def has_room(self) -> bool:
-        """Can the pool take one more pending task without its overflow policy?"""
+    def has_room(self, n: int = 1) -> bool:
+        """Can the pool take `n` more pending tasks without its overflow policy?"""
         cap = self.cfg.max_pending
-        return cap is None or sum(self.pending_by_class) < cap
+        return cap is None or sum(self.pending_by_class) + n <= cap
+
+    def desired(self) -> int:
+        """The target capacity: the autoscaler's last one, or the capacity without it."""
+        return self.capacity if self.scaler is None else self.scaler.desired
 
     def snapshot(self, now: float) -> PoolSnapshot:
         m = self.stats.summary(now)
@@ -132,7 +136,7 @@ class PoolState:
             capacity=self.capacity,
             busy=self.busy,
             held=min(self.holds, max(0, self.capacity - self.busy)),
-            desired=self.capacity if self.scaler is None else self.scaler.desired,
+            desired=self.desired(),
             pending=sum(by_class),
             pending_by_class=by_class,
             ready=self.queues.n,

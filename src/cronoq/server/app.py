@@ -39,21 +39,30 @@ from cronoq.store import SqliteStore
 
 from .config import (
     ConfigError,
+    LimitsSettings,
     ServerConfig,
     SocketAddress,
     TlsSettings,
     library_pools,
     library_resources,
 )
+from .decode import receive_limit, size_checked
 from .errors import refusal
 from .http import Authorize, HttpListener, ssl_context
 from .logs import event
+from .ports import ensure_free
 
 __all__ = ["DRAIN_S", "BytesCodec", "Registrar", "ServerApp"]
 
 log = logging.getLogger(__name__)
 
 DRAIN_S = 5.0  # how long the listener drains calls still open (docs/server.md, "Shutdown" step 4)
+# Client pings (docs/server.md, "Connections"): gRPC counts a ping that comes sooner than this
+# after the previous one as a strike, and ends the connection (GOAWAY "too_many_pings") at the
+# strike after MAX_PING_STRIKES. Half a second: a client pinging every second, late or early by
+# a good part of that, never gets a strike, while a ping flood is still cut off.
+MIN_CLIENT_PING_INTERVAL_MS = 500
+MAX_PING_STRIKES = 2
 
 Registrar = Callable[["ServerApp", grpc.aio.Server], None]
 LauncherFactory = Callable[["ServerApp"], Launcher]
@@ -147,6 +156,7 @@ class ServerApp:
         self._interceptors = tuple(interceptors)
         self._server: grpc.aio.Server | None = None
         self._on_stop: list[StopHook] = []
+        self._on_ready: list[Callable[[], None]] = []
         self._life = Lifecycle("ServerApp", _A.STANDBY, APP_TRANSITIONS)
 
     @property
@@ -159,6 +169,12 @@ class ServerApp:
         """The graceful shutdown has begun (or is over)."""
         return self._life.at(_A.STOPPING, _A.STOPPED)
 
+    def on_ready(self, hook: Callable[[], None]) -> None:
+        """Call `hook()` each time the app becomes ready (it leads, the scheduler runs): where
+        what only the leader does starts (the webhook scaler, scaler.py). It ends by itself
+        once `ready` is false again."""
+        self._on_ready.append(hook)
+
     def on_stop(self, hook: StopHook) -> None:
         """Run `hook` once the scheduler has stopped and before the listener drains: where the
         workers layer sends `shutdown` to its streams (docs/server.md, "Shutdown" step 3)."""
@@ -168,22 +184,22 @@ class ServerApp:
         """Bind and start the gRPC listener, then the HTTP listener (and the metrics listener
         when `metrics_addr` is set); returns the gRPC address with the bound port."""
         limits = self.cfg.limits
+        address = self.cfg.server.grpc_addr
+        # A taken address (or one this host cannot bind) refuses the start here, before anything
+        # is bound and before gRPC could print its own error line (ports.py).
+        ensure_free(address, dual_stack=True)
+        ensure_free(self.cfg.server.http_addr)
+        if self.cfg.server.metrics_addr is not None:
+            ensure_free(self.cfg.server.metrics_addr)
         server = grpc.aio.server(
             interceptors=[*self._interceptors, _ReadyGate(self)],
-            options=[
-                ("grpc.max_receive_message_length", limits.max_message_bytes),
-                ("grpc.max_send_message_length", limits.max_message_bytes),
-                ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
-                ("grpc.keepalive_time_ms", int(limits.keepalive_interval_s * 1000)),
-                ("grpc.keepalive_timeout_ms", int(limits.keepalive_timeout_s * 1000)),
-            ],
+            options=_grpc_options(limits),
             maximum_concurrent_rpcs=limits.max_concurrent_requests,
         )
-        table = _MethodTable(server)
+        table = _MethodTable(server, limits.max_message_bytes)
         for register in self._registrars:
             register(self, cast(grpc.aio.Server, table))
         self.methods = table.handlers
-        address = self.cfg.server.grpc_addr
         try:
             if self._credentials is None:
                 port = server.add_insecure_port(str(address))
@@ -192,11 +208,15 @@ class ServerApp:
         except RuntimeError as exc:  # grpcio's way of saying the address is taken or invalid
             raise OSError(f"cannot listen on {address}: {exc}") from None
         await server.start()
+        try:
+            self.http_address, self.metrics_address = await self._http.start()
+        except BaseException:  # (taken since the check): nothing stays bound, nothing is logged
+            await server.stop(None)
+            raise
         self._server = server
         self.grpc_address = SocketAddress(address.host, port)
         tls = self._credentials is not None
         event(log, logging.INFO, "listening", grpc=self.grpc_address, tls=tls)
-        self.http_address, self.metrics_address = await self._http.start()
         event(log, logging.INFO, "listening", http=self.http_address, tls=tls)
         if self.metrics_address is not None:
             event(log, logging.INFO, "listening", metrics=self.metrics_address, tls=False)
@@ -214,6 +234,8 @@ class ServerApp:
                 return
             self._life.move(_A.READY)
             event(log, logging.INFO, "ready")
+            for ready in self._on_ready:
+                ready()
             if self.store is None or self.launcher is None:
                 return  # nothing to lose without a store; nobody to tell without a launcher
             reason = await lost
@@ -249,9 +271,16 @@ class ServerApp:
         event(log, logging.INFO, "stopped")
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Listen, lead, and serve until `stop` is set; stopping also ends a standby's wait."""
+        """Listen, lead, and serve until `stop` is set; stopping also ends a standby's wait.
+        A listen that fails (OSError: an address is taken) raises at once: it left nothing
+        bound and nothing was started, so there is no shutdown to run. A failed start logs
+        `event=failed` with its error first, before the shutdown's `stopping` and `stopped`."""
         try:
             await self.listen()
+        except Exception as exc:
+            _failed(exc)
+            raise
+        try:
             leading = asyncio.ensure_future(self.lead())
             stopping = asyncio.ensure_future(stop.wait())
             await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -263,8 +292,18 @@ class ServerApp:
             else:
                 stopping.cancel()
                 leading.result()  # a failed start (the store cannot open) ends the server
+        except Exception as exc:
+            _failed(exc)
+            raise
         finally:
             await self.stop()
+
+
+def _failed(exc: Exception) -> None:
+    """Log a failed start (docs/server.md, "Logs"); a ConfigError is not logged: the command
+    prints it as configuration lines and exits 2."""
+    if not isinstance(exc, ConfigError):
+        event(log, logging.ERROR, "failed", error=exc)
 
 
 class _Reporting:
@@ -288,10 +327,18 @@ class _Reporting:
 class _MethodTable:
     """What registrars get instead of the gRPC server: every call goes through to the server,
     and the handlers of each service the generated `add_*Servicer_to_server` registers are
-    kept by method path for the HTTP API."""
+    kept by method path for the HTTP API.
 
-    def __init__(self, server: grpc.aio.Server) -> None:
+    Every handler goes to the server with its deserializer size-checked against
+    `max_message_bytes` (`decode.size_checked`): the listener lets gRPC receive more than the
+    limit (`decode.receive_limit`), so that an oversized request is answered OUT_OF_RANGE by
+    us rather than RESOURCE_EXHAUSTED by gRPC, and this is where the limit is kept. The
+    generated code registers each service twice (by method path, and as a generic handler):
+    both are wrapped."""
+
+    def __init__(self, server: grpc.aio.Server, max_message_bytes: int) -> None:
         self._server = server
+        self._max = max_message_bytes
         self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
     def add_registered_method_handlers(
@@ -299,10 +346,30 @@ class _MethodTable:
     ) -> None:
         for name, handler in method_handlers.items():
             self.handlers[f"/{service_name}/{name}"] = handler
-        self._server.add_registered_method_handlers(service_name, method_handlers)
+        checked = {name: size_checked(h, self._max) for name, h in method_handlers.items()}
+        self._server.add_registered_method_handlers(service_name, checked)
+
+    def add_generic_rpc_handlers(self, generic_handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(
+            tuple(_SizeChecked(g, self._max) for g in generic_handlers)
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)
+
+
+class _SizeChecked(grpc.GenericRpcHandler):
+    """A generic handler whose method handlers are `decode.size_checked`."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, max_message_bytes: int) -> None:
+        self._inner = inner
+        self._max = max_message_bytes
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = self._inner.service(handler_call_details)
+        return None if handler is None else size_checked(handler, self._max)
 
 
 class _ReadyGate(grpc.aio.ServerInterceptor):
@@ -327,13 +394,50 @@ class _ReadyGate(grpc.aio.ServerInterceptor):
         return refusal(grpc.StatusCode.UNAVAILABLE, f"this server is {why}")
 
 
+def _grpc_options(limits: LimitsSettings) -> list[tuple[str, int]]:
+    """The gRPC listener's channel arguments (docs/server.md, "Listener" and "Connections")."""
+
+    def ms(seconds: float) -> int:
+        return max(1, round(seconds * 1000))
+
+    return [
+        # a second server on the same port must fail to bind, not share the port's connections
+        ("grpc.so_reuseport", 0),
+        # more than the limit: the services refuse what is over it, with OUT_OF_RANGE (see
+        # _MethodTable; decode.receive_limit says how much more and why)
+        ("grpc.max_receive_message_length", receive_limit(limits.max_message_bytes)),
+        ("grpc.max_send_message_length", limits.max_message_bytes),
+        ("grpc.max_concurrent_streams", limits.max_concurrent_streams),
+        # our pings: every keepalive_interval_s on every connection, calls in flight or not; a
+        # ping not acknowledged within keepalive_timeout_s closes the connection (and so ends
+        # its streams: a half-open worker is dropped)
+        ("grpc.keepalive_time_ms", ms(limits.keepalive_interval_s)),
+        ("grpc.keepalive_timeout_ms", ms(limits.keepalive_timeout_s)),
+        # grpcio 1.85 does not close the connection at keepalive_timeout_ms by itself: an
+        # unacknowledged ping ends it at the ping timeout (one minute unless set), so that one
+        # gets keepalive_timeout_s too (it applies to every ping the server sends)
+        ("grpc.http2.ping_timeout_ms", ms(limits.keepalive_timeout_s)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),  # no cap on our pings while no data flows
+        # the client's pings: accepted down to MIN_CLIENT_PING_INTERVAL_MS apart, also on a
+        # connection without calls (which permit_without_calls above allows too; without it,
+        # gRPC would want two hours between those)
+        ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_INTERVAL_MS),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
+    ]
+
+
 def _store(cfg: ServerConfig) -> SqliteStore | None:
     store = cfg.store
     if store.kind == "memory":
         return None
     if store.kind == "sqlite":
+        lease = store.leader_lease_s
         assert store.path is not None and store.keep_finished_s is not None  # validated
-        return SqliteStore(store.path, retention=store.keep_finished_s)
+        assert lease is not None
+        return SqliteStore(
+            store.path, retention=store.keep_finished_s, lease_ttl=lease, lease_renew=lease / 5
+        )
     raise ConfigError(["store.kind: the postgres store is not available yet"])
 
 

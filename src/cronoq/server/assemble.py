@@ -16,7 +16,9 @@ from .app import ServerApp
 from .auth import Authenticator, AuthInterceptor, Unauthenticated, allowed, use_principal
 from .config import ServerConfig
 from .decode import DecodeGuard
+from .holds import bound_request
 from .http import HttpError, Route
+from .scaler import WebhookScaler
 from .tasks import AdminService, TasksService
 from .work import WorkService
 
@@ -68,6 +70,12 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
         work.shutdown(SHUTDOWN_REASON, not_leader=False)
 
     app.on_stop(tell_workers)
+    # docs/autoscaling.md, "Webhook scaler": the pools this server serves (with [[shards]], its
+    # own shard's; another shard's server posts for the others)
+    own = next((set(s.pools) for s in cfg.shards if s.name == cfg.server.shard), None)
+    scaler = WebhookScaler(app, [p for p in cfg.pools if own is None or p.name in own])
+    app.on_ready(scaler.lead)
+    app.on_stop(scaler.stop)
     return app
 
 
@@ -82,9 +90,9 @@ def _http_authorize(
         try:
             principal = authenticator.authenticate(request.headers.get("Authorization"), names)
         except Unauthenticated as e:
-            raise HttpError(401, "unauthenticated", str(e)) from None
+            raise HttpError(401, str(e)) from None
         if route.method is not None and not allowed(principal, route.method):
-            raise HttpError(403, "permission_denied", f"not allowed for role {principal.role!r}")
+            raise HttpError(403, "credentials lack the required role")
         use_principal(principal)
 
     return authorize
@@ -92,7 +100,9 @@ def _http_authorize(
 
 class RequestTimeout(grpc.aio.ServerInterceptor):
     """limits.request_timeout_s for unary calls: a call still running then ends with
-    DEADLINE_EXCEEDED. Waits are exempt (Wait, and Submit with wait=true)."""
+    DEADLINE_EXCEEDED. Waits are exempt (Wait, and Submit with wait=true), and so is a Submit or
+    SubmitBatch from the moment a full overflow="wait" pool holds it (holds.py lifts the timer
+    of `bound_request`)."""
 
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
@@ -115,8 +125,12 @@ class RequestTimeout(grpc.aio.ServerInterceptor):
             if method in WAITING and (method.endswith("/Wait") or request.wait):
                 return await behavior(request, context)
             try:
-                return await asyncio.wait_for(behavior(request, context), seconds)
+                async with asyncio.timeout(seconds) as timer:
+                    with bound_request(timer):
+                        return await behavior(request, context)
             except TimeoutError:
+                if not timer.expired():
+                    raise
                 await context.abort(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"the request took longer than limits.request_timeout_s ({seconds:g} s)",

@@ -123,7 +123,7 @@ class Authenticator:
         self.enabled = auth.enabled
         self.uses_certs = bool(auth.certs)
         self._tokens = tuple((t.digest, Principal.of(t.grant)) for t in auth.tokens)
-        self._certs = tuple((c.dns.casefold(), Principal.of(c.grant)) for c in auth.certs)
+        self._certs = tuple((c.dns_name.casefold(), Principal.of(c.grant)) for c in auth.certs)
 
     def authenticate(
         self, authorization_header: str | None, cert_dns_names: Sequence[str]
@@ -140,7 +140,7 @@ class Authenticator:
                 return principal
         if names:
             raise Unauthenticated("the client certificate is not mapped to a role")
-        raise Unauthenticated("missing credentials: send 'authorization: Bearer <token>'")
+        raise Unauthenticated("missing credentials (bearer token or client certificate)")
 
     def _bearer(self, header: str) -> Principal:
         # Exactly `Bearer <token>`: whitespace around the token is part of no token, and a
@@ -159,7 +159,7 @@ class Authenticator:
             if hmac.compare_digest(digest, known):
                 found = principal
         if found is None:
-            raise Unauthenticated("unknown token")
+            raise Unauthenticated("invalid token")
         return dataclasses.replace(found, bearer=token)
 
 
@@ -199,15 +199,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         except Unauthenticated as e:
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
         if not allowed(principal, method):
-            raise Refused(
-                grpc.StatusCode.PERMISSION_DENIED, f"role {principal.role!r} may not call {method}"
-            )
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED, "credentials lack the required role")
         return principal
 
     def _by_certificate(self, method: str) -> Callable[[Context], Awaitable[None]]:
         async def check(context: Context) -> None:
             # `peer_dns` holds the DNS SANs only; `x509_subject_alternative_name` mixes in IP,
-            # URI and e-mail SANs, which must not match a `dns` entry.
+            # URI and e-mail SANs, which must not match a `dns_name` entry.
             names = [n.decode() for n in context.auth_context().get("peer_dns", ())]
             try:
                 use_principal(self._admit(None, names, method))

@@ -2,9 +2,13 @@
 
 Order of operations (docs/server.md, "Command line"): `--version` and `--print-proto` need nothing
 else; then the configuration is read without judging it, `--insecure-no-auth` and `--shard` are
-written over it, and it is validated; `--check` stops there. Exit codes: 0 after a clean run or a
-graceful shutdown, 2 for a bad command line or configuration (one line per problem on stderr), 1
-when the server cannot start (a taken address, an unusable store file).
+written over it, and it is validated; `--check` stops there, printing `configuration is valid`.
+Exit codes (docs/server.md, "Exit codes"): 0 after a valid `--check`, a clean run or a graceful
+shutdown; 2 for a bad command line (argparse's usage error); 1 whenever the server cannot run: a
+bad configuration (one `Error: <key path>: <rule>` line per problem on stderr, nothing logged),
+a missing server extra (one `Error:` line), or a failed start (a taken address, an unusable store
+file: logged as `event=failed` before the shutdown's `stopping` and `stopped`, then one last
+`Error: <reason>` line).
 
 Logs go to stderr, one line per record, as `key=value` pairs (logfmt): `ts`, `level`,
 `logger`, then `event=<name>` and the event's fields, or `msg=<text>` for ordinary records.
@@ -29,11 +33,15 @@ from cronoq.errors import SchedulerError
 from cronoq.proto import proto_text
 
 from .config import ConfigError, ServerConfig, apply_overrides, read_config, validate
+from .logs import event
 
 __all__ = ["LogfmtFormatter", "main"]
 
 log = logging.getLogger("cronoq.server")
 
+# The top-level modules the server extra installs (pyproject.toml, [project.optional-dependencies]).
+_SERVER_EXTRA = frozenset({"grpc", "google", "aiohttp", "prometheus_client"})
+VALID = "configuration is valid"  # what --check prints on stdout
 _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]]+")  # values that need no quotes
 
 
@@ -122,23 +130,51 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _config_errors(exc)
     if args.check:
-        print("ok")
+        print(VALID)
         return 0
+    missing = _missing_server_extra()
+    if missing is not None:
+        return _error(f"serving needs the server extra ({missing}): pip install 'cronoq[server]'")
     logging.getLogger().setLevel(cfg.server.log_level.upper())
     try:
         asyncio.run(_serve(cfg))
     except ConfigError as exc:
         return _config_errors(exc)
     except (SchedulerError, OSError) as exc:
-        log.error("failed", extra={"fields": {"error": exc}})
-        return 1
+        # logged as event=failed, before the shutdown's events; said once more, last
+        return _error(str(exc))
     return 0
 
 
+def _missing_server_extra() -> str | None:
+    """What the server extra would bring and is missing ("no module named 'aiohttp'"), or None.
+
+    Only serving needs it (grpcio, protobuf, aiohttp, prometheus_client): `--check`,
+    `--print-proto` and `--version` work without it. An ImportError about any other module is
+    a broken installation, not a missing extra, and keeps its traceback."""
+    try:
+        from . import assemble  # noqa: F401  (every module of the server, and so every import)
+    except ImportError as exc:
+        error: BaseException | None = exc
+        while error is not None:
+            name = getattr(error, "name", None) or ""
+            if name.partition(".")[0] in _SERVER_EXTRA:
+                return f"no module named {name!r}"
+            error = error.__cause__
+        raise
+    return None
+
+
+def _error(message: str) -> int:
+    """The server cannot run: `Error: <message>` on stderr, one line per line of it, exit 1."""
+    for line in message.splitlines() or [""]:
+        print(f"Error: {line}", file=sys.stderr)
+    return 1
+
+
 def _config_errors(exc: ConfigError) -> int:
-    for line in exc.errors:
-        print(line, file=sys.stderr)
-    return 2
+    """One `Error: <key path>: <rule>` line per problem, exit 1 (nothing was logged)."""
+    return _error("\n".join(exc.errors))
 
 
 async def _serve(cfg: ServerConfig) -> None:
@@ -149,7 +185,14 @@ async def _serve(cfg: ServerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _on_signal, stop, sig)
-    await build(cfg).serve(stop)
+    try:
+        app = build(cfg)
+    except ConfigError:
+        raise  # one Error line per problem, exit 1
+    except (SchedulerError, OSError) as exc:  # nothing started yet: nothing to stop
+        event(log, logging.ERROR, "failed", error=exc)
+        raise
+    await app.serve(stop)  # logs event=failed itself when the start fails, then stops
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:

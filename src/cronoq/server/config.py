@@ -39,6 +39,7 @@ from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.model import DEFAULT_RETRY, PoolConfig, RetryPolicy
 from cronoq.core.resources import ResourceConfig
 from cronoq.errors import SchedulerError
+from cronoq.server.hosts import loopback_name
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -78,6 +79,18 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 YEAR = 31_536_000.0  # the longest duration any key may hold (docs/reference/limits.md)
+LEADER_LEASE_S = 10.0  # [store] leader_lease_s: its default and its least value
+MIN_LEADER_LEASE_S = 1.0
+MIB = 1_048_576
+# The bounds of docs/configuration.md, "[limits]", "[[pools]]", "[store]" and "[outputs]"
+MIN_MESSAGE_BYTES = 4096  # limits.max_message_bytes and max_http_body_bytes
+GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # grpcio takes message limits as a C int: larger is lowered
+MIN_TIMEOUT_S = 0.1  # limits.request_timeout_s, keepalive_*_s; also pools[].lease_ttl_s
+MAX_LIST = 100_000  # limits.max_list
+MIN_DRAIN_TIME_S = 0.001  # pools[].drain_time_s
+MAX_MULTIPLIER = 1000.0  # pools[].retry.multiplier (and a task's own, docs/server-api.md)
+MIN_KEEP_FINISHED_S = 60.0  # store.keep_finished_s
+MAX_ORIGINS = 64  # server.grpc_web.allowed_origins
 MIN_TOKEN_LEN = 16  # shorter is an error (docs/configuration.md, "[auth]")
 SHORT_TOKEN_LEN = 32  # shorter logs a warning
 ROLES = ("client", "worker", "metrics", "admin")
@@ -90,7 +103,6 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _NAME_RULE = "must be 1-64 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-'"
 # The schema name is put into SQL statements, so only a plain identifier will do.
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")  # urlsplit drops the brackets of [::1]
 
 _T = TypeVar("_T")
 _Settings = TypeVar("_Settings", bound="DataclassInstance")
@@ -166,7 +178,7 @@ class ServerSettings:
     tls: TlsSettings | None = None
     grpc_web: GrpcWebSettings | None = None
     insecure_no_auth: bool = False
-    shutdown_grace_s: float = 30.0
+    shutdown_grace_s: float = 10.0
     shard: str | None = None
     peer_tls: PeerTlsSettings | None = None
     insecure_peer_http: bool = False
@@ -177,8 +189,8 @@ class ServerSettings:
 class Grant:
     """What a credential allows: a role, optionally narrowed to pools, labels and a tenant.
 
-    `pools` None means every pool; `labels` None means any label; `tenant` None lets the caller
-    name the tenant.
+    `pools` None means every pool, and an empty tuple none at all; `labels` None means any
+    label; `tenant` None lets the caller name the tenant.
     """
 
     role: str
@@ -197,9 +209,10 @@ class TokenSettings:
 
 @dataclass(frozen=True)
 class CertSettings:
-    """`[[auth.certs]]`: a client certificate, recognised by a DNS subject alternative name."""
+    """`[[auth.certs]]`: a client certificate, recognised by a DNS subject alternative name
+    (`dns_name`, or its alias `dns`), matched case-insensitively."""
 
-    dns: str
+    dns_name: str
     grant: Grant
 
 
@@ -221,6 +234,9 @@ class StoreSettings:
     kind: str = "memory"
     path: str | None = None  # sqlite
     keep_finished_s: float | None = None  # sqlite, postgres
+    # sqlite: the leadership lease (docs/durability.md, "Leader and standbys"), renewed every
+    # fifth of it
+    leader_lease_s: float | None = None
     url: str | None = field(default=None, repr=False)  # postgres; may hold a password
     url_env: str | None = None  # postgres: where `url` came from, if from the environment
     schema: str | None = None  # postgres
@@ -228,31 +244,38 @@ class StoreSettings:
 
 @dataclass(frozen=True)
 class LimitsSettings:
-    """`[limits]`: every key of docs/configuration.md, "[limits]"; counts are > 0, durations > 0
-    (seconds)."""
+    """`[limits]`: every key of docs/configuration.md, "[limits]", with its default.
+
+    A count (int) is at least its field's `min` metadata (1 unless given) and at most its
+    `max`; a larger one is accepted and lowered to its `clamp`. A duration (float, seconds) is
+    at least its `min` (> 0 unless given) and at most one year. 0 where allowed: `max_wait_s`
+    (waits return at once), `key_retention_s` and `key_retention_max` (finished tasks' keys are
+    not retained), `max_tags`, `max_deps` and `max_resources` (none allowed).
+    """
 
     max_tasks_per_batch: int = 1000
     max_pending_total: int = 1_000_000
     max_pending_per_pool: int = 100_000
-    # grpcio takes message limits as a C int
-    max_message_bytes: int = field(default=4_194_304, metadata={"max": 2**31 - 1})
-    max_http_body_bytes: int = 4_194_304
+    max_message_bytes: int = field(
+        default=16 * MIB, metadata={"min": MIN_MESSAGE_BYTES, "clamp": GRPC_MAX_MESSAGE_BYTES}
+    )
+    max_http_body_bytes: int = field(default=16 * MIB, metadata={"min": MIN_MESSAGE_BYTES})
     max_key_len: int = 256
     max_kind_len: int = 128
-    max_tags: int = 32
-    max_tag_len: int = 256
-    max_deps: int = 64
-    max_resources: int = 16
-    max_wait_s: float = 300.0
-    request_timeout_s: float = 30.0
-    max_concurrent_requests: int = 1024
-    max_concurrent_streams: int = 256
-    max_slots_per_worker: int = 256
-    keepalive_interval_s: float = 20.0
-    keepalive_timeout_s: float = 20.0
-    key_retention_s: float = 86_400.0
-    key_retention_max: int = 100_000
-    max_list: int = 1000
+    max_tags: int = field(default=32, metadata={"min": 0})
+    max_tag_len: int = 1024
+    max_deps: int = field(default=256, metadata={"min": 0})
+    max_resources: int = field(default=16, metadata={"min": 0})
+    max_wait_s: float = field(default=300.0, metadata={"min": 0.0})
+    request_timeout_s: float = field(default=30.0, metadata={"min": MIN_TIMEOUT_S})
+    max_concurrent_requests: int = 4096
+    max_concurrent_streams: int = 1024
+    max_slots_per_worker: int = 1024
+    keepalive_interval_s: float = field(default=20.0, metadata={"min": MIN_TIMEOUT_S})
+    keepalive_timeout_s: float = field(default=20.0, metadata={"min": MIN_TIMEOUT_S})
+    key_retention_s: float = field(default=3600.0, metadata={"min": 0.0})
+    key_retention_max: int = field(default=1_000_000, metadata={"min": 0})
+    max_list: int = field(default=1000, metadata={"max": MAX_LIST})
 
 
 @dataclass(frozen=True)
@@ -279,18 +302,19 @@ class ScalerSettings:
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """`[[pools]]`: the defaults of the engine's PoolConfig and AutoscaleSettings where it has
-    them, otherwise those of docs/configuration.md, "The embedded default" (`min` 0, `max` 64,
-    `lease_ttl_s` 30)."""
+    """`[[pools]]`: the server's defaults of docs/configuration.md, "[[pools]]" (`min` 0, `max`
+    10, autoscaling on, `overflow` "reject", `lease_ttl_s` 30), otherwise those of the engine's
+    PoolConfig and AutoscaleSettings. They are the server's own: a library Pool keeps its
+    defaults."""
 
     name: str
     min: int = 0
-    max: int = 64
-    autoscale: bool = False
+    max: int = 10
+    autoscale: bool = True
     scaler: ScalerSettings = ScalerSettings()
     lease_ttl_s: float = 30.0
     max_pending: int = LimitsSettings.max_pending_per_pool  # limits.max_pending_per_pool
-    overflow: str = "wait"
+    overflow: str = "reject"
     retry: RetrySettings = RetrySettings()
     default_duration_s: float = PoolConfig.default_duration
     reservable_fraction: float = PoolConfig.reservable_fraction
@@ -328,10 +352,11 @@ ResourceSettings = SemaphoreSettings | TokenBucketSettings
 
 @dataclass(frozen=True)
 class OutputsSettings:
-    """`[outputs]`: what finished tasks leave in memory for Get and Wait; 0 keeps nothing."""
+    """`[outputs]`: what finished tasks leave in memory for Get and Wait; 0 keeps nothing
+    (`cache_bytes` = 0 only with `cache_entries` = 0)."""
 
     cache_entries: int = field(default=10_000, metadata={"min": 0})
-    cache_bytes: int = field(default=268_435_456, metadata={"min": 0})
+    cache_bytes: int = field(default=64 * MIB, metadata={"min": 0})
     info_entries: int = field(default=100_000, metadata={"min": 0})
 
 
@@ -429,7 +454,7 @@ def validate(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> 
     pools = _pools(top, limits, env)
     shards = _shards(top.tables("shards"), pools, server.shard, errors)
     resources = _resources(top.tables("resources"), shards)
-    outputs = _counts(top.table("outputs"), OutputsSettings)
+    outputs = _outputs(top.table("outputs"))
     known_pools = {p.name for p in pools} | {name for s in shards for name in s.pools}
     auth = _auth(top.table("auth"), env, known_pools, server)
     top.close()
@@ -482,6 +507,21 @@ def _remote(ctx: object, payload: object) -> NoReturn:
     raise RuntimeError("server pools run on remote workers")
 
 
+class _ServerPool(Pool):
+    """A server pool: its cost rate applies with or without autoscaling (docs/configuration.md,
+    "The engine's view"). The library's Pool carries the rate only in its autoscaler settings
+    and prices a pool without autoscaling at 0, which stays the library's behaviour."""
+
+    __slots__ = ("_cost",)
+
+    def __init__(self, *args: Any, cost_per_worker_second: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cost = cost_per_worker_second
+
+    def core_config(self) -> PoolConfig:
+        return dataclasses.replace(super().core_config(), cost_per_worker_second=self._cost)
+
+
 def _library_pool(p: PoolSettings) -> Pool:
     retry = p.retry
     scaling = AutoscaleConfig(
@@ -491,9 +531,10 @@ def _library_pool(p: PoolSettings) -> Pool:
         cost_per_worker_second=p.cost_per_worker_second,
     )
     waits = p.await_unknown_dependencies_s
-    return Pool(
+    return _ServerPool(
         p.name,
         _remote,
+        cost_per_worker_second=p.cost_per_worker_second,
         min=p.min,
         max=p.max,
         autoscale=scaling if p.autoscale else False,
@@ -642,14 +683,20 @@ class _Table:
             return default
         return float(value)
 
-    def duration(self, key: str, default: _T, *, positive: bool = True) -> float | _T:
-        """Seconds: finite, > 0 (or >= 0 where 0 has a meaning) and at most one year."""
+    def duration(
+        self, key: str, default: _T, *, positive: bool = True, least: float | None = None
+    ) -> float | _T:
+        """Seconds: finite, at most one year, and > 0, or >= 0 where 0 has a meaning
+        (`positive=False`), or at least `least` where a smaller value would misbehave."""
         value = self._raw(key, (int, float), "a number of seconds")
         if value is _ABSENT:
             return default
+        if least is not None:
+            enough, low = value >= least, f">= {least:g}"
+        else:
+            enough, low = (value > 0, "> 0") if positive else (value >= 0, ">= 0")
         # NaN fails both comparisons, infinity the second
-        if not ((value > 0 if positive else value >= 0) and value <= YEAR):
-            low = "> 0" if positive else ">= 0"
+        if not (enough and value <= YEAR):
             self.fail(key, f"must be {low} and at most one year (got {value})")
             return default
         return float(value)
@@ -796,6 +843,10 @@ def _server(t: _Table) -> ServerSettings:
     if sub is not None:
         sub.require("allowed_origins")
         origins = sub.strings("allowed_origins") or ()
+        listed = sub.has("allowed_origins") and "allowed_origins" not in sub.bad
+        if listed and not 1 <= len(origins) <= MAX_ORIGINS:
+            rule = f"must list 1 to {MAX_ORIGINS} origins (got {len(origins)})"
+            sub.fail("allowed_origins", rule)
         for i, origin in enumerate(origins):
             problem = _url_problem(origin, bare=True)
             if problem is not None:
@@ -861,11 +912,18 @@ def _store(t: _Table, env: Mapping[str, str]) -> StoreSettings:
         return StoreSettings()  # the other keys depend on the kind: report only the kind
     if kind == "memory":
         return _closed(t, StoreSettings())
-    keep = t.duration("keep_finished_s", 604_800.0)
+    keep = t.duration("keep_finished_s", 604_800.0, least=MIN_KEEP_FINISHED_S)
     if kind == "sqlite":
         t.require("path")
         path = t.string("path", "")
-        return _closed(t, StoreSettings(kind, path=path, keep_finished_s=keep))
+        lease = t.duration("leader_lease_s", LEADER_LEASE_S)
+        if "leader_lease_s" not in t.bad and lease < MIN_LEADER_LEASE_S:
+            value = t.data["leader_lease_s"]
+            rule = f"must be >= {MIN_LEADER_LEASE_S:g} and at most one year (got {value})"
+            t.fail("leader_lease_s", rule)
+            lease = LEADER_LEASE_S
+        settings = StoreSettings(kind, path=path, keep_finished_s=keep, leader_lease_s=lease)
+        return _closed(t, settings)
 
     url = t.string("url", None)
     url_env = t.string("url_env", None)
@@ -898,18 +956,30 @@ def _closed(t: _Table, value: _T) -> _T:
 def _counts(t: _Table, cls: type[_Settings]) -> _Settings:
     """Read a table of counts and durations described by the fields of a settings class.
 
-    A float default makes the key a duration (> 0); an int default a count, at least the
-    field's `min` metadata (default 1) and at most its `max`.
+    A float default makes the key a duration: at least the field's `min` metadata (> 0 without
+    one) and at most one year. An int default makes it a count: at least its `min` (default 1)
+    and at most its `max`, or, with a `clamp`, any larger value lowered to the clamp.
     """
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if isinstance(f.default, float):
-            values[f.name] = t.duration(f.name, f.default)
+            values[f.name] = t.duration(f.name, f.default, least=f.metadata.get("min"))
         else:
             low, high = f.metadata.get("min", 1), f.metadata.get("max")
-            values[f.name] = t.integer(f.name, f.default, low=low, high=high)
+            value = t.integer(f.name, f.default, low=low, high=high)
+            values[f.name] = min(value, f.metadata.get("clamp", value))
     t.close()
     return cls(**values)
+
+
+def _outputs(t: _Table) -> OutputsSettings:
+    outputs = _counts(t, OutputsSettings)
+    if outputs.cache_entries > 0 and outputs.cache_bytes == 0 and "cache_entries" not in t.bad:
+        t.fail(
+            "cache_bytes",
+            "must be > 0 while cache_entries > 0 (set cache_entries = 0 to cache no outputs)",
+        )
+    return outputs
 
 
 # --- [[pools]] ---------------------------------------------------------------------------------
@@ -939,21 +1009,29 @@ def _pool(t: _Table, limits: LimitsSettings, env: Mapping[str, str]) -> PoolSett
     name = t.string("name", "")
     if name and not _NAME.fullmatch(name):
         t.fail("name", f"{_NAME_RULE} (got {_quote(name)})")
+    fraction = t.number("reservable_fraction", d.reservable_fraction)
+    if "reservable_fraction" not in t.bad and not 0 < fraction <= 1:
+        # stricter than the library's [0, 1]: a server pool reserves at least a sliver
+        t.fail("reservable_fraction", f"must be in (0, 1] (got {t.data['reservable_fraction']})")
+        fraction = d.reservable_fraction
     pool = PoolSettings(
         name=name,
         min=t.integer("min", d.min),
         max=t.integer("max", d.max),
         autoscale=t.boolean("autoscale", d.autoscale),
         scaler=_scaler(t.table("scaler"), env),
-        lease_ttl_s=t.duration("lease_ttl_s", d.lease_ttl_s),
-        max_pending=t.integer("max_pending", d.max_pending),
+        lease_ttl_s=t.duration("lease_ttl_s", d.lease_ttl_s, least=MIN_TIMEOUT_S),
+        max_pending=t.integer("max_pending", d.max_pending, low=1),
         overflow=t.string("overflow", d.overflow),
-        retry=_retry(t.table("retry")),
+        retry=_retry(t.optional_table("retry")),
         default_duration_s=t.duration("default_duration_s", d.default_duration_s, positive=False),
-        reservable_fraction=t.number("reservable_fraction", d.reservable_fraction),
-        await_unknown_dependencies_s=t.duration("await_unknown_dependencies_s", None),
+        reservable_fraction=fraction,
+        # 0 is accepted: an unknown dependency is then awaited for no time at all
+        await_unknown_dependencies_s=t.duration(
+            "await_unknown_dependencies_s", None, positive=False
+        ),
         target_utilization=t.number("target_utilization", d.target_utilization),
-        drain_time_s=t.duration("drain_time_s", d.drain_time_s, positive=False),
+        drain_time_s=t.duration("drain_time_s", d.drain_time_s, least=MIN_DRAIN_TIME_S),
         cooldown_s=t.duration("cooldown_s", d.cooldown_s, positive=False),
         cost_per_worker_second=t.number("cost_per_worker_second", d.cost_per_worker_second),
         max_slots_per_worker=t.integer("max_slots_per_worker", None, low=1),
@@ -985,8 +1063,13 @@ def _pool(t: _Table, limits: LimitsSettings, env: Mapping[str, str]) -> PoolSett
     return pool
 
 
-def _retry(t: _Table) -> RetrySettings:
+def _retry(t: _Table | None) -> RetrySettings:
+    """A pool's `retry` table; without one, the engine's policy. A table must give
+    `max_attempts`, as the HTTP API's retry object must."""
     d = RetrySettings()
+    if t is None:
+        return d
+    t.require("max_attempts")
     retry = RetrySettings(
         max_attempts=t.integer("max_attempts", d.max_attempts),
         initial_backoff_s=t.duration("initial_backoff_s", d.initial_backoff_s, positive=False),
@@ -994,6 +1077,9 @@ def _retry(t: _Table) -> RetrySettings:
         max_backoff_s=t.duration("max_backoff_s", d.max_backoff_s, positive=False),
         jitter=t.boolean("jitter", d.jitter),
     )
+    if "multiplier" not in t.bad and retry.multiplier > MAX_MULTIPLIER:
+        t.fail("multiplier", f"must be at most {MAX_MULTIPLIER:g} (got {t.data['multiplier']})")
+        retry = dataclasses.replace(retry, multiplier=d.multiplier)
     _library_rules(
         t, RetryPolicy, {"max_attempts": retry.max_attempts, "multiplier": retry.multiplier}
     )
@@ -1026,7 +1112,7 @@ def _scaler(t: _Table, env: Mapping[str, str]) -> ScalerSettings:
     problem = _url_problem(url) if url else None
     if problem is not None:
         t.fail("url", f"{problem} (got {_quote(url)})")
-    elif url and urlsplit(url).scheme == "http" and urlsplit(url).hostname not in _LOOPBACK_HOSTS:
+    elif url and urlsplit(url).scheme == "http" and not loopback_name(urlsplit(url).hostname or ""):
         # accepted, but said out loud (docs/configuration.md, "[[pools]]")
         _log.warning("%s: plain http to another host; prefer https", t.path_of("url"))
         if token_env is not None:
@@ -1162,10 +1248,9 @@ def _auth(
     certs: list[CertSettings] = []
     names: dict[str, str] = {}
     for ct in t.tables("certs") or []:
-        ct.require("dns")
-        dns = ct.string("dns", "")
-        if dns in names:
-            ct.fail("dns", f"the same name as {names[dns]}")
+        key, dns = _cert_name(ct)
+        if dns and dns in names:
+            ct.fail(key, f"the same name as {names[dns]}")
         names.setdefault(dns, ct.path)
         certs.append(CertSettings(dns, _grant(ct, known_pools)))
         ct.close()
@@ -1173,6 +1258,20 @@ def _auth(
         t.fail("certs", "client certificates are only asked for with server.tls.client_ca set")
     t.close()
     return AuthSettings(tuple(tokens), tuple(certs))
+
+
+def _cert_name(t: _Table) -> tuple[str, str]:
+    """The key that names the certificate's DNS SAN (`dns_name`, or its alias `dns`) and the
+    name ("" when missing or wrong, already reported)."""
+    given = [key for key in ("dns_name", "dns") if t.has(key)]
+    names = {key: t.string(key, "") for key in ("dns_name", "dns")}
+    if not given:
+        t.fail("dns_name", "is required")
+        return "dns_name", ""
+    if len(given) == 2:
+        t.error("give either dns_name or dns (its alias), not both")
+        return "dns_name", ""
+    return given[0], names[given[0]]
 
 
 def _token(t: _Table, env: Mapping[str, str]) -> tuple[str, bytes] | None:
@@ -1206,9 +1305,7 @@ def _token(t: _Table, env: Mapping[str, str]) -> tuple[str, bytes] | None:
 def _grant(t: _Table, known_pools: set[str]) -> Grant:
     t.require("role")
     role = t.string("role", "", choices=ROLES)
-    pools = t.strings("pools")
-    if pools is not None and not pools:
-        t.fail("pools", "must not be empty (leave it out to allow every pool)")
+    pools = t.strings("pools")  # [] allows no pool at all; leaving it out allows every pool
     for pool in pools or ():
         if pool not in known_pools:
             t.fail("pools", f"unknown pool {_quote(pool)}")
@@ -1218,7 +1315,7 @@ def _grant(t: _Table, known_pools: set[str]) -> Grant:
         pairs = []
         for i, text in enumerate(texts):
             name, sep, value = text.partition("=")
-            if not (sep and name and value):
+            if not (sep and name):  # the value may be empty: "gpu=" allows gpu=""
                 t.fail(f"labels[{i}]", f'must be "name=value" (got {_quote(text)})')
             pairs.append((name, value))
         labels = tuple(pairs)

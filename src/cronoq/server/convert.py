@@ -3,7 +3,7 @@
 Inbound, every field a client sends is checked here against docs/server-api.md, "Input rules" and
 the `[limits]` before anything reaches the scheduler, and a refusal is an `InvalidArgument` naming
 the field path (`tasks[3].tags["cronoq.x"]`) and the rule, which the services turn into
-INVALID_ARGUMENT (`TooLarge`: RESOURCE_EXHAUSTED). What the library checks again (unknown pools,
+INVALID_ARGUMENT (`TooLarge`: OUT_OF_RANGE). What the library checks again (unknown pools,
 resources and dependencies, cycles) is left to it, so the two can never disagree. Outbound,
 records, events and snapshots become their messages; times go on the wire as Unix nanoseconds.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ __all__ = [
     "edge_to_pb",
     "event_to_pb",
     "from_ns",
+    "is_occurrence_key",
     "miss_from_pb",
     "miss_to_pb",
     "output_bytes",
@@ -83,8 +85,9 @@ class InvalidArgument(ValueError):
 
 
 class TooLarge(InvalidArgument):
-    """A payload over `limits.max_message_bytes`: RESOURCE_EXHAUSTED, like an oversized
-    message refused by the gRPC layer itself (docs/reference/errors.md, "gRPC status codes")."""
+    """A payload over `limits.max_message_bytes`: OUT_OF_RANGE, like a request message over
+    that limit (docs/reference/errors.md, "gRPC status codes"). Over gRPC the request is refused
+    before this check can see it; over HTTP, whose body limit is another, it is this check."""
 
 
 # --- enums -------------------------------------------------------------------------------------
@@ -249,40 +252,56 @@ def task_ref(ref: pb.TaskRef, limits: LimitsSettings, field: str = "task") -> in
 # --- TaskSpec -> submit() options --------------------------------------------------------------
 
 
+# The key of a recurring occurrence ends with `@` and its UTC start to the second (core.recurring,
+# `occurrence_key`): a key whose part after its last `@` has exactly that form is reserved.
+_OCCURRENCE_SUFFIX = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+
+
+def is_occurrence_key(key: str) -> bool:
+    """Has `key` the form of a recurring occurrence's key (`<prefix>@2025-06-01T09:30:00Z`)?"""
+    _, at, suffix = key.rpartition("@")
+    return bool(at) and _OCCURRENCE_SUFFIX.fullmatch(suffix) is not None
+
+
 def spec_to_task(
     spec: pb.TaskSpec,
     limits: LimitsSettings,
     *,
     field: str = "task",
-    default_pool: str = "default",
-    pool_retry: Mapping[str, RetryPolicy] | None = None,
+    template: bool = False,
 ) -> tuple[bytes, dict[str, Any]]:
     """The payload and the `Scheduler.submit()` options of one spec.
 
-    `pool_retry` gives each pool's retry policy: a `retry` whose backoff fields are 0 takes
-    them from the pool's policy ("server default"), as the clients expect when they send only
-    `max_attempts`.
+    A `template` (of a recurring schedule) is a spec whose occurrences the server submits: its
+    key is their prefix, and each occurrence is a fixed start, so the rules of a task a client
+    submits itself (a reserved key, `tolerance_s` without a start) do not apply to it.
     """
     if len(spec.payload) > limits.max_message_bytes:
         raise TooLarge(
             f"{field}.payload", f"must be at most max_message_bytes={limits.max_message_bytes}"
         )
     options: dict[str, Any] = {}
-    pool = default_pool
     if spec.pool:
-        pool = options["pool"] = check_name(f"{field}.pool", spec.pool)
+        options["pool"] = check_name(f"{field}.pool", spec.pool)
     if spec.priority != pb.PRIORITY_UNSPECIFIED:
         options["priority"] = priority_from_pb(spec.priority, f"{field}.priority")
     if spec.kind:
         options["kind"] = check_name(f"{field}.kind", spec.kind, limits.max_kind_len)
     if spec.key:
         options["key"] = check_name(f"{field}.key", spec.key, limits.max_key_len)
+        if not template and is_occurrence_key(spec.key):
+            raise InvalidArgument(
+                f"{field}.key",
+                "a key ending in '@YYYY-MM-DDTHH:MM:SSZ' is reserved for the occurrences of"
+                " recurring schedules",
+            )
     if spec.tenant:
         options["tenant"] = check_name(f"{field}.tenant", spec.tenant, limits.max_key_len)
     _times(spec, field, options)
+    if not template and "tolerance" in options and not ({"start_in", "start_at"} & options.keys()):
+        raise InvalidArgument(f"{field}.tolerance_s", "tolerance_s requires a start time")
     if spec.HasField("retry"):
-        base = (pool_retry or {}).get(pool, DEFAULT_RETRY)
-        options["retry"] = _retry(spec.retry, base, f"{field}.retry")
+        options["retry"] = _retry(spec.retry, f"{field}.retry")
     if spec.deps:
         if len(spec.deps) > limits.max_deps:
             raise InvalidArgument(f"{field}.deps", f"at most max_deps={limits.max_deps} entries")
@@ -331,23 +350,26 @@ def _times(spec: pb.TaskSpec, field: str, options: dict[str, Any]) -> None:
         options["on_miss"] = miss_from_pb(spec.on_miss, f"{field}.on_miss")
 
 
-def _retry(msg: pb.RetryPolicy, base: RetryPolicy, field: str) -> RetryPolicy:
-    if msg.max_attempts == 0:
-        raise InvalidArgument(f"{field}.max_attempts", "must be >= 1")
+MAX_MULTIPLIER = 1000.0
+
+
+def _retry(msg: pb.RetryPolicy, field: str) -> RetryPolicy:
+    """A task's own policy (docs/server-api.md, "Input rules"): `max_attempts` 0 is one
+    attempt; a backoff field or the multiplier 0 takes the library's default (1 s, 60 s, 2.0),
+    not the pool's; a multiplier between 0 and 1 is 1; `jitter` is what was sent."""
     initial = check_duration(f"{field}.initial_backoff_s", msg.initial_backoff_s)
     maximum = check_duration(f"{field}.max_backoff_s", msg.max_backoff_s)
     multiplier = msg.multiplier
-    if multiplier != 0.0 and not (math.isfinite(multiplier) and multiplier >= 1.0):
-        raise InvalidArgument(f"{field}.multiplier", "must be a finite number >= 1 (0: default)")
-    # All three backoff fields 0: the client named only the attempts, so jitter follows the
-    # pool's policy too (proto3 cannot tell an unset bool from false).
-    only_attempts = initial == 0.0 and maximum == 0.0 and multiplier == 0.0
+    if not (math.isfinite(multiplier) and 0.0 <= multiplier <= MAX_MULTIPLIER):
+        raise InvalidArgument(
+            f"{field}.multiplier", f"must be a finite number within [0, {MAX_MULTIPLIER:g}]"
+        )
     return RetryPolicy(
-        max_attempts=msg.max_attempts,
-        initial_backoff=initial or base.initial_backoff,
-        multiplier=multiplier or base.multiplier,
-        max_backoff=maximum or base.max_backoff,
-        jitter=base.jitter if only_attempts else msg.jitter,
+        max_attempts=max(msg.max_attempts, 1),
+        initial_backoff=initial or DEFAULT_RETRY.initial_backoff,
+        multiplier=max(multiplier, 1.0) if multiplier else DEFAULT_RETRY.multiplier,
+        max_backoff=maximum or DEFAULT_RETRY.max_backoff,
+        jitter=msg.jitter,
     )
 
 
@@ -396,13 +418,7 @@ class RecurringArgs:
         self.options = options
 
 
-def recurring_from_pb(
-    req: pb.RecurringRequest,
-    limits: LimitsSettings,
-    *,
-    default_pool: str = "default",
-    pool_retry: Mapping[str, RetryPolicy] | None = None,
-) -> RecurringArgs:
+def recurring_from_pb(req: pb.RecurringRequest, limits: LimitsSettings) -> RecurringArgs:
     """Check a schedule: name 1-256 characters, a cron of at most 256 that parses, a known
     zone, and a template without deps, fixed start or absolute deadline (each occurrence is
     the fixed start; `deadline_in_s` counts from it)."""
@@ -427,9 +443,7 @@ def recurring_from_pb(
             raise InvalidArgument(f"template.{absent}", "not allowed in a recurring template")
     if tpl.deps:
         raise InvalidArgument("template.deps", "not allowed in a recurring template")
-    payload, options = spec_to_task(
-        tpl, limits, field="template", default_pool=default_pool, pool_retry=pool_retry
-    )
+    payload, options = spec_to_task(tpl, limits, field="template", template=True)
     options["overlap"] = overlap_from_pb(req.overlap)
     if req.tz:
         options["tz"] = req.tz

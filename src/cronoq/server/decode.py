@@ -1,40 +1,84 @@
-"""Requests whose bytes are not a valid message for their method: INVALID_ARGUMENT, not UNKNOWN.
+"""Requests whose bytes are not a valid message for their method: INVALID_ARGUMENT, not UNKNOWN;
+requests over `limits.max_message_bytes`: OUT_OF_RANGE, not gRPC's RESOURCE_EXHAUSTED.
 
 grpcio turns a deserializer's exception into an UNKNOWN status (and logs a traceback) before
 any of our code runs. `DecodeGuard` gives every handler a deserializer that never raises: a bad
 message becomes an `_Bad` marker, and the handler's wrapper answers INVALID_ARGUMENT for a
 unary request, or raises `Undecodable` from the request iterator of a streaming one (the Work
 stream then ends that worker's stream alone).
+
+The size limit (docs/server.md, "Listener"): gRPC's own receive limit would
+answer RESOURCE_EXHAUSTED, which clients take for "busy, try again" and retry forever. So the
+app lets gRPC read somewhat more than the limit (`receive_limit`) and checks each message's
+serialized size itself, in the deserializer of every handler it registers (`size_checked`): a
+message over the limit raises `Oversized` there, which `DecodeGuard` turns into OUT_OF_RANGE
+naming the limit (a unary call is refused; a stream ends).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the stubs
+
+# How much more than limits.max_message_bytes gRPC reads of one message (`receive_limit`).
+RECEIVE_FACTOR = 2
+GRPC_MAX_MESSAGE = 2**31 - 1  # the largest receive limit grpcio takes
+
+
+def receive_limit(max_message_bytes: int) -> int:
+    """The gRPC listener's receive limit for a server whose limit is `max_message_bytes`.
+
+    gRPC refuses a message over its receive limit from the length the message declares, before
+    reading it, and answers RESOURCE_EXHAUSTED; what it accepts it buffers whole before any
+    deserializer sees it. Twice our limit is the trade-off: a request up to twice the limit (a
+    payload somewhat too large, the common mistake) is read and answered OUT_OF_RANGE, and no
+    request makes the server buffer more than twice what it would accept anyway. A request
+    larger still keeps gRPC's RESOURCE_EXHAUSTED, without being read. Sends keep the limit
+    itself (a larger answer fails on our side)."""
+    return min(max_message_bytes * RECEIVE_FACTOR, GRPC_MAX_MESSAGE)
+
+
+class Oversized(Exception):
+    """A request message over limits.max_message_bytes (raised by a `size_checked`
+    deserializer; DecodeGuard answers it OUT_OF_RANGE)."""
 
 
 class Undecodable(Exception):
-    """A streamed request message that is not valid protobuf for its method."""
+    """A streamed request message that is not valid protobuf for its method (`code`
+    INVALID_ARGUMENT), or that is over limits.max_message_bytes (`code` OUT_OF_RANGE)."""
+
+    def __init__(
+        self, message: str, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT
+    ) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class _Bad:
-    __slots__ = ("error",)
+    __slots__ = ("code", "error")
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, code: grpc.StatusCode) -> None:
         self.error = error
+        self.code = code
 
 
 def _lenient(deserializer: Callable[[bytes], Any], method: str) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
         try:
             return deserializer(data)
+        except Oversized as e:
+            return _Bad(f"{method}: {e}", grpc.StatusCode.OUT_OF_RANGE)
         except Exception as e:
-            return _Bad(f"{method}: the request is not a valid message ({type(e).__name__})")
+            return _Bad(
+                f"{method}: the request is not a valid message ({type(e).__name__})",
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
 
     return decode
 
@@ -42,13 +86,40 @@ def _lenient(deserializer: Callable[[bytes], Any], method: str) -> Callable[[byt
 async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
     async for request in requests:
         if isinstance(request, _Bad):
-            raise Undecodable(request.error)
+            raise Undecodable(request.error, request.code)
         yield request
 
 
 async def _refuse_bad(request: Any, context: Context) -> None:
     if isinstance(request, _Bad):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.error)
+        await context.abort(request.code, request.error)
+
+
+def size_checked(handler: Handler, max_message_bytes: int) -> Handler:
+    """`handler` whose deserializer first checks the message's serialized size: over
+    `max_message_bytes` it raises `Oversized`, naming the limit, without decoding."""
+    inner = handler.request_deserializer
+    if inner is None:
+        return handler
+
+    def deserialize(data: bytes) -> Any:
+        if len(data) > max_message_bytes:
+            raise Oversized(
+                f"the request is {len(data)} bytes, more than"
+                f" limits.max_message_bytes={max_message_bytes}"
+            )
+        return inner(data)
+
+    kind = ("stream" if handler.request_streaming else "unary") + (
+        "_stream" if handler.response_streaming else "_unary"
+    )
+    make: Any = getattr(grpc, f"{kind}_rpc_method_handler")
+    result: Handler = make(
+        getattr(handler, kind),
+        request_deserializer=deserialize,
+        response_serializer=handler.response_serializer,
+    )
+    return result
 
 
 def _streaming(inner: Callable[..., Any], guard: Callable[[Any, Context], Any]) -> Any:

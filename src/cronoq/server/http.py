@@ -1,30 +1,34 @@
 """The HTTP listener (docs/http.md): health, readiness, metrics, the Admin snapshot and a JSON
-API that mirrors the gRPC calls.
+API that mirrors the gRPC calls, with the routes and shapes of the published cronoq-server 0.2.1.
 
 The API runs no logic of its own. Each route builds the request message of the gRPC method it
-mirrors (proto3 JSON via `google.protobuf.json_format`) and calls the very handler the app's
-registrars gave the gRPC listener (`ServerApp.methods`), with `_Call` standing in for the
-servicer context: what tasks.py uses of it (`abort`, `invocation_metadata`, `time_remaining`).
-The answer goes back as JSON, and a gRPC status as `{"error": {"code", "message"}}` with the
-HTTP status of docs/http.md, "Errors". So both listeners validate, refuse and answer alike.
-
-JSON shapes (docs/http.md, "JSON"): the proto field names; task and worker ids as strings (u64 ids
-exceed JavaScript's integers), other 64-bit integers (times in ns, counters) as numbers; enums by
-their lower-case short names (`"succeeded"`, `"high"`; requests may also use the full names or
-numbers); bytes in base64; every field present, an unset optional one as null. A TaskSpec may carry
-`json` (any JSON value, sent as the payload with content type `application/json`) instead of
-`payload`.
+mirrors (httpjson.py turns the JSON into it) and calls the very handler the app's registrars
+gave the gRPC listener (`ServerApp.methods`), with `_Call` standing in for the servicer context:
+what tasks.py uses of it (`abort`, `invocation_metadata`, `time_remaining`). The answer goes back
+in the JSON shape of its route (httpjson.py again), and every refusal, a gRPC status or the
+listener's own, as `{"error": "<text>", "code": "<reason>"}` whose code is a function of the HTTP
+status alone (docs/http.md, "Errors"). So both listeners validate, refuse and answer alike.
 
 Checks run as middlewares in the order of docs/http.md, "Checks, in order", all before the body
-is read: the Host header (only with auth disabled on a loopback listener), authentication (the
-`authorize` slot), readiness for API routes (503 on a standby or while stopping), then the body
-limit (`limits.max_http_body_bytes`, 413).
+is read: the Host header (only while no credential is configured and insecure_no_auth is off),
+authentication (the `authorize` slot), readiness for API routes (503 on a standby or while
+stopping), then the body limit (`limits.max_http_body_bytes`, 413). The last middleware reads the
+body whole before the route runs. Health and readiness skip them all, and so do the 404 and 405
+of paths and methods that no route serves.
+
+Slow clients (docs/http.md, "Timeouts"): reading a request is bounded by
+`limits.request_timeout_s`, what the route then does (a wait) is not. Headers: aiohttp's keep-alive
+timer (`keepalive_timeout`), armed when a connection opens and again after each response and not
+pushed back by bytes that arrive, closes a connection still waiting for complete headers, an idle
+one included, at that time; no answer is sent. Body: `_read_body` gives it `request_timeout_s`,
+then answers 408 and closes the connection.
 """
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import json
+import logging
 import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -34,19 +38,30 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import grpc
 from aiohttp import hdrs, web
 
-# Untyped for mypy: types-protobuf would type them, but it also makes the generated message
+# Untyped for mypy: types-protobuf would type it, but it also makes the generated message
 # classes strict, which the code built before it does not yet satisfy.
-from google.protobuf import json_format  # type: ignore[import-untyped]
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
+from . import httpjson
 from .config import ConfigError, SocketAddress, TlsSettings
+from .hosts import loopback_host
 from .metrics import CONTENT_TYPE, ServerMetrics
 
 if TYPE_CHECKING:
     from .app import ServerApp
 
-__all__ = ["ROUTES", "Authorize", "HttpError", "HttpListener", "Route", "ssl_context"]
+__all__ = [
+    "ROUTES",
+    "Authorize",
+    "HttpError",
+    "HttpListener",
+    "Route",
+    "loopback_host",
+    "ssl_context",
+]
+
+log = logging.getLogger("cronoq.server")
 
 Handler = Callable[["HttpListener", web.Request], Awaitable[web.StreamResponse]]
 Authorize = Callable[[web.Request, "Route"], Awaitable[None]]
@@ -59,174 +74,96 @@ the handler's task, so the servicers see that caller. It runs after the Host che
 readiness and the body. Routes whose `method` is None (health, readiness, the OpenAPI
 document) skip it, and so does the metrics listener (docs/http.md, "Checks, in order")."""
 
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 JSON_CONTENT_TYPE = "application/json"
+TEXT_CONTENT_TYPE = "text/plain"
 
-# docs/http.md, "Errors": the HTTP status of each gRPC status code (error bodies name the code).
+# docs/http.md, "Errors": the HTTP status of each gRPC status code; any other is 500.
 HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,  # a payload over limits.max_message_bytes
     grpc.StatusCode.UNAUTHENTICATED: 401,
     grpc.StatusCode.PERMISSION_DENIED: 403,
     grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
     grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.ABORTED: 409,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.INTERNAL: 500,
-    grpc.StatusCode.DATA_LOSS: 500,
     grpc.StatusCode.UNIMPLEMENTED: 501,
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DEADLINE_EXCEEDED: 504,
 }
-# aiohttp's own refusals, by the code their error bodies carry
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+# The texts of the listener's own refusals (docs/http.md, "Errors").
+NO_ROUTE = "no such route"
+NO_METHOD = "method not allowed"
+NOT_LEADER = "not the leader (standby or shutting down)"
+NOT_LOOPBACK = "without auth the API only answers requests for a loopback host"
+# aiohttp's default lingering time: after answering a request whose body was not read in full,
+# how long the server reads and discards what more arrives before it closes the connection
+# (so that a client still sending sees the answer rather than a reset). Capped at
+# limits.request_timeout_s, so that a 408 closes the connection soon.
+LINGER_S = 10.0
 
 
 class HttpError(Exception):
-    """Ends a request with `{"error": {"code": code, "message": message}}` and `status`."""
+    """Ends a request with `status` and `{"error": message, "code": <the status's reason>}`
+    (`code` is a function of the status alone); a 401 also carries `WWW-Authenticate: Bearer`.
+    With `close`, the answer carries `Connection: close` and the connection ends after it."""
 
     def __init__(
-        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
-        self.code = code
         self.message = message
         self.headers = headers
+        self.close = close
+
+    @property
+    def code(self) -> str:
+        return httpjson.reason(self.status)
 
     @classmethod
     def of_grpc(cls, code: grpc.StatusCode, message: str) -> HttpError:
-        return cls(HTTP_STATUS.get(code, 500), code.name.lower(), message)
+        return cls(HTTP_STATUS.get(code, 500), message)
 
     def response(self) -> web.Response:
-        body = {"error": {"code": self.code, "message": self.message}}
-        return web.json_response(body, status=self.status, headers=self.headers)
+        response = json_answer({"error": self.message, "code": self.code}, status=self.status)
+        response.headers.update(self.headers or {})
+        if self.status == 401:
+            response.headers[hdrs.WWW_AUTHENTICATE] = "Bearer"
+        if self.close:
+            response.force_close()  # aiohttp then sends `Connection: close`
+        return response
+
+
+def json_answer(data: Any, status: int = 200) -> web.Response:
+    """A JSON answer: `content-type: application/json`, keys sorted."""
+    return web.Response(body=httpjson.dumps(data), status=status, content_type=JSON_CONTENT_TYPE)
 
 
 def _invalid(message: str) -> HttpError:
-    return HttpError(400, "invalid_argument", message)
+    return HttpError(400, message)
 
 
 @dataclass(frozen=True)
 class Route:
-    """One row of the route table (docs/http.md). `path` is in OpenAPI form (`{id}` is a task
-    id, digits only); `method` is the gRPC method it mirrors, whose roles it requires (None:
-    no credentials needed); `api` routes answer 503 unless the server serves."""
+    """One row of the route table (docs/http.md, "Routes"). `path` is in OpenAPI form (`{id}`
+    is a task id, checked by the route: anything else is 400, not 404); `method` is the gRPC
+    method it mirrors, whose roles it requires (None: no credentials needed); `api` routes
+    answer 503 unless the server serves; `probe` routes (health, readiness) skip every check,
+    the Host check included."""
 
     verb: str
     path: str
     handler: Handler
     method: str | None
     api: bool = True
-
-    @property
-    def aiohttp_path(self) -> str:
-        return self.path.replace("{id}", r"{id:\d+}")
-
-
-# --- JSON <-> messages ------------------------------------------------------------------------
-
-
-def _enum_prefix(enum: Any) -> str:
-    """`TASK_STATUS_` for TaskStatus: what its UNSPECIFIED value's name starts with."""
-    return str(enum.values_by_number[0].name).removesuffix("UNSPECIFIED")
-
-
-def _is_id(field: Any) -> bool:
-    return field.name in ("id", "next_after") or field.name.endswith("_id")
-
-
-def _is_map(field: Any) -> bool:
-    return field.message_type is not None and field.message_type.GetOptions().map_entry
-
-
-def _in(desc: Any, data: Mapping[str, Any]) -> dict[str, Any]:
-    """Short enum names (`"high"`) to their proto3 JSON names (`"PRIORITY_HIGH"`), through
-    nested messages; everything else as it is, for ParseDict to judge."""
-    fields = {**{f.json_name: f for f in desc.fields}, **desc.fields_by_name}
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        f = fields.get(key)
-        if f is not None and not _is_map(f):
-            convert = _value_in(f)
-            repeated = f.is_repeated and isinstance(value, list)
-            value = [convert(v) for v in value] if repeated else convert(value)
-        out[key] = value
-    return out
-
-
-def _value_in(field: Any) -> Callable[[Any], Any]:
-    if field.enum_type is not None:
-        prefix = _enum_prefix(field.enum_type)
-        names = field.enum_type.values_by_name
-
-        def enum(v: Any) -> Any:
-            if isinstance(v, str) and v not in names and prefix + v.upper() in names:
-                return prefix + v.upper()
-            return v
-
-        return enum
-    if field.message_type is not None:
-        desc = field.message_type
-        return lambda v: _in(desc, v) if isinstance(v, Mapping) else v
-    return lambda v: v
-
-
-def parse(data: Any, cls: type[Message]) -> Message:
-    """A request message from JSON; HttpError 400 naming the problem."""
-    if not isinstance(data, Mapping):
-        raise _invalid(f"expected a JSON object, not {type(data).__name__}")
-    try:
-        return json_format.ParseDict(_in(cls.DESCRIPTOR, data), cls())
-    except (json_format.ParseError, ValueError, TypeError) as e:
-        raise _invalid(str(e)) from None
-
-
-def to_json(msg: Message) -> dict[str, Any]:
-    """The JSON form of a response message (the shapes of the module docstring)."""
-    data = json_format.MessageToDict(
-        msg, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
-    )
-    return _out(msg.DESCRIPTOR, data)
-
-
-def _out(desc: Any, data: dict[str, Any]) -> dict[str, Any]:
-    for f in desc.fields:
-        if f.name not in data:
-            if f.has_presence:
-                data[f.name] = None
-            continue
-        convert = None if _is_map(f) else _value_out(f)
-        if convert is not None:
-            value = data[f.name]
-            data[f.name] = (
-                [convert(v) for v in value] if isinstance(value, list) else convert(value)
-            )
-    return data
-
-
-def _value_out(field: Any) -> Callable[[Any], Any] | None:
-    if field.enum_type is not None:
-        cut = len(_enum_prefix(field.enum_type))
-        return lambda v: v[cut:].lower() if isinstance(v, str) else v
-    if field.message_type is not None:
-        desc = field.message_type
-        return lambda v: _out(desc, v)
-    wide = field.cpp_type in (field.CPPTYPE_INT64, field.CPPTYPE_UINT64)
-    return int if wide and not _is_id(field) else None
-
-
-def _spec(data: Any, where: str) -> Any:
-    """A TaskSpec's `json` value becomes its payload, with content type `application/json`
-    unless one is given."""
-    if not isinstance(data, Mapping) or "json" not in data:
-        return data
-    spec = dict(data)
-    if "payload" in spec:
-        raise _invalid(f"{where}: give either payload or json, not both")
-    text = json.dumps(spec.pop("json"), separators=(",", ":"), ensure_ascii=False)
-    spec["payload"] = base64.b64encode(text.encode()).decode("ascii")
-    if "content_type" not in spec and "contentType" not in spec:
-        spec["content_type"] = JSON_CONTENT_TYPE
-    return spec
+    probe: bool = False
 
 
 # --- calling the gRPC handlers ----------------------------------------------------------------
@@ -241,11 +178,15 @@ class _Aborted(Exception):
 
 class _Call:
     """The servicer context of a call from HTTP: the request's headers as metadata (so a
-    `traceparent` header reaches the task, as over gRPC), no deadline (the servicers cap
-    waits with `limits.max_wait_s`), and an `abort` that raises what the route answers."""
+    `traceparent` header reaches the task, as over gRPC), a deadline only for the routes of
+    `BOUNDED` (the servicers cap waits with `limits.max_wait_s`), and an `abort` that raises
+    what the route answers."""
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, bound_s: float | None = None) -> None:
         self._metadata = tuple((k.lower(), v) for k, v in request.headers.items())
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._deadline = None if bound_s is None else loop.time() + bound_s
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
@@ -256,7 +197,15 @@ class _Call:
         return self._metadata
 
     def time_remaining(self) -> float | None:
-        return None
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - self._loop.time())
+
+
+# The methods whose HTTP routes have a deadline: request_timeout_s + max_wait_s, which is what
+# bounds a submit held by a full overflow="wait" pool (docs/overflow-and-fairness.md, "On the
+# server"); over gRPC, the call's own deadline does.
+BOUNDED = frozenset({"/cronoq.v1.Tasks/Submit", "/cronoq.v1.Tasks/SubmitBatch"})
 
 
 UnaryHandler = Callable[[Message, _Call], Awaitable[Message]]
@@ -300,8 +249,7 @@ class HttpListener:
             http = await self._bind(ROUTES, server.http_addr, ssl_context=self._ssl)
             metrics = None
             if server.metrics_addr is not None:
-                only = [r for r in ROUTES if r.path == "/metrics"]
-                metrics = await self._bind(only, server.metrics_addr, metrics_only=True)
+                metrics = await self._bind(METRICS_ROUTES, server.metrics_addr, metrics_only=True)
         except BaseException:
             await self.stop()
             raise
@@ -322,7 +270,18 @@ class HttpListener:
         metrics_only: bool = False,
     ) -> SocketAddress:
         web_app = self._web_app(routes, address, metrics_only)
-        runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=self._drain_s)
+        read_s = self.app.cfg.limits.request_timeout_s
+        runner = web.AppRunner(
+            web_app,
+            access_log=None,
+            shutdown_timeout=self._drain_s,
+            # the header timeout and the idle limit (see the module docstring)
+            keepalive_timeout=read_s,
+            lingering_time=min(LINGER_S, read_s),
+            # a client that goes away cancels its route, as over gRPC: a submit held by a full
+            # pool then leaves its line instead of admitting a task nobody waits for
+            handler_cancellation=True,
+        )
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, address.host, address.port, ssl_context=ssl_context)
@@ -335,16 +294,19 @@ class HttpListener:
     def _web_app(
         self, routes: Iterable[Route], address: SocketAddress, metrics_only: bool
     ) -> web.Application:
-        middlewares = [self._errors]
-        if address.is_loopback and not self.app.cfg.auth.enabled:
+        """The metrics listener (`metrics_only`) has neither the Host check nor credentials, and
+        answers a path it does not serve with a bare 404."""
+        middlewares = [self._bare_404 if metrics_only else self._errors]
+        cfg = self.app.cfg
+        if not (metrics_only or cfg.auth.enabled or cfg.server.insecure_no_auth):
             middlewares.append(self._host_check)
         if self._authorize is not None and not metrics_only:
             middlewares.append(self._authenticate)
-        middlewares += [self._ready_gate, self._body_limit]
-        limit = self.app.cfg.limits.max_http_body_bytes
+        middlewares += [self._ready_gate, self._body_limit, self._read_body]
+        limit = cfg.limits.max_http_body_bytes
         web_app = web.Application(middlewares=middlewares, client_max_size=limit)
         for route in routes:
-            web_app.router.add_route(route.verb, route.aiohttp_path, self._endpoint(route))
+            web_app.router.add_route(route.verb, route.path, self._endpoint(route))
         return web_app
 
     def _endpoint(self, route: Route) -> Endpoint:
@@ -363,23 +325,33 @@ class HttpListener:
             return await handler(request)
         except HttpError as e:
             return e.response()
+        except httpjson.BadRequest as e:
+            return HttpError(400, str(e)).response()
         except web.HTTPException as e:
             if e.status < 400:
                 raise
-            fallback = "invalid_argument" if e.status < 500 else "internal"
-            # A 405 keeps aiohttp's Allow header: the methods the path does take.
-            allow = {"Allow": e.headers[hdrs.ALLOW]} if hdrs.ALLOW in e.headers else None
-            code = _HTTP_CODES.get(e.status, fallback)
-            return HttpError(e.status, code, e.reason, allow).response()
+            return _of_aiohttp(e, self.app.cfg.limits.max_http_body_bytes).response()
+        except Exception as e:  # a bug: still a JSON answer, and logged
+            log.exception("unexpected error serving an HTTP request", exc_info=e)
+            return HttpError(500, f"internal error: {type(e).__name__}").response()
+
+    @web.middleware
+    async def _bare_404(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
+        """The metrics listener's `_errors`: a path it does not serve is a 404 with no body."""
+        unserved = request.match_info.http_exception
+        if unserved is not None and unserved.status == 404:
+            return web.Response(status=404)
+        return await self._errors(request, handler)
 
     @web.middleware
     async def _host_check(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
-        """With auth off, only a loopback Host, so that a web page cannot reach the API through DNS
-        rebinding (docs/http.md, "Checks, in order")."""
-        host = request.headers.get(hdrs.HOST)
-        if host is None or not loopback_host(host):
-            message = f"Host {host!r} is not a loopback name (authentication is off)"
-            raise HttpError(403, "permission_denied", message)
+        """With no credential configured, only a loopback Host, so that a web page cannot reach
+        the API through DNS rebinding (docs/http.md, "Host check"). Probes and the 404 and 405
+        of unserved paths and methods are exempt."""
+        if _checked(request):
+            host = request.headers.get(hdrs.HOST)
+            if host is None or not loopback_host(host):
+                raise HttpError(403, NOT_LOOPBACK)
         return await handler(request)
 
     @web.middleware
@@ -393,8 +365,7 @@ class HttpListener:
     async def _ready_gate(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
         route = _route_of(request)
         if route is not None and route.api and not self.app.ready:
-            why = "shutting down" if self.app.stopping else "not the leader (standby)"
-            raise HttpError.of_grpc(grpc.StatusCode.UNAVAILABLE, f"this server is {why}")
+            raise HttpError(503, NOT_LEADER)
         return await handler(request)
 
     @web.middleware
@@ -402,8 +373,33 @@ class HttpListener:
         """Refuse a declared oversized body unread; a chunked one is cut off by aiohttp's
         `client_max_size` (the same limit) as it is read."""
         limit = self.app.cfg.limits.max_http_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise HttpError(413, "body_too_large", f"the body exceeds {limit} bytes")
+        declared = request.content_length
+        if _checked(request) and declared is not None and declared > limit:
+            raise HttpError(413, _too_large(limit))
+        return await handler(request)
+
+    @web.middleware
+    async def _read_body(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
+        """Read the body whole within `limits.request_timeout_s`, else 408 and the connection
+        closed. aiohttp keeps what `read()` returned, so the route's own `read()` gets the same
+        bytes at once; the route's work after that (a wait) is not timed."""
+        if request.body_exists and _checked(request):
+            seconds = self.app.cfg.limits.request_timeout_s
+            try:
+                async with asyncio.timeout(seconds):
+                    await request.read()
+            except TimeoutError:
+                message = (
+                    f"the request body did not arrive within limits.request_timeout_s"
+                    f" ({seconds:g} s)"
+                )
+                raise HttpError(408, message, close=True) from None
+            except web.RequestPayloadError as e:  # bad chunked framing or compression
+                message = "the body cannot be read: " + " ".join(str(e).split())
+                raise HttpError(400, message, close=True) from None
+            except ConnectionResetError:  # the client left; nobody reads the answer
+                message = "the connection closed before the body arrived"
+                raise HttpError(400, message, close=True) from None
         return await handler(request)
 
     # --- for the routes ---
@@ -414,13 +410,22 @@ class HttpListener:
         if handler is None or handler.unary_unary is None:
             raise HttpError.of_grpc(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served")
         run = cast(UnaryHandler, handler.unary_unary)
+        limits = self.app.cfg.limits
+        bound = limits.request_timeout_s + limits.max_wait_s if method in BOUNDED else None
         try:
-            return await run(message, _Call(request))
+            return await run(message, _Call(request, bound))
         except _Aborted as e:
             raise HttpError.of_grpc(e.code, e.details) from None
 
-    async def answer(self, request: web.Request, method: str, message: Message) -> web.Response:
-        return web.json_response(to_json(await self.call(request, method, message)))
+    async def answer(
+        self,
+        request: web.Request,
+        method: str,
+        message: Message,
+        shape: Callable[[Any], Any],
+    ) -> web.Response:
+        """Call `method` and answer its response in the JSON `shape` of the route."""
+        return json_answer(shape(await self.call(request, method, message)))
 
     async def snapshot(self, request: web.Request) -> pb.SnapshotResponse | None:
         """The Admin snapshot; None unless serving (a standby, or a stop racing the scrape)."""
@@ -434,162 +439,209 @@ class HttpListener:
 
 
 def _route_of(request: web.Request) -> Route | None:
+    """The request's route; None for aiohttp's 404 and 405 of unserved paths and methods."""
     return getattr(request.match_info.handler, "route", None)
 
 
-def loopback_host(host: str) -> bool:
-    """A Host header naming localhost, 127.0.0.1 or [::1], with or without a port."""
-    host = host.lower()
-    if host.startswith("["):
-        end = host.find("]") + 1
-        name, rest = host[:end], host[end:]
-    else:
-        name, sep, port = host.partition(":")
-        rest = sep + port
-    return name in LOOPBACK_HOSTS and (rest == "" or (rest[0] == ":" and rest[1:].isdigit()))
+def _checked(request: web.Request) -> bool:
+    """Does the request go through the checks? Not a probe's, nor an unserved one's."""
+    route = _route_of(request)
+    return route is not None and not route.probe
+
+
+def _too_large(limit: int) -> str:
+    return f"the body exceeds limits.max_http_body_bytes ({limit} bytes)"
+
+
+def _of_aiohttp(e: web.HTTPException, limit: int) -> HttpError:
+    """aiohttp's own refusal as ours: no route (404), another method (405, keeping the Allow
+    header: the methods the path does take), a chunked body past the limit (413)."""
+    if e.status == 404:
+        return HttpError(404, NO_ROUTE)
+    if e.status == 405:
+        allow = {"Allow": e.headers[hdrs.ALLOW]} if hdrs.ALLOW in e.headers else None
+        return HttpError(405, NO_METHOD, allow)
+    if e.status == 413:
+        return HttpError(413, _too_large(limit))
+    return HttpError(e.status, e.reason)
 
 
 async def _body(request: web.Request) -> Any:
-    """The request's JSON body (413 past the limit while reading, 400 if it is not JSON)."""
+    """The request's JSON body, any content type (an empty body reads as `{}`); 413 past the
+    limit while reading, 400 if it is not strict JSON (httpjson.loads)."""
     raw = await request.read()
     try:
-        return json.loads(raw or b"{}")
+        return httpjson.loads(raw) if raw else {}
     except ValueError as e:
         raise _invalid(f"the body is not JSON: {e}") from None
     except RecursionError:
         raise _invalid("the body is not JSON this server reads: nested too deeply") from None
 
 
-def _task_ref(request: web.Request) -> dict[str, str]:
+def _task_ref(request: web.Request) -> pb.TaskRef:
+    """The task of a `{id}` or `{key}` route; `{key}` arrives percent-decoded."""
     info = request.match_info
-    return {"id": info["id"]} if "id" in info else {"key": info["key"]}
-
-
-def _query(request: web.Request, name: str) -> str | None:
-    return request.query.get(name) or None
+    if "id" in info:
+        return pb.TaskRef(id=httpjson.path_id(info["id"]))
+    return pb.TaskRef(key=info["key"])
 
 
 # --- routes -----------------------------------------------------------------------------------
 
 
+def _text(text: str, status: int = 200) -> web.Response:
+    """A probe's plain-text answer (no trailing newline); aiohttp sends no body to a HEAD."""
+    return web.Response(text=text, status=status, content_type=TEXT_CONTENT_TYPE)
+
+
 async def healthz(gw: HttpListener, request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return _text("ok")
 
 
 async def readyz(gw: HttpListener, request: web.Request) -> web.Response:
-    if gw.app.ready:
-        return web.json_response({"status": "ready"})
-    status = "stopping" if gw.app.stopping else "standby"
-    return web.json_response({"status": status}, status=503)
+    return _text("ready") if gw.app.ready else _text("standby", 503)
 
 
 async def metrics(gw: HttpListener, request: web.Request) -> web.Response:
-    body = gw.metrics.render(await gw.snapshot(request), leader=gw.app.ready)
-    response = web.Response(body=body)
+    """503 unless this server serves: a standby's scrape fails, as the published server's."""
+    snap = await gw.snapshot(request)
+    if snap is None:
+        raise HttpError(503, NOT_LEADER)
+    response = web.Response(body=gw.metrics.render(snap, leader=True))
     response.headers[hdrs.CONTENT_TYPE] = CONTENT_TYPE
     return response
 
 
 async def openapi(gw: HttpListener, request: web.Request) -> web.Response:
-    return web.json_response(openapi_document())
+    return json_answer(openapi_document())
 
 
 async def snapshot(gw: HttpListener, request: web.Request) -> web.Response:
-    return await gw.answer(request, "/cronoq.v1.Admin/Snapshot", pb.Empty())
+    return await gw.answer(
+        request, "/cronoq.v1.Admin/Snapshot", pb.Empty(), httpjson.snapshot_answer
+    )
 
 
 async def submit(gw: HttpListener, request: web.Request) -> web.Response:
-    """The body is a TaskSpec plus the SubmitRequest's own `wait` and `wait_timeout_s`."""
-    body = await _body(request)
-    if not isinstance(body, Mapping):
-        raise _invalid("expected a JSON object (a TaskSpec plus wait, wait_timeout_s)")
-    own = ("wait", "wait_timeout_s", "waitTimeoutS")
-    data = {k: v for k, v in body.items() if k in own}
-    data["task"] = _spec({k: v for k, v in body.items() if k not in own}, "task")
-    return await gw.answer(request, "/cronoq.v1.Tasks/Submit", parse(data, pb.SubmitRequest))
+    """A task object plus `wait` and `wait_timeout_s`; `result` only when it waited."""
+    message = httpjson.submit_request(await _body(request))
+    return await gw.answer(
+        request,
+        "/cronoq.v1.Tasks/Submit",
+        message,
+        lambda resp: httpjson.submit_answer(resp, waited=message.wait),
+    )
 
 
 async def submit_batch(gw: HttpListener, request: web.Request) -> web.Response:
-    body = await _body(request)
-    if isinstance(body, Mapping) and isinstance(body.get("tasks"), list):
-        body = {**body, "tasks": [_spec(t, f"tasks[{i}]") for i, t in enumerate(body["tasks"])]}
-    message = parse(body, pb.SubmitBatchRequest)
-    return await gw.answer(request, "/cronoq.v1.Tasks/SubmitBatch", message)
+    limit = gw.app.cfg.limits.max_tasks_per_batch
+    message = httpjson.batch_request(await _body(request), limit)
+    return await gw.answer(request, "/cronoq.v1.Tasks/SubmitBatch", message, httpjson.batch_answer)
 
 
 async def list_tasks(gw: HttpListener, request: web.Request) -> web.Response:
-    data: dict[str, Any] = {
-        "pools": request.query.getall("pool", []),
-        "statuses": request.query.getall("status", []),
-    }
-    for name in ("after", "limit"):
-        if (value := _query(request, name)) is not None:
-            data[name] = value
-    return await gw.answer(request, "/cronoq.v1.Tasks/ListTasks", parse(data, pb.ListTasksRequest))
+    """An unknown pool is 404 whatever the service answers for it (an empty page, once)."""
+    message = httpjson.list_request(request.query)
+    response = await gw.call(request, "/cronoq.v1.Tasks/ListTasks", message)
+    known = {pool.name for pool in gw.app.cfg.pools}
+    for name in message.pools:
+        if name not in known:
+            raise HttpError(404, f"unknown pool {name!r}")
+    return json_answer(httpjson.list_answer(response))
 
 
 async def get_task(gw: HttpListener, request: web.Request) -> web.Response:
-    message = parse({"task": _task_ref(request)}, pb.GetRequest)
-    return await gw.answer(request, "/cronoq.v1.Tasks/Get", message)
+    message = pb.GetRequest(task=_task_ref(request))
+    return await gw.answer(request, "/cronoq.v1.Tasks/Get", message, httpjson.task_info)
 
 
 async def cancel_task(gw: HttpListener, request: web.Request) -> web.Response:
-    message = parse({"task": _task_ref(request)}, pb.CancelRequest)
-    return await gw.answer(request, "/cronoq.v1.Tasks/Cancel", message)
+    """`{"cancelled": false}` for a task that has ended and for one that does not exist
+    (which a pool-restricted caller's Cancel answers NOT_FOUND)."""
+    message = pb.CancelRequest(task=_task_ref(request))
+    try:
+        response = await gw.call(request, "/cronoq.v1.Tasks/Cancel", message)
+    except HttpError as e:
+        if e.status != 404:
+            raise
+        return json_answer({"cancelled": False})
+    return json_answer({"cancelled": response.cancelled})
 
 
 async def wait_task(gw: HttpListener, request: web.Request) -> web.Response:
-    data: dict[str, Any] = {"task": _task_ref(request)}
-    if (timeout := _query(request, "timeout_s")) is not None:
-        data["timeout_s"] = timeout
-    return await gw.answer(request, "/cronoq.v1.Tasks/Wait", parse(data, pb.WaitRequest))
+    """Waits up to `timeout_s`, capped by (and by default) `limits.max_wait_s`; 504 when it
+    runs out, the task left as it is."""
+    message = pb.WaitRequest(task=_task_ref(request))
+    timeout = httpjson.timeout_query(request.query)
+    if timeout is not None:
+        message.timeout_s = timeout
+    return await gw.answer(request, "/cronoq.v1.Tasks/Wait", message, httpjson.task_result)
 
 
 async def list_workers(gw: HttpListener, request: web.Request) -> web.Response:
-    return await gw.answer(request, "/cronoq.v1.Admin/ListWorkers", pb.Empty())
+    return await gw.answer(
+        request, "/cronoq.v1.Admin/ListWorkers", pb.Empty(), httpjson.workers_answer
+    )
 
 
 async def list_recurring(gw: HttpListener, request: web.Request) -> web.Response:
-    return await gw.answer(request, "/cronoq.v1.Admin/ListRecurring", pb.Empty())
+    return await gw.answer(
+        request, "/cronoq.v1.Admin/ListRecurring", pb.Empty(), httpjson.recurring_answer
+    )
 
 
 async def add_recurring(gw: HttpListener, request: web.Request) -> web.Response:
-    body = await _body(request)
-    if isinstance(body, Mapping) and "template" in body:
-        body = {**body, "template": _spec(body["template"], "template")}
-    message = parse(body, pb.RecurringRequest)
-    return await gw.answer(request, "/cronoq.v1.Admin/AddRecurring", message)
+    message = httpjson.recurring_request(await _body(request))
+    return await gw.answer(request, "/cronoq.v1.Admin/AddRecurring", message, lambda _: {})
 
 
 async def remove_recurring(gw: HttpListener, request: web.Request) -> web.Response:
     message = pb.RemoveRecurringRequest(name=request.match_info["name"])
-    return await gw.answer(request, "/cronoq.v1.Admin/RemoveRecurring", message)
+    return await gw.answer(
+        request,
+        "/cronoq.v1.Admin/RemoveRecurring",
+        message,
+        lambda resp: {"removed": resp.removed},
+    )
 
 
 _T = "/cronoq.v1.Tasks/"
 _A = "/cronoq.v1.Admin/"
 
+# The routes of docs/http.md, "Routes": the published server's, then our extras (the OpenAPI
+# document, recurring writes, and the older task routes as aliases with the same answers).
+# aiohttp tries paths in this order, so `/v1/tasks/by-key/...` comes before `/v1/tasks/{id}`.
 # /metrics shares Snapshot's roles (metrics, admin): it publishes the snapshot's figures.
 ROUTES: tuple[Route, ...] = (
-    Route("GET", "/healthz", healthz, None, api=False),
-    Route("GET", "/readyz", readyz, None, api=False),
-    Route("GET", "/metrics", metrics, _A + "Snapshot", api=False),
-    Route("GET", "/v1/openapi.json", openapi, None, api=False),
+    Route("GET", "/healthz", healthz, None, api=False, probe=True),
+    Route("HEAD", "/healthz", healthz, None, api=False, probe=True),
+    Route("GET", "/readyz", readyz, None, api=False, probe=True),
+    Route("HEAD", "/readyz", readyz, None, api=False, probe=True),
+    Route("GET", "/metrics", metrics, _A + "Snapshot"),
     Route("GET", "/v1/snapshot", snapshot, _A + "Snapshot"),
-    Route("POST", "/v1/tasks", submit, _T + "Submit"),
-    Route("POST", "/v1/tasks/batch", submit_batch, _T + "SubmitBatch"),
-    Route("GET", "/v1/tasks", list_tasks, _T + "ListTasks"),
-    Route("GET", "/v1/tasks/{id}", get_task, _T + "Get"),
-    Route("GET", "/v1/tasks/by-key/{key}", get_task, _T + "Get"),
-    Route("POST", "/v1/tasks/{id}/cancel", cancel_task, _T + "Cancel"),
-    Route("POST", "/v1/tasks/by-key/{key}/cancel", cancel_task, _T + "Cancel"),
-    Route("GET", "/v1/tasks/{id}/wait", wait_task, _T + "Wait"),
-    Route("GET", "/v1/tasks/by-key/{key}/wait", wait_task, _T + "Wait"),
     Route("GET", "/v1/workers", list_workers, _A + "ListWorkers"),
     Route("GET", "/v1/recurring", list_recurring, _A + "ListRecurring"),
+    Route("POST", "/v1/tasks", submit, _T + "Submit"),
+    Route("GET", "/v1/tasks", list_tasks, _T + "ListTasks"),
+    Route("POST", "/v1/tasks:batch", submit_batch, _T + "SubmitBatch"),
+    Route("GET", "/v1/tasks/by-key/{key}", get_task, _T + "Get"),
+    Route("DELETE", "/v1/tasks/by-key/{key}", cancel_task, _T + "Cancel"),
+    Route("GET", "/v1/tasks/by-key/{key}/result", wait_task, _T + "Wait"),
+    Route("GET", "/v1/tasks/{id}", get_task, _T + "Get"),
+    Route("DELETE", "/v1/tasks/{id}", cancel_task, _T + "Cancel"),
+    Route("GET", "/v1/tasks/{id}/result", wait_task, _T + "Wait"),
+    # ours
+    Route("GET", "/v1/openapi.json", openapi, None, api=False),
     Route("POST", "/v1/recurring", add_recurring, _A + "AddRecurring"),
     Route("DELETE", "/v1/recurring/{name}", remove_recurring, _A + "RemoveRecurring"),
+    Route("POST", "/v1/tasks/batch", submit_batch, _T + "SubmitBatch"),
+    Route("POST", "/v1/tasks/by-key/{key}/cancel", cancel_task, _T + "Cancel"),
+    Route("GET", "/v1/tasks/by-key/{key}/wait", wait_task, _T + "Wait"),
+    Route("POST", "/v1/tasks/{id}/cancel", cancel_task, _T + "Cancel"),
+    Route("GET", "/v1/tasks/{id}/wait", wait_task, _T + "Wait"),
 )
+# The metrics listener's (docs/http.md, "Metrics listener").
+METRICS_ROUTES = tuple(r for r in ROUTES if r.path in ("/metrics", "/healthz", "/readyz"))
 
 
 def openapi_document() -> dict[str, Any]:

@@ -42,6 +42,7 @@ from cronoq.server.auth import Principal, current_principal
 from cronoq.server.config import LimitsSettings
 from cronoq.server.convert import InvalidArgument, TooLarge
 from cronoq.server.errors import Refused
+from cronoq.server.holds import Holds, exempt_request
 
 __all__ = ["AdminService", "TasksService"]
 
@@ -54,8 +55,14 @@ _S = TypeVar("_S")
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 
+# The pool of a task or template that names none. Always this name, as clients expect: a
+# server without a pool of that name refuses such a task (NOT_FOUND "unknown pool 'default'")
+# rather than sending it to another pool, as the library's default pool would.
+DEFAULT_POOL = "default"
+
 _SUBMIT_CODES = {
     "unknown_pool": grpc.StatusCode.NOT_FOUND,
+    "unknown_resource": grpc.StatusCode.NOT_FOUND,
     "unknown_dependency": grpc.StatusCode.NOT_FOUND,
     "full": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "overloaded": grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -68,7 +75,7 @@ def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, Refused):
         return exc.code, exc.message
     if isinstance(exc, TooLarge):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+        return grpc.StatusCode.OUT_OF_RANGE, str(exc)
     if isinstance(exc, SubmitError):
         return _SUBMIT_CODES.get(exc.code, grpc.StatusCode.INVALID_ARGUMENT), exc.message
     # Refusals of the library's own argument checks (after ours), e.g. an invalid retry policy.
@@ -123,31 +130,34 @@ class _Base:
     def _specs(
         self, specs: Sequence[tuple[str, pb.TaskSpec]], engine: Engine, context: Context
     ) -> list[tuple[bytes, dict[str, Any]]]:
-        """Each (field name, TaskSpec) as submit()'s payload and options. What is the same for
-        every task of the call (pool retry defaults, the caller, its traceparent) is looked
-        up once."""
-        retry = self._pool_retry(engine)
+        """Each (field name, TaskSpec) as submit()'s payload and options, the pool always
+        named. What is the same for every task of the call (the caller, its traceparent) is
+        looked up once."""
         caller = current_principal()
         trace = _traceparent(context, self._limits)
-        default_pool = self._sched.default_pool
         out = []
         for field, spec in specs:
-            payload, options = convert.spec_to_task(
-                spec, self._limits, field=field, default_pool=default_pool, pool_retry=retry
-            )
+            payload, options = convert.spec_to_task(spec, self._limits, field=field)
             if trace is not None:
                 tags = options.get("tags") or {}
                 tags.setdefault("traceparent", trace)
                 options["tags"] = tags
-            _scope(options, field, default_pool, caller)
+            _scope(options, field, caller)
             out.append((payload, options))
         return out
 
+    def _known_pools(self, engine: Engine, pools: set[str]) -> None:
+        """The pools a listing's filter named are configured ones, else NOT_FOUND (checked
+        after the caller's restriction, which is told first)."""
+        unknown = sorted(pools - engine.configs.keys())
+        if unknown:
+            raise Refused(grpc.StatusCode.NOT_FOUND, f"unknown pool {unknown[0]!r}")
 
-def _scope(options: dict[str, Any], field: str, default_pool: str, caller: Principal) -> None:
+
+def _scope(options: dict[str, Any], field: str, caller: Principal) -> None:
     """The caller's pools and tenant applied to one task's options (docs/server.md,
-    "Authentication")."""
-    pool = options.get("pool", default_pool)
+    "Authentication"); a task without a pool gets DEFAULT_POOL."""
+    pool = options.setdefault("pool", DEFAULT_POOL)
     if not caller.sees(pool):
         raise Refused(
             grpc.StatusCode.PERMISSION_DENIED, f"{field}.pool: {pool!r} is not allowed for you"
@@ -161,11 +171,13 @@ def _scope(options: dict[str, Any], field: str, default_pool: str, caller: Princ
             )
 
 
-def _pool_filter(pools: set[str], caller: Principal) -> set[str]:
-    """A listing's `pools` filter for this caller: empty means every pool it sees; naming one
-    it may not see is PERMISSION_DENIED (docs/server.md, "Authentication")."""
+def _pool_filter(pools: set[str], caller: Principal) -> set[str] | None:
+    """A listing's `pools` filter for this caller: the pools to list, or None for every pool.
+    An empty request filter means every pool the caller sees, and so none at all for a
+    credential allowed no pool (`pools = []`); naming one it may not see is PERMISSION_DENIED
+    (docs/server.md, "Authentication")."""
     if caller.pools is None:
-        return pools
+        return pools or None
     hidden = sorted(pools - caller.pools)
     if hidden:
         raise Refused(
@@ -203,26 +215,71 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             budget = min(budget, max(remaining, 0.0))
         return budget
 
-    def _admit(self, engine: Engine, tasks: Sequence[dict[str, Any]]) -> None:
-        """Bounds the library would not refuse at once: `max_pending_total`, and a full pool
-        with overflow "wait", where the library parks the caller but the server answers
-        RESOURCE_EXHAUSTED ("queue full", retryable) instead."""
+    @functools.cached_property
+    def _holds(self) -> Holds:
+        return Holds(self._sched)
+
+    async def _admit(
+        self, engine: Engine, tasks: Sequence[dict[str, Any]], context: Context
+    ) -> bool:
+        """Bounds the library would not apply as the server does: `max_pending_total`
+        (RESOURCE_EXHAUSTED "queue full" at once), and full overflow="wait" pools, which hold
+        the call in line until all of its tasks fit (holds.py; docs/overflow-and-fairness.md,
+        "On the server"), within the call's deadline (else DEADLINE_EXCEEDED) but exempt from
+        `request_timeout_s`. True if the call was held. Admit right after, without an `await`
+        in between."""
         fresh = [t for t in tasks if (k := t.get("key")) is None or engine.lookup(k) is None]
         if not fresh:
-            return
-        if engine.pending() + len(fresh) > self._limits.max_pending_total:
-            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+            return False
+        self._check_total(engine, len(fresh))
+        need: dict[str, int] = {}
         for t in fresh:
-            name = t.get("pool", self._sched.default_pool)
+            name = t["pool"]
             cfg = engine.configs.get(name)
-            if cfg is not None and cfg.overflow == "wait" and not engine.has_room(name):
-                raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+            if cfg is not None and cfg.overflow == "wait":
+                need[name] = need.get(name, 0) + 1
+        for name, n in need.items():
+            cap = engine.configs[name].max_pending
+            if cap is not None and n > cap:  # it could never fit: no use holding it
+                what = "a task" if n == 1 else f"{n} new tasks"
+                raise Refused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"overloaded: {what} for pool {name!r} exceed its max_pending ({cap})",
+                )
+        if not need or not self._holds.must_hold(engine, need):
+            return False
+        exempt_request()
+        remaining: float | None = context.time_remaining()
+        if remaining is not None and not math.isfinite(remaining):
+            remaining = None
+        try:
+            async with asyncio.timeout(remaining):
+                await self._holds.hold(engine, need)
+        except TimeoutError:
+            pools = ", ".join(repr(p) for p in sorted(need))
+            raise Refused(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the deadline passed while the call was held: pool {pools} still full",
+            ) from None
+        self._check_total(engine, len(fresh))  # others may have taken what was left meanwhile
+        return True
+
+    def _check_total(self, engine: Engine, fresh: int) -> None:
+        if engine.pending() + fresh > self._limits.max_pending_total:
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
 
     def _find(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
-        target = convert.task_ref(ref, self._limits)
-        rec = engine.lookup(target)
-        if rec is None or not current_principal().sees(rec.pool):
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"task {target!r} not found")
+        rec = self._lookup(engine, ref)
+        if rec is None:
+            raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
+        return rec
+
+    def _lookup(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord | None:
+        """The task, or None when there is none the caller may see (another pool's task is
+        NOT_FOUND for a pool-restricted caller, never None)."""
+        rec = engine.lookup(convert.task_ref(ref, self._limits))
+        if rec is not None and not current_principal().sees(rec.pool):
+            raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
         return rec
 
     async def _wait(self, rec: TaskRecord, budget: float) -> pb.TaskResult:
@@ -250,12 +307,16 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
     @_rpc
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         engine = self._engine()
+        if not request.HasField("task"):
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "missing task")
         ((payload, options),) = self._specs([("task", request.task)], engine, context)
         budget = 0.0
+        requested = None
         if request.wait:
             requested = request.wait_timeout_s if request.HasField("wait_timeout_s") else None
             budget = self._budget(requested, "wait_timeout_s", context)
-        self._admit(engine, [options])
+        if await self._admit(engine, [options], context) and request.wait:
+            budget = self._budget(requested, "wait_timeout_s", context)  # what is left of it
         handle = await self._sched.submit(payload, **options)
         resp = pb.SubmitResponse(id=handle.id, duplicate=handle.duplicate)
         if request.wait:
@@ -278,7 +339,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         specs = self._specs(
             [(f"tasks[{i}]", spec) for i, spec in enumerate(request.tasks)], engine, context
         )
-        self._admit(engine, [options for _, options in specs])
+        await self._admit(engine, [options for _, options in specs], context)
         handles = await self._sched.submit_batch(
             [Task(payload, **options) for payload, options in specs]
         )
@@ -288,8 +349,15 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
 
     @_rpc
     async def Cancel(self, request: pb.CancelRequest, context: Context) -> pb.CancelResponse:
+        """An unknown task is `cancelled = false`, as one that had ended; only a
+        pool-restricted caller gets NOT_FOUND for it, as for another pool's task, so that
+        it cannot tell the two apart."""
         engine = self._engine()
-        rec = self._find(engine, request.task)
+        rec = self._lookup(engine, request.task)
+        if rec is None:
+            if current_principal().pools is not None:
+                raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
+            return pb.CancelResponse(cancelled=False)
         return pb.CancelResponse(cancelled=await self._sched.cancel(rec.id))
 
     @_rpc
@@ -304,8 +372,9 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
     ) -> pb.ListTasksResponse:
         """Ascending ids after `after`, from the engine's id index (Engine.page)."""
         engine = self._engine()
-        pools = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
-        pools = _pool_filter(pools, current_principal())
+        named = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
+        pools = _pool_filter(named, current_principal())
+        self._known_pools(engine, named)
         statuses = {
             convert.status_from_pb(s, f"statuses[{i}]") for i, s in enumerate(request.statuses)
         }
@@ -313,9 +382,10 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         after = request.after
 
         def match(rec: TaskRecord) -> bool:
-            return (not pools or rec.pool in pools) and (not statuses or rec.status in statuses)
+            return (pools is None or rec.pool in pools) and (not statuses or rec.status in statuses)
 
-        page, more = engine.page(after, limit, match if pools or statuses else None)
+        filtered = pools is not None or statuses
+        page, more = engine.page(after, limit, match if filtered else None)
         retry = self._pool_retry(engine)
         return pb.ListTasksResponse(
             tasks=[convert.task_info(rec, retry[rec.pool]) for rec in page],
@@ -336,10 +406,11 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         """Events from now on, filtered; DATA_LOSS when the stream overflows, UNAVAILABLE when
         the scheduler stops. A client that goes away simply ends it."""
         try:
-            self._engine()
+            engine = self._engine()
             limits = self._limits
-            pools = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
-            pools = _pool_filter(pools, current_principal())
+            named = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
+            pools = _pool_filter(named, current_principal())
+            self._known_pools(engine, named)
             keys = {
                 convert.check_name(f"keys[{i}]", k, limits.max_key_len)
                 for i, k in enumerate(request.keys)
@@ -354,7 +425,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             async for ev in stream:
                 if (
                     (every or ev.status in TERMINAL_NAMES)
-                    and (not pools or ev.pool in pools)
+                    and (pools is None or ev.pool in pools)
                     and (not ids or ev.id in ids)
                     and (not keys or ev.key in keys)
                 ):
@@ -404,22 +475,26 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
 
     @_rpc
     async def AddRecurring(self, request: pb.RecurringRequest, context: Context) -> pb.Empty:
+        """A template for a pool the server does not have is an invalid template
+        (INVALID_ARGUMENT), not a missing pool."""
         engine = self._engine()
-        args = convert.recurring_from_pb(
-            request,
-            self._limits,
-            default_pool=self._sched.default_pool,
-            pool_retry=self._pool_retry(engine),
-        )
+        args = convert.recurring_from_pb(request, self._limits)
         caller = current_principal()
-        _scope(args.options, "template", self._sched.default_pool, caller)
+        _scope(args.options, "template", caller)
         existing = engine.recurring.get(args.name)
         if existing is not None and not caller.sees(existing.pool):
             raise Refused(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"name: {args.name!r} is a schedule of a pool not allowed for you",
             )
-        await self._sched.add_recurring(args.name, args.cron, args.payload, **args.options)
+        try:
+            await self._sched.add_recurring(args.name, args.cron, args.payload, **args.options)
+        except SubmitError as e:
+            if e.code != "unknown_pool":
+                raise
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT, f"invalid template: {e.message}"
+            ) from None
         return pb.Empty()
 
     @_rpc

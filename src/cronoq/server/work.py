@@ -218,7 +218,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
                 f"register was not sent within {self._register_timeout:g} s",
             )
         except Undecodable as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            await context.abort(e.code, str(e))
         try:
             st = self._register(first, caller)
         except Refused as cut:
@@ -249,6 +249,13 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         if first.WhichOneof("msg") != "register":
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
         reg = first.register
+        if reg.protocol_version < PROTOCOL_VERSION:  # a newer worker is served as version 3
+            version = reg.protocol_version or 1  # (a worker of version 1 did not send it)
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"worker protocol version {version} is not supported: this server needs"
+                f" version {PROTOCOL_VERSION} (upgrade the worker)",
+            )
         texts = [reg.worker_name, *reg.labels.keys(), *reg.labels.values()]
         if any("\0" in t for t in texts):
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "register: NUL in a name or label")
@@ -308,9 +315,9 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         except Refused as cut:
             self._close(st)
             return cut
-        except Undecodable as e:
+        except Undecodable as e:  # not a WorkerMessage, or over limits.max_message_bytes
             self._close(st)
-            return Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            return Refused(e.code, str(e))
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         except Exception as e:

@@ -96,10 +96,10 @@ class Workers:
     def register(
         self, pool: str, requested: int, name: str, labels: Mapping[str, str], now: float
     ) -> RemoteWorker:
+        """A worker that asks for 0 slots is registered with none: it gets no lease until a
+        set_slots gives it some."""
         if pool not in self._sets:
             raise WorkerError("NOT_FOUND", f"unknown pool {pool!r}")
-        if requested <= 0:
-            raise WorkerError("INVALID_ARGUMENT", "register.slots must be > 0")
         self._next_id += 1
         w = RemoteWorker(
             self._next_id, pool, name, dict(labels), requested, self.grant(pool, requested), now

@@ -11,18 +11,31 @@ the methods of the `cronoq.store.Store` protocol (store/base.py).
 
 Fencing: every transaction that writes tasks first updates the leader row *where the epoch and
 holder are still ours*; if another process took over meanwhile that update matches no row, the
-transaction is rolled back and `LeadershipLost` is raised, so a deposed leader never writes.
+transaction is rolled back and `LeadershipLost` is raised, so a deposed leader never writes. A
+lease that ran out while nobody took over is simply renewed by that update (a stalled disk or a
+paused process does not depose a leader that has no rival).
+
+Takeover on the same host (docs/durability.md, "Leader and standbys"): the leading process also
+holds an exclusive `flock` on a lock file next to the database (`<path>-leader`), which the
+kernel releases when the process dies. The leader row records where the holder runs (host name,
+boot id and the lock file's device and inode: `host`) and, while the holder has that lock,
+its holder string again (`lock_holder`). A standby that finds an unexpired lease whose holder
+is on its own host and had the lock, and that can take the lock itself, knows the holder is
+gone and takes over at once; in every other case (another host, a file shared over a network,
+a holder that never had the lock) it waits the lease out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import secrets
 import socket
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -43,8 +56,14 @@ from .base import (
     to_ns,
 )
 
-SCHEMA_VERSION = 3
+if sys.platform != "win32":
+    import fcntl
+
+SCHEMA_VERSION = 4
 APPLICATION = "cronoq"
+LOCK_SUFFIX = "-leader"  # the lock file: the database's path with this appended
+
+log = logging.getLogger("cronoq")
 
 # Version 1: the tables every cronoq store has.
 _SCHEMA_V1 = (
@@ -105,6 +124,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 3: when a task's latest attempt started (finished tasks report it after a restart).
     2: ("ALTER TABLE cronoq_tasks ADD COLUMN started INTEGER",),
+    # 4: where the holder runs and whether it holds the lock file (same-host takeover). A
+    # holder written by an older version has neither, so its lease is always waited out.
+    3: (
+        "ALTER TABLE cronoq_leader ADD COLUMN host TEXT",
+        "ALTER TABLE cronoq_leader ADD COLUMN pid INTEGER",
+        "ALTER TABLE cronoq_leader ADD COLUMN lock_holder TEXT",
+    ),
 }
 
 _INSERT_TASK = f"INSERT INTO cronoq_tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(COLUMN))})"
@@ -182,6 +208,10 @@ class SqliteStore(QueuedStore):
         self._db: sqlite3.Connection | None = None
         self._jobs: SimpleQueue[_Job | None] | None = None  # the store thread's inbox
         self._expires = 0  # our lease's expiry (Unix ns) as last written
+        self._lock = _LockFile(self.path)
+        # Set by _try_lead when it waited because a holder on this host has the lock file:
+        # lead() then waits for that lock in a thread, to take over the moment it is freed.
+        self._lock_busy = False
 
     def __repr__(self) -> str:
         return (
@@ -205,6 +235,31 @@ class SqliteStore(QueuedStore):
         except BaseException:
             await self.close(release=False)
             raise
+
+    async def lead(self) -> int:
+        """Wait until this process holds the lease; return the new epoch. A standby tries
+        every lock_poll seconds, and, while the holder runs on this host, also the moment
+        the holder's lock file is freed (its process exited or closed the store)."""
+        loop = asyncio.get_running_loop()
+        freed = asyncio.Event()
+
+        def wake() -> None:  # on the lock file's waiting thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(freed.set)
+
+        try:
+            while True:
+                freed.clear()  # before trying: a lock freed meanwhile is seen next round
+                epoch = await self._call(self._try_lead)
+                if epoch is not None:
+                    self.epoch = epoch
+                    return epoch
+                if self._lock_busy:
+                    self._lock.wait(wake)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(freed.wait(), self.lock_poll)
+        finally:
+            self._lock.unwait()
 
     async def close(self, release: bool = True) -> None:
         """Close the file; with release, give up the lease so a standby takes over at once."""
@@ -322,7 +377,8 @@ class SqliteStore(QueuedStore):
 
     def _try_lead(self) -> int | None:
         db = self._conn()
-        now = time.time_ns()
+        where = self._lock.where()  # (opens the lock file the first time)
+        self._lock_busy = False
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
@@ -332,22 +388,57 @@ class SqliteStore(QueuedStore):
                 return None
             raise
         try:
-            epoch, holder, expires = db.execute(
-                "SELECT epoch, holder, expires_unix_ns FROM cronoq_leader WHERE id = 1"
+            now = time.time_ns()
+            epoch, holder, expires, host, lock_holder = db.execute(
+                "SELECT epoch, holder, expires_unix_ns, host, lock_holder FROM cronoq_leader "
+                "WHERE id = 1"
             ).fetchone()
             if holder and expires > now:
-                db.execute("ROLLBACK")
-                return None
+                # Its lease runs: take over now only if the holder is provably gone. It ran
+                # on this host and held the lock file from before its lease was written
+                # until its file closed: if we can take that lock now, it has exited (or
+                # closed the store), whatever the lease says.
+                here = where is not None and host == where and lock_holder == holder
+                if not (here and self._lock.take()):
+                    db.execute("ROLLBACK")
+                    self._lock.release()  # (one a waiting thread got: the leader may want it)
+                    self._lock_busy = here
+                    return None
+                log.info(
+                    "store %r: its holder %s on this host is gone: taking over without "
+                    "waiting for its lease to run out",
+                    self.path,
+                    holder,
+                )
+            # The lock before the new epoch is written (a standby on this host must never see
+            # lock_holder = us before we have the lock), and kept as long as we lead. If a
+            # stalled former leader on this host still has it, we lead without it for now
+            # (lock_holder NULL: our lease is then always waited out) and try again at each
+            # commit.
+            locked = self._lock.take()
             epoch += 1
             self._expires = now + to_ns(self.lease_ttl)
             db.execute(
-                "UPDATE cronoq_leader SET epoch = ?, holder = ?, expires_unix_ns = ? WHERE id = 1",
-                (epoch, self.holder, self._expires),
+                "UPDATE cronoq_leader SET epoch = ?, holder = ?, expires_unix_ns = ?, host = ?, "
+                "pid = ?, lock_holder = ? WHERE id = 1",
+                (
+                    epoch,
+                    self.holder,
+                    self._expires,
+                    where,
+                    os.getpid(),
+                    self.holder if locked else None,
+                ),
             )
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
+            self._lock.release()
             raise
+        # (Also set here, on this thread: if lead() was cancelled meanwhile, close() still
+        # gives up what we took.)
+        self.epoch = int(epoch)
+        self._lock.keep = True
         return int(epoch)
 
     def _load(self) -> Stored:
@@ -361,20 +452,27 @@ class SqliteStore(QueuedStore):
 
     def _commit(self, batch: Batch) -> None:
         db = self._conn()
-        now = time.time_ns()
-        if now > self._expires:
-            # The lease ran out before we could renew it: another process may lead already.
-            raise LeadershipLost()
-        expires = now + to_ns(self.lease_ttl)
+        # A leader that took over without the lock file's lock tries again (only then).
+        locked = self._lock.held or (self._lock.keep and self._lock.take())
         db.execute("BEGIN IMMEDIATE")
         try:
+            # Our lease may have run out (a stalled disk, a paused process): then this update
+            # renews it if no other process took over meanwhile, and matches nothing if one
+            # did. Writers are serialized, so a takeover and this renewal cannot both win.
+            expires = time.time_ns() + to_ns(self.lease_ttl)
             cur = db.execute(
-                "UPDATE cronoq_leader SET expires_unix_ns = ?, max_id = max(max_id, ?) "
-                "WHERE id = 1 AND epoch = ? AND holder = ?",
-                (expires, batch.max_id, self.epoch, self.holder),
+                "UPDATE cronoq_leader SET expires_unix_ns = ?, max_id = max(max_id, ?), "
+                "lock_holder = ? WHERE id = 1 AND epoch = ? AND holder = ?",
+                (
+                    expires,
+                    batch.max_id,
+                    self.holder if locked else None,
+                    self.epoch,
+                    self.holder,
+                ),
             )
             if cur.rowcount != 1:
-                raise LeadershipLost()
+                raise self._fenced()
             if batch.inserts:
                 db.executemany(_INSERT_TASK, batch.inserts)
             if batch.updates:
@@ -395,15 +493,19 @@ class SqliteStore(QueuedStore):
         self._expires = expires
 
     def _check_lease(self, db: sqlite3.Connection) -> None:
-        """Inside a write transaction: is the lease still ours? (Fencing for writes that do
-        not renew it.)"""
+        """Inside a write transaction: do we still lead? (Fencing for writes that do not
+        renew the lease: the epoch and holder are ours, however late the lease.)"""
         row = db.execute(
-            "SELECT 1 FROM cronoq_leader WHERE id = 1 AND epoch = ? AND holder = ? "
-            "AND expires_unix_ns > ?",
-            (self.epoch, self.holder, time.time_ns()),
+            "SELECT 1 FROM cronoq_leader WHERE id = 1 AND epoch = ? AND holder = ?",
+            (self.epoch, self.holder),
         ).fetchone()
         if row is None:
-            raise LeadershipLost()
+            raise self._fenced()
+
+    def _fenced(self) -> LeadershipLost:
+        """Another process leads: give the lock file's lock up (nothing more is written)."""
+        self._lock.release()
+        return LeadershipLost()
 
     def _prune(self, before_ns: int) -> int:
         db = self._conn()
@@ -434,15 +536,142 @@ class SqliteStore(QueuedStore):
         try:
             if release and self.epoch:
                 db.execute(
-                    "UPDATE cronoq_leader SET holder = NULL, expires_unix_ns = 0 "
-                    "WHERE id = 1 AND epoch = ? AND holder = ?",
+                    "UPDATE cronoq_leader SET holder = NULL, expires_unix_ns = 0, "
+                    "lock_holder = NULL WHERE id = 1 AND epoch = ? AND holder = ?",
                     (self.epoch, self.holder),
                 )
         except sqlite3.Error:
             pass  # the lease then simply expires
         finally:
             db.close()
+            # Only now that this handle can write nothing more: a standby on this host may
+            # take over the moment the lock is free.
+            self._lock.release()
             self.epoch = 0
+
+
+def _boot_id() -> str | None:
+    """This boot's random id (Linux): with the host name, it tells this host from others."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+class _LockFile:
+    """The exclusive `flock` on `<database>-leader` that the leading process holds.
+
+    flock, not fcntl/lockf: POSIX record locks belong to the process and vanish when any of its
+    descriptors of the file closes (and SQLite takes them on the database itself); an flock
+    belongs to one open file description and goes only when that is closed, by us or by the
+    kernel when the process dies. The store thread takes and releases it without blocking; a
+    standby may also wait for it in a thread of its own (`wait`), which hands it over."""
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+        self.path: str | None = None  # known at the first where()
+        self._where: str | None = None
+        self._mutex = threading.Lock()
+        self._fd: int | None = None  # the descriptor that holds the lock
+        self._waiting = False  # a thread blocks in flock
+        self._wake: Callable[[], None] | None = None  # who wants what that thread gets
+        # We lead (until release()): we want the lock, also when a waiting thread gets it.
+        self.keep = False
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def where(self) -> str | None:
+        """This host and this lock file: "hostname boot-id device:inode"; None without a
+        lock file (it cannot be created, no boot id, no flock): then no lease of ours is ever
+        cut short, and we never cut another's short."""
+        if self.path is None:
+            self.path = os.path.realpath(self.db_path) + LOCK_SUFFIX
+            boot = _boot_id()
+            fd = self._open()
+            if fd is not None:
+                try:
+                    st = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                if boot is not None:
+                    self._where = f"{socket.gethostname()} {boot} {st.st_dev}:{st.st_ino}"
+        return self._where
+
+    def _open(self) -> int | None:
+        if sys.platform == "win32" or self.path is None:
+            return None
+        # Read-write where we may (NFS emulates flock with record locks, which need it for an
+        # exclusive lock), else read-only (enough for a local flock; a file of another user).
+        for mode in (os.O_RDWR, os.O_RDONLY):
+            try:
+                return os.open(self.path, mode | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except PermissionError:
+                continue
+            except OSError:
+                return None
+        return None
+
+    def take(self) -> bool:
+        """Take the lock if it is free (or already ours); never blocks."""
+        if self._where is None:
+            return False
+        with self._mutex:
+            if self._fd is not None:
+                return True
+            fd = self._open()
+            if fd is None or sys.platform == "win32":
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                return False
+            self._fd = fd
+            return True
+
+    def release(self) -> None:
+        with self._mutex:
+            fd, self._fd = self._fd, None
+            self.keep = False
+        if fd is not None:
+            os.close(fd)
+
+    def wait(self, wake: Callable[[], None]) -> None:
+        """Until unwait(): once the lock is free, take it and call `wake` (from a thread that
+        blocks in flock meanwhile; one at a time, reused by later waits)."""
+        with self._mutex:
+            self._wake = wake
+            if self._waiting or self._fd is not None or self._where is None:
+                return
+            self._waiting = True
+        threading.Thread(target=self._block, name="cronoq-sqlite-lock", daemon=True).start()
+
+    def unwait(self) -> None:
+        with self._mutex:
+            self._wake = None
+
+    def _block(self) -> None:
+        fd = self._open()
+        if fd is not None and sys.platform != "win32":
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # (retried by Python when a signal interrupts)
+            except OSError:
+                os.close(fd)
+                fd = None
+        with self._mutex:
+            self._waiting = False
+            wake = self._wake
+            if fd is not None and (wake is not None or self.keep) and self._fd is None:
+                self._fd, fd = fd, None
+            else:
+                wake = None
+        if fd is not None:
+            os.close(fd)  # nobody wants it any more (or we have it already)
+        if wake is not None:
+            wake()
 
 
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...]]
