@@ -1,10 +1,18 @@
-"""What the benchmarks share: verdicts, percentiles, and where the measured cronoq came from."""
+"""What the benchmarks share: verdicts, percentiles, where the measured cronoq came from (and
+the header lines saying so), and child processes whose output lines are awaited by pattern."""
 
 from __future__ import annotations
 
 import math
 import os
+import platform
+import queue
+import re
+import signal
 import subprocess
+import sys
+import threading
+import time
 
 import cronoq
 
@@ -29,6 +37,15 @@ def source() -> str:
     return desc
 
 
+def print_about(title: str, platform_note: str = "") -> None:
+    """The first lines of a report: its title, then the Python, platform and cronoq measured,
+    so that figures of two runs can be told apart."""
+    print(title)
+    print(f"python:   {platform.python_implementation()} {sys.version.split()[0]}")
+    print(f"platform: {platform.platform()} ({platform.machine()}){platform_note}")
+    print(f"source:   {source()}")
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
@@ -36,3 +53,56 @@ def verdict(ok: bool) -> str:
 def percentile(sorted_xs: list[float], p: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     return sorted_xs[max(1, math.ceil(p * len(sorted_xs))) - 1]
+
+
+class Child:
+    """A child process whose output lines are read by a thread as they come, so that it never
+    blocks on a full pipe and its lines can be awaited by pattern. The lines are stdout and
+    stderr merged, or with `stderr_only` stderr alone (stdout dropped)."""
+
+    def __init__(self, argv: list[str], name: str, *, stderr_only: bool = False) -> None:
+        self.name = name
+        if stderr_only:
+            self.p = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+            self._out = self.p.stderr
+        else:
+            self.p = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            )
+            self._out = self.p.stdout
+        self.pid = self.p.pid
+        self.lines: list[str] = []
+        self._q: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self._out is not None
+        for line in self._out:
+            self._q.put(line.rstrip("\n"))
+        self._q.put(None)
+
+    def expect(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
+        """The first new line matching `pattern`; the process's output so far if none comes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                tail = "\n".join(self.lines[-20:])
+                raise RuntimeError(f"{self.name}: no line matching {pattern!r}\n{tail}")
+            self.lines.append(line)
+            if m := re.search(pattern, line):
+                return m
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+            try:
+                self.p.wait(30)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()

@@ -61,7 +61,6 @@ import cProfile
 import gc
 import io
 import os
-import platform
 import pstats
 import sys
 import time
@@ -70,7 +69,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from _common import percentile, source, verdict
+from _common import percentile, print_about, source, verdict
 from cronoq import Pool, Scheduler, Task
 from cronoq.core.engine import Engine
 from cronoq.core.model import Extras, PoolConfig, TaskRecord
@@ -519,10 +518,7 @@ def _header(sz: Sizes, quick: bool) -> None:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # not on every platform
         affinity = os.cpu_count() or 0
-    print("cronoq library benchmark" + (" (--quick sizes)" if quick else ""))
-    print(f"python:   {platform.python_implementation()} {sys.version.split()[0]}")
-    print(f"platform: {platform.platform()} ({platform.machine()})")
-    print(f"source:   {source()}")
+    print_about("cronoq library benchmark" + (" (--quick sizes)" if quick else ""))
     try:
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except (AttributeError, OSError):  # not on every platform

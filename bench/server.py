@@ -44,22 +44,17 @@ import argparse
 import asyncio
 import contextlib
 import os
-import platform
 import pstats
-import queue
-import re
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from _common import percentile, source, verdict
+from _common import Child, percentile, print_about, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.config import LimitsSettings
@@ -244,56 +239,14 @@ async def client_worker_main(target: str, slots: int) -> None:
 # --- child processes -------------------------------------------------------------------------
 
 
-class Proc:
-    """A child process whose output lines (stdout and stderr merged) are read by a thread, so
-    that it never blocks on a full pipe and its lines can be awaited by pattern."""
-
-    def __init__(self, argv: list[str], name: str) -> None:
-        self.name = name
-        self.p = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        )
-        self.pid = self.p.pid
-        self.lines: list[str] = []
-        self._q: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.p.stdout is not None
-        for line in self.p.stdout:
-            self._q.put(line.rstrip("\n"))
-        self._q.put(None)
-
-    def expect(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
-        """The first new line matching `pattern`; the process's output so far if none comes."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is None:
-                tail = "\n".join(self.lines[-20:])
-                raise RuntimeError(f"{self.name}: no line matching {pattern!r}\n{tail}")
-            self.lines.append(line)
-            m = re.search(pattern, line)
-            if m:
-                return m
+class Proc(Child):
+    """A child process (stdout and stderr merged) whose CPU time can be read."""
 
     def cpu(self) -> float:
         """Seconds of CPU (user + system, every thread) the process has used so far."""
         with open(f"/proc/{self.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
 
 
 def _me(role: str, *args: str) -> list[str]:
@@ -422,10 +375,7 @@ def _runs(xs: list[float]) -> str:
 
 def _header(title: str, sz: Sizes) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(title)
-    print(f"python:   {platform.python_implementation()} {sys.version.split()[0]}")
-    print(f"platform: {platform.platform()} ({platform.machine()}); grpcio {grpc.__version__}")
-    print(f"source:   {source()}")
+    print_about(title, f"; grpcio {grpc.__version__}")
     print(
         f"cpus:     {os.cpu_count()} (usable: {len(os.sched_getaffinity(0))}); load average "
         f"{load}; processes: this client, the server (or echo servicer), one worker"

@@ -27,21 +27,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import queue
-import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import grpc
 
-from _common import source, verdict
+from _common import Child, print_about, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.config import LEADER_LEASE_S
@@ -50,6 +45,7 @@ RUNS = 10
 QUICK_RUNS = 2
 TARGET_S = 1.0
 POLL_S = 0.005
+TIMEOUT_S = 120.0  # to wait for a log line or a first answer
 SERVER = [sys.executable, "-m", "cronoq.server.cli", "-c"]
 CONFIG = """\
 [server]
@@ -64,38 +60,13 @@ path = "{path}"
 """
 
 
-class Server:
+class Server(Child):
     """A cronoq-server process; its log lines (stderr) are read by a thread as they come."""
 
     def __init__(self, config: str) -> None:
-        self.p = subprocess.Popen(
-            [*SERVER, config], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        self.lines: list[str] = []
-        self._q: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.address = self.expect(r"event=listening grpc=(\S+)").group(1)
+        super().__init__([*SERVER, config], "cronoq-server", stderr_only=True)
+        self.address = self.expect(r"event=listening grpc=(\S+)", TIMEOUT_S).group(1)
         self.listening_at = time.perf_counter()
-
-    def _pump(self) -> None:
-        assert self.p.stderr is not None
-        for line in self.p.stderr:
-            self._q.put(line.rstrip("\n"))
-        self._q.put(None)
-
-    def expect(self, pattern: str, timeout: float = 120.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is None:
-                tail = "\n".join(self.lines[-20:])
-                raise RuntimeError(f"cronoq-server: no line matching {pattern!r}\n{tail}")
-            self.lines.append(line)
-            if m := re.search(pattern, line):
-                return m
 
     def kill(self) -> float:
         """SIGKILL; returns when it was sent (perf_counter)."""
@@ -104,17 +75,8 @@ class Server:
         self.p.wait()
         return t
 
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(30)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
 
-
-def answered(address: str, timeout: float = 120.0) -> float:
+def answered(address: str, timeout: float = TIMEOUT_S) -> float:
     """Poll Admin.Snapshot until it succeeds; when it did (perf_counter)."""
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(address) as channel:
@@ -201,7 +163,7 @@ def standby(files: Files) -> float:
     submit(leader.address)
     second = Server(config)
     try:
-        second.expect("event=awaiting_leadership")
+        second.expect("event=awaiting_leadership", TIMEOUT_S)
         if not refuses(second.address):
             raise RuntimeError("the second server does not stand by")
         time.sleep(0.2)  # settled: it has looked at the file and waits
@@ -260,10 +222,7 @@ def bench(runs: int) -> int:
 
 def _header(title: str, runs: int) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(title)
-    print(f"python:   {platform.python_implementation()} {sys.version.split()[0]}")
-    print(f"platform: {platform.platform()} ({platform.machine()}); grpcio {grpc.__version__}")
-    print(f"source:   {source()}")
+    print_about(title, f"; grpcio {grpc.__version__}")
     usable = len(os.sched_getaffinity(0))
     print(f"cpus:     {os.cpu_count()} (usable: {usable}); load average {load}")
     print(

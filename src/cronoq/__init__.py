@@ -21,7 +21,7 @@ from .errors import (
 from .runtime import EventStream, Scheduler, TaskContext, TaskHandle
 from .store import Codec, JsonCodec, SqliteStore
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AutoscaleConfig",

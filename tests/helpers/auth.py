@@ -3,8 +3,10 @@ the role each needs, mTLS certificates, and small call helpers."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,14 @@ class Stubs:
     async def submit(self, who: str, pool: str = "a", **fields: Any) -> int:
         task = pb.TaskSpec(payload=b"x", pool=pool, **fields)
         return (await self.tasks.Submit(pb.SubmitRequest(task=task), metadata=md(who))).id
+
+
+@contextlib.asynccontextmanager
+async def connect(address: object) -> AsyncIterator[Stubs]:
+    """Stubs on a plain-text channel to `address` ("host:port" or a SocketAddress), closed at
+    the end of the block."""
+    async with grpc.aio.insecure_channel(str(address)) as ch:
+        yield Stubs(ch)
 
 
 async def code_of(call: Any) -> Code:
@@ -122,6 +132,19 @@ def make_pki(tmp_path: Path) -> Path:
     make("stranger", "DNS:stranger.example")
     make("ip", "IP:127.0.0.1")
     return tmp_path
+
+
+@contextlib.asynccontextmanager
+async def over_mtls(pki: Path, client: str, port: int | str) -> AsyncIterator[Stubs]:
+    """Stubs on a TLS channel to localhost:`port` that trusts `make_pki`'s CA and presents its
+    certificate `client`; localhost, as the server certificate is for that name."""
+    creds = grpc.ssl_channel_credentials(
+        (pki / "ca.pem").read_bytes(),
+        (pki / f"{client}.key").read_bytes(),
+        (pki / f"{client}.pem").read_bytes(),
+    )
+    async with grpc.aio.secure_channel(f"localhost:{port}", creds) as ch:
+        yield Stubs(ch)
 
 
 def mtls_config(pki: Path, store: str = "") -> str:

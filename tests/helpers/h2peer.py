@@ -83,17 +83,24 @@ class H2Peer:
 
     # --- reading ---
 
+    def _recv(self, timeout: float) -> bytes | None:
+        """The bytes that came within `timeout`: None if none did, b"" once the server closed
+        (or reset) the connection. Shared by `pump` and the half-open peer's raw reads."""
+        readable, _, _ = select.select([self.sock], [], [], max(0.0, timeout))
+        if not readable:
+            return None
+        try:
+            return self.sock.recv(65536)
+        except ConnectionResetError:
+            return b""
+
     def pump(self, timeout: float) -> None:
         """Wait up to `timeout` for bytes from the server, then handle all that came."""
         if self.eof or self.ended is not None:
             return
-        readable, _, _ = select.select([self.sock], [], [], max(0.0, timeout))
-        if not readable:
+        data = self._recv(timeout)
+        if data is None:
             return
-        try:
-            data = self.sock.recv(65536)
-        except ConnectionResetError:
-            data = b""
         if not data:
             self.eof = True
             return
@@ -232,13 +239,9 @@ class H2Peer:
         end = time.monotonic() + timeout
         received = b""
         while (left := end - time.monotonic()) > 0:
-            readable, _, _ = select.select([self.sock], [], [], left)
-            if not readable:
+            data = self._recv(left)
+            if data is None:
                 continue
-            try:
-                data = self.sock.recv(65536)
-            except ConnectionResetError:
-                data = b""
             if not data:
                 self.eof = True
                 return received

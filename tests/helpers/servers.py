@@ -1,8 +1,10 @@
-"""Server processes for tests: `cronoq-server` started as a real process, its log lines read
-by a thread as they come, and helpers that wait until it serves."""
+"""Servers for tests: `cronoq-server` started as a real process, its log lines read by a
+thread as they come, and helpers that wait until it serves; or an app served in the test's own
+event loop (`running_app`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import re
@@ -11,11 +13,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
+from cronoq.server.app import ServerApp
 
 COMMAND = [sys.executable, "-m", "cronoq.server.cli"]
 PORT0 = '[server]\ngrpc_addr = "127.0.0.1:0"\nhttp_addr = "127.0.0.1:0"\nshutdown_grace_s = 0.5\n'
@@ -96,3 +100,18 @@ def serving_process(directory: Path, config: str) -> Iterator[Serving]:
             yield Serving(s, s.address, http_address, channel)
     finally:
         s.kill()
+
+
+@contextlib.asynccontextmanager
+async def running_app(app: ServerApp, *, ready: bool = False) -> AsyncIterator[ServerApp]:
+    """Serve `app` in this loop: the block runs once its gRPC listener is bound (with `ready`,
+    once it leads too), and the app is stopped and awaited at its end."""
+    stop = asyncio.Event()
+    served = asyncio.create_task(app.serve(stop))
+    try:
+        while app.grpc_address is None or (ready and not app.ready):
+            await asyncio.sleep(0.01)  # polls the app's state; nothing to await for it
+        yield app
+    finally:
+        stop.set()
+        await served

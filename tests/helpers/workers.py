@@ -1,12 +1,12 @@
 """Raw workers for server tests, speaking worker protocol v3 through the generated stubs:
 `EchoWorker` (a thread on a blocking channel, for server processes) and `Worker` (one
-grpc.aio stream, driven message by message)."""
+grpc.aio stream, driven message by message; `AuthWorker` opens it with a token)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from queue import Queue
 from typing import Any
 
@@ -14,6 +14,7 @@ import grpc
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from helpers.auth import Stubs, md
 
 
 class EchoWorker:
@@ -79,9 +80,11 @@ class EchoWorker:
 class Worker:
     """A raw stream: send WorkerMessages, read ServerMessages."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(
+        self, channel: grpc.aio.Channel, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> None:
         self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
-        self.call = cronoq_pb2_grpc.WorkersStub(channel).Work(self._messages())
+        self.call = cronoq_pb2_grpc.WorkersStub(channel).Work(self._messages(), metadata=metadata)
 
     async def _messages(self) -> AsyncIterator[pb.WorkerMessage]:
         while (msg := await self.outbox.get()) is not None:
@@ -112,3 +115,10 @@ class Worker:
 
     def close(self) -> None:
         self.outbox.put_nowait(None)
+
+
+class AuthWorker(Worker):
+    """A raw stream on the channel of `stubs`, opened with the token of `who` (helpers.auth)."""
+
+    def __init__(self, stubs: Stubs, who: str = "worker") -> None:
+        super().__init__(stubs.channel, md(who))

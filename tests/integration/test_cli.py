@@ -149,6 +149,11 @@ def test_wait_times_out_with_124_and_cancel(server: str) -> None:
     assert (cancelled.returncode, cancelled.stdout.strip()) == (0, "cancelled")
     again = cronoq(server, "cancel", str(task), "--json")
     assert json.loads(again.stdout) == {"ref": task, "cancelled": False}
+    unknown = cronoq(server, "cancel", "999999999")  # answered like an ended task
+    assert (unknown.returncode, unknown.stdout.strip()) == (
+        0,
+        "not cancelled: no such task, or it had already ended",
+    )
     ended = cronoq(server, "wait", str(task), "--json")
     assert ended.returncode == 1
     assert json.loads(ended.stdout)["status"] == "cancelled"

@@ -84,7 +84,7 @@ def get_code(address: str) -> grpc.StatusCode:
 
 def test_version() -> None:
     r = run("--version")
-    assert (r.returncode, r.stdout) == (0, "cronoq-server 0.1.0\n")
+    assert (r.returncode, r.stdout) == (0, "cronoq-server 0.2.0\n")
     assert run("-V").stdout == r.stdout
 
 

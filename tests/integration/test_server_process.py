@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -25,9 +25,9 @@ import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from helpers.auth import AUTH, METHODS, ROLE_OF, Stubs, code_of, md, ref
+from helpers.auth import AUTH, METHODS, ROLE_OF, Stubs, code_of, connect, md, ref
 from helpers.servers import PORT0, Serving, serving_process
-from helpers.workers import Worker
+from helpers.workers import AuthWorker
 
 Code = grpc.StatusCode
 
@@ -79,20 +79,6 @@ CONFIG = PORT0 + LIMITS + POOLS + RESOURCES + AUTH
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
     with serving_process(tmp_path_factory.mktemp("process"), CONFIG) as serving:
         yield serving
-
-
-@contextlib.asynccontextmanager
-async def connect(target: Serving) -> AsyncIterator[Stubs]:
-    async with grpc.aio.insecure_channel(target.address) as ch:
-        yield Stubs(ch)
-
-
-class AuthWorker(Worker):
-    """test_server_work's raw worker stream, opened with a credential."""
-
-    def __init__(self, stubs: Stubs, who: str = "worker") -> None:
-        self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
-        self.call = stubs.workers.Work(self._messages(), metadata=md(who))
 
 
 def spec(pool: str = "misc", **fields: Any) -> pb.TaskSpec:
@@ -171,7 +157,7 @@ def test_role_matrix(target: Serving, method: str, caller: str) -> None:
 
 async def test_not_found_unknown_task(target: Serving) -> None:
     """Get and Wait; Cancel answers `cancelled = false` instead (test_server_published)."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         who = md("client")
         for t in (987654321, "no-such-key"):
             for c in (
@@ -184,7 +170,7 @@ async def test_not_found_unknown_task(target: Serving) -> None:
 
 
 async def test_not_found_unknown_pool(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=spec("nope")), metadata=md("client"))
         code, details = await refused(c)
         assert code is Code.NOT_FOUND and "nope" in details
@@ -197,7 +183,7 @@ async def test_not_found_unknown_pool(target: Serving) -> None:
 
 
 async def test_not_found_unknown_resource(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = s.tasks.Submit(
             pb.SubmitRequest(task=spec(resources={"nope": 1})), metadata=md("client")
         )
@@ -205,7 +191,7 @@ async def test_not_found_unknown_resource(target: Serving) -> None:
 
 
 async def test_not_found_unknown_dependency(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for dep in (pb.TaskRef(key="nobody"), pb.TaskRef(id=987654321)):
             c = s.tasks.Submit(
                 pb.SubmitRequest(task=spec(deps=[pb.Dep(target=dep)])), metadata=md("client")
@@ -214,7 +200,7 @@ async def test_not_found_unknown_dependency(target: Serving) -> None:
 
 
 async def test_resource_exhausted_full_pool(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         held = [await submit(s, "tiny"), await submit(s, "tiny")]
         try:
             # overflow "wait" holds the call until there is room, here until its deadline
@@ -235,7 +221,7 @@ async def test_resource_exhausted_full_pool(target: Serving) -> None:
 
 
 async def test_resource_exhausted_total_pending(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         snap = await s.admin.Snapshot(pb.Empty(), metadata=md("admin"))
         room = MAX_PENDING_TOTAL - snap.pending
         assert room > 1, snap.pending
@@ -258,7 +244,7 @@ async def test_resource_exhausted_total_pending(target: Serving) -> None:
 
 
 async def test_failed_precondition_reservation_conflict(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         fixed: dict[str, Any] = {"start_in_s": 3600.0, "duration_hint_s": 60.0}
         first = await submit(s, "resv", **fixed)
         try:
@@ -326,7 +312,7 @@ REASONS = {
 
 @pytest.mark.parametrize("case", list(BAD_SPECS))
 async def test_invalid_argument_submit(target: Serving, case: str) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=BAD_SPECS[case]), metadata=md("client"))
         code, details = await refused(c)
         assert code is Code.INVALID_ARGUMENT, (code, details)
@@ -349,7 +335,7 @@ BAD_BATCHES: dict[str, pb.SubmitBatchRequest] = {
 
 @pytest.mark.parametrize("case", list(BAD_BATCHES))
 async def test_invalid_argument_batch(target: Serving, case: str) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         before = await s.admin.Snapshot(pb.Empty(), metadata=md("admin"))
         c = s.tasks.SubmitBatch(BAD_BATCHES[case], metadata=md("client"))
         code, details = await refused(c)
@@ -399,20 +385,20 @@ BAD_OTHERS: dict[str, tuple[str, str, Any]] = {
 @pytest.mark.parametrize("case", list(BAD_OTHERS))
 async def test_invalid_argument_other(target: Serving, case: str) -> None:
     service, method, request = BAD_OTHERS[case]
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = getattr(getattr(s, service), method)(request, metadata=md("admin"))
         code, details = await refused(c)
         assert code is Code.INVALID_ARGUMENT and REASONS[case] in details, details
 
 
 async def test_out_of_range_message_too_large(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         big = pb.SubmitRequest(task=spec(payload=b"x" * 70_000))  # over max_message_bytes
         assert await code_of(s.tasks.Submit(big, metadata=md("client"))) is Code.OUT_OF_RANGE
 
 
 async def test_deadline_exceeded_waits(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         tid = await submit(s)
         try:
             c = s.tasks.Wait(pb.WaitRequest(task=ref(tid), timeout_s=0.2), metadata=md("client"))
@@ -457,7 +443,7 @@ async def test_data_loss_for_a_lagging_watch(target: Serving) -> None:
 
 
 async def test_scoping(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         hidden = await submit(s, "b", key="scoped-b")
         try:
             who = md("client_a")
@@ -485,7 +471,7 @@ async def test_scoping(target: Serving) -> None:
 
 
 async def test_tenant_permission_denied(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=spec(tenant="t2")), metadata=md("tenant"))
         assert await code_of(c) is Code.PERMISSION_DENIED
         mine = await s.submit("tenant", "misc")
@@ -499,7 +485,7 @@ async def test_tenant_permission_denied(target: Serving) -> None:
 
 
 async def test_submit_and_duplicate(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         req = pb.SubmitRequest(task=spec(key="happy"))
         first = await s.tasks.Submit(req, metadata=md("client"))
         again = await s.tasks.Submit(req, metadata=md("client"))
@@ -511,7 +497,7 @@ async def test_submit_and_duplicate(target: Serving) -> None:
 
 
 async def test_submit_wait_with_a_raw_worker(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         w = AuthWorker(s)
         assert (await w.register("echo", slots=1)).slots == 1
         req = pb.SubmitRequest(task=spec("echo", payload=b"ping"), wait=True, wait_timeout_s=4)
@@ -527,7 +513,7 @@ async def test_submit_wait_with_a_raw_worker(target: Serving) -> None:
 
 
 async def test_submit_batch(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         batch = pb.SubmitBatchRequest(
             tasks=[
                 spec(key="bat-1"),
@@ -545,7 +531,7 @@ async def test_submit_batch(target: Serving) -> None:
 
 
 async def test_cancel(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         tid = await submit(s)
         req = pb.CancelRequest(task=ref(tid))
         assert (await s.tasks.Cancel(req, metadata=md("client"))).cancelled
@@ -554,7 +540,7 @@ async def test_cancel(target: Serving) -> None:
 
 
 async def test_get_by_id_and_key(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         tid = await submit(s, key="get-me", kind="k1")
         try:
             by_id = await get(s, tid, "client")
@@ -566,7 +552,7 @@ async def test_get_by_id_and_key(target: Serving) -> None:
 
 
 async def test_list_tasks_paging(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         ids = [await submit(s, "page") for _ in range(5)]
         try:
             seen: list[int] = []
@@ -598,7 +584,7 @@ async def test_list_tasks_paging(target: Serving) -> None:
 
 
 async def test_wait(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         tid = await submit(s)
         waiting = s.tasks.Wait(pb.WaitRequest(task=ref(tid), timeout_s=4), metadata=md("client"))
         await asyncio.sleep(0.1)
@@ -609,7 +595,7 @@ async def test_wait(target: Serving) -> None:
 
 
 async def test_watch_receives_an_event(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         watch = s.tasks.Watch(pb.WatchRequest(pools=["watch"]), metadata=md("client"))
         event = None
         for _ in range(50):  # until the watch surely subscribed
@@ -624,7 +610,7 @@ async def test_watch_receives_an_event(target: Serving) -> None:
 
 
 async def test_snapshot(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         tid = await submit(s, "misc")
         snap = await s.admin.Snapshot(pb.Empty(), metadata=md("metrics"))
         await cancel(s, tid)
@@ -640,7 +626,7 @@ async def test_snapshot(target: Serving) -> None:
 
 
 async def test_recurring(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         req = pb.RecurringRequest(
             name="yearly", cron="0 0 1 1 *", tz="Europe/Paris", template=spec(kind="y")
         )
@@ -663,7 +649,7 @@ async def test_recurring(target: Serving) -> None:
 
 
 async def test_list_workers(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         w = AuthWorker(s)
         w.send(
             register=pb.Register(
@@ -690,7 +676,7 @@ async def test_list_workers(target: Serving) -> None:
 
 
 async def test_heartbeats_keep_a_lease_past_the_ttl(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         w = AuthWorker(s)
         reg = await w.register("ttl", slots=1)
         assert reg.lease_ttl_s == pytest.approx(TTL)
@@ -711,7 +697,7 @@ async def test_heartbeats_keep_a_lease_past_the_ttl(target: Serving) -> None:
 
 
 async def test_no_heartbeat_aborts_and_retries(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         w = AuthWorker(s)
         await w.register("ttl", slots=1)
         tid = await submit(s, "ttl")
@@ -730,7 +716,7 @@ async def test_no_heartbeat_aborts_and_retries(target: Serving) -> None:
 
 
 async def test_nack_goes_to_another_worker_with_the_same_lease(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         a = AuthWorker(s)
         await a.register("nack", slots=1)
         tid = await submit(s, "nack")
@@ -750,7 +736,7 @@ async def test_nack_goes_to_another_worker_with_the_same_lease(target: Serving) 
 
 
 async def test_set_slots_zero_drains(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         w = AuthWorker(s)
         await w.register("drain", slots=2)
         first = await submit(s, "drain")
@@ -776,7 +762,7 @@ async def test_set_slots_zero_drains(target: Serving) -> None:
 
 
 async def test_disconnect_retries_on_another_worker(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         a = AuthWorker(s)
         await a.register("drop", slots=1)
         tid = await submit(s, "drop")

@@ -10,9 +10,8 @@ share the server: each uses its own pools or keys and cancels what it leaves pen
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -21,9 +20,9 @@ import pytest
 from cronoq.client import Client, ClientError
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.convert import is_occurrence_key
-from helpers.auth import AUTH, Stubs, md, ref, token
+from helpers import workers
+from helpers.auth import AUTH, Stubs, connect, md, ref, token
 from helpers.servers import PORT0, Serving, serving_process
-from helpers.workers import Worker
 
 Code = grpc.StatusCode
 
@@ -60,19 +59,9 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serving]:
         yield serving
 
 
-@contextlib.asynccontextmanager
-async def connect(target: Serving) -> AsyncIterator[Stubs]:
-    async with grpc.aio.insecure_channel(target.address) as ch:
-        yield Stubs(ch)
-
-
-class AuthWorker(Worker):
-    """A raw worker stream (helpers.workers.Worker), opened with the worker token, that waits
-    up to PATIENCE for what the server sends."""
-
-    def __init__(self, stubs: Stubs) -> None:
-        self.outbox: asyncio.Queue[pb.WorkerMessage | None] = asyncio.Queue()
-        self.call = stubs.workers.Work(self._messages(), metadata=md("worker"))
+class AuthWorker(workers.AuthWorker):
+    """helpers.workers.AuthWorker (the worker token) that waits up to PATIENCE for what the
+    server sends."""
 
     async def recv(self, timeout: float = PATIENCE) -> pb.ServerMessage:
         return await super().recv(timeout)
@@ -109,7 +98,7 @@ async def cancel(s: Stubs, *targets: int | str) -> None:
 async def test_cancel_of_an_unknown_task_is_not_cancelled(target: Serving) -> None:
     """Case 1: OK with `cancelled = false`, by id or key, also through the Python client; only
     a pool-restricted caller gets NOT_FOUND, as for another pool's task."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for t in (987654321, "never-submitted"):
             got = await s.tasks.Cancel(pb.CancelRequest(task=ref(t)), metadata=md("client"))
             assert got.cancelled is False, t
@@ -132,7 +121,7 @@ async def test_cancel_of_an_unknown_task_is_not_cancelled(target: Serving) -> No
 
 
 async def test_get_and_wait_of_an_unknown_task_say_unknown_task(target: Serving) -> None:
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for t in (987654321, "never-submitted"):
             for c in (
                 s.tasks.Get(pb.GetRequest(task=ref(t)), metadata=md("client")),
@@ -144,7 +133,7 @@ async def test_get_and_wait_of_an_unknown_task_say_unknown_task(target: Serving)
 async def test_an_unknown_resource_is_not_found(target: Serving) -> None:
     """Case 2: NOT_FOUND naming it, for Submit and SubmitBatch; an amount of 0 for a known
     resource stays INVALID_ARGUMENT."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = s.tasks.Submit(
             pb.SubmitRequest(task=spec(resources={"nope": 1})), metadata=md("client")
         )
@@ -162,7 +151,7 @@ async def test_a_request_over_max_message_bytes_is_out_of_range(target: Serving)
     the stubs and the Python client, whose ClientError is then not retryable. A request of more
     than twice the limit is refused by gRPC itself before it is read, as RESOURCE_EXHAUSTED
     (docs/server.md, "Listener")."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for size in (MAX_MESSAGE + 1, 2 * MAX_MESSAGE - 64):
             big = pb.SubmitRequest(task=spec(payload=b"x" * size))
             code, details = await refused(s.tasks.Submit(big, metadata=md("client")))
@@ -186,7 +175,7 @@ async def test_a_request_over_max_message_bytes_is_out_of_range(target: Serving)
 
 async def test_a_template_for_an_unknown_pool_is_an_invalid_template(target: Serving) -> None:
     """Case 4 (and case 5 for a template that names no pool)."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for pool, name in (("nope", "nope"), (None, "default")):
             req = pb.RecurringRequest(name="r", cron="0 0 1 1 *", template=spec(pool))
             c = s.admin.AddRecurring(req, metadata=md("admin"))
@@ -200,7 +189,7 @@ async def test_a_template_for_an_unknown_pool_is_an_invalid_template(target: Ser
 
 async def test_a_task_without_a_pool_needs_a_pool_named_default(target: Serving) -> None:
     """Case 5: the task goes to `default`, which this server lacks, not to another pool."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=spec(None, key="nowhere")), metadata=md("client"))
         assert await refused(c) == (Code.NOT_FOUND, "unknown pool 'default'")
         batch = pb.SubmitBatchRequest(tasks=[spec(), spec(None)])
@@ -213,7 +202,7 @@ async def test_a_task_without_a_pool_needs_a_pool_named_default(target: Serving)
 async def test_listing_or_watching_an_unknown_pool_is_not_found(target: Serving) -> None:
     """Case 6: ListTasks and Watch answer NOT_FOUND at once (a Watch that opened and never
     sent would leave its client hanging)."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         req = pb.ListTasksRequest(pools=["jobs", "nope"])
         c = s.tasks.ListTasks(req, metadata=md("client"))
         assert await refused(c) == (Code.NOT_FOUND, "unknown pool 'nope'")
@@ -228,7 +217,7 @@ async def test_listing_or_watching_an_unknown_pool_is_not_found(target: Serving)
 
 async def test_submit_without_a_task_is_invalid(target: Serving) -> None:
     """Case 7: `missing task`, with or without `wait`; an empty SubmitBatch stays OK."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for req in (pb.SubmitRequest(), pb.SubmitRequest(wait=True, wait_timeout_s=1)):
             c = s.tasks.Submit(req, metadata=md("client"))
             assert await refused(c) == (Code.INVALID_ARGUMENT, "missing task")
@@ -242,7 +231,7 @@ async def test_occurrence_keys_are_reserved_for_the_servers_own_occurrences(
     """Case 8: a key ending in `@YYYY-MM-DDTHH:MM:SSZ` (after its last `@`) is refused from a
     client, alone or in a batch; other forms are allowed; the occurrences of a recurring
     schedule, whose keys have that form, are still made and can be looked up by key."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for key in ("nightly@2025-06-01T09:30:00Z", "a@b@2025-06-01T09:30:00Z"):
             for c in (
                 s.tasks.Submit(pb.SubmitRequest(task=spec(key=key)), metadata=md("client")),
@@ -281,7 +270,7 @@ async def test_occurrence_keys_are_reserved_for_the_servers_own_occurrences(
 
 async def test_tolerance_needs_a_start_time(target: Serving) -> None:
     """Case 9."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         c = s.tasks.Submit(pb.SubmitRequest(task=spec(tolerance_s=1.0)), metadata=md("client"))
         code, details = await refused(c)
         assert code is Code.INVALID_ARGUMENT, details
@@ -297,7 +286,7 @@ async def test_retry_zero_fields_take_the_defaults(target: Serving) -> None:
     """Case 10: `max_attempts` 0 is one attempt; backoff fields and multiplier 0 are 1 s, 60 s
     and 2.0 (not the pool's: pool `retry` waits 0 s), `jitter` is false when unset; a
     multiplier in (0, 1) counts as 1, one below 0 or above 1000 is refused."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for multiplier in (-0.5, 1000.5):
             task = spec("retry", retry=pb.RetryPolicy(max_attempts=2, multiplier=multiplier))
             c = s.tasks.Submit(pb.SubmitRequest(task=task), metadata=md("client"))
@@ -336,7 +325,7 @@ async def test_retry_zero_fields_take_the_defaults(target: Serving) -> None:
 async def test_workers_of_an_older_protocol_are_told_to_upgrade(target: Serving) -> None:
     """Case 11: versions 0 (reported as 1), 1 and 2 are FAILED_PRECONDITION, which workers
     take as fatal; a newer worker is served as version 3."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         for sent, named in ((0, 1), (1, 1), (2, 2)):
             w = AuthWorker(s)
             w.send(register=pb.Register(pool="proto", slots=1, protocol_version=sent))
@@ -357,7 +346,7 @@ async def test_workers_of_an_older_protocol_are_told_to_upgrade(target: Serving)
 async def test_a_worker_with_zero_slots_gets_leases_once_it_sets_some(target: Serving) -> None:
     """Case 12 (and case 13: an empty kind is `default`): `Registered.slots = 0`, the pool has
     no capacity from it, and a SetSlots brings its first lease."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         w = AuthWorker(s)
         w.send(register=pb.Register(pool="zero", slots=0, worker_name="z", protocol_version=3))
         reg = (await w.recv()).registered
@@ -385,7 +374,7 @@ async def test_a_worker_message_over_max_message_bytes_ends_its_stream_out_of_ra
 ) -> None:
     """Case 3 on the Work stream: the worker's stream ends OUT_OF_RANGE naming the limit, and
     the attempt it held runs again elsewhere."""
-    async with connect(target) as s:
+    async with connect(target.address) as s:
         w = AuthWorker(s)
         await w.register("big", slots=1)
         tid = await submit(s, spec("big"))

@@ -17,14 +17,14 @@ import re
 import ssl
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from helpers.auth import Stubs, code_of, ref, token
+from helpers.auth import Stubs, code_of, over_mtls, ref, token
 from helpers.servers import COMMAND, Serving, serving_process
 
 Code = grpc.StatusCode
@@ -117,16 +117,10 @@ def mtls(directory: Path) -> Iterator[Serving]:
         yield serving
 
 
-@contextlib.asynccontextmanager
-async def over_tls(serving: Serving, directory: Path, client: str) -> AsyncIterator[Stubs]:
-    creds = grpc.ssl_channel_credentials(
-        (directory / "ca.pem").read_bytes(),
-        (directory / f"{client}.key").read_bytes(),
-        (directory / f"{client}.pem").read_bytes(),
-    )
-    port = serving.address.rsplit(":", 1)[1]
-    async with grpc.aio.secure_channel(f"localhost:{port}", creds) as ch:
-        yield Stubs(ch)
+def over_tls(
+    serving: Serving, directory: Path, client: str
+) -> contextlib.AbstractAsyncContextManager[Stubs]:
+    return over_mtls(directory, client, serving.address.rsplit(":", 1)[1])
 
 
 async def test_mtls_certificates_map_by_dns_name(mtls: Serving, directory: Path) -> None:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-import grpc
 from aiohttp import web
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
@@ -31,7 +30,8 @@ from cronoq.server.cli import LogfmtFormatter
 from cronoq.server.config import PoolSettings, ScalerSettings, load_config
 from cronoq.server.scaler import Poster
 from cronoq.store import SqliteStore
-from helpers.auth import PORT0, Stubs
+from helpers.auth import PORT0, Stubs, connect
+from helpers.servers import running_app
 from helpers.workers import Worker
 
 TOKEN = "hook-secret-0123456789abcdef"
@@ -114,25 +114,14 @@ scaler = {{ kind = "webhook", url = "{url}", token_env = "HOOK_TOKEN" }}
     )
 
 
-@contextlib.asynccontextmanager
-async def running(text: str, receiver: Receiver) -> AsyncIterator[ServerApp]:
+def running(text: str, receiver: Receiver) -> contextlib.AbstractAsyncContextManager[ServerApp]:
     app = build(load_config(text, env=ENV))
     receiver.app = app
-    stop = asyncio.Event()
-    served = asyncio.create_task(app.serve(stop))
-    try:
-        while app.grpc_address is None:
-            await asyncio.sleep(0.01)
-        yield app
-    finally:
-        stop.set()
-        await served
+    return running_app(app)
 
 
-@contextlib.asynccontextmanager
-async def stubs(app: ServerApp) -> AsyncIterator[Stubs]:
-    async with grpc.aio.insecure_channel(str(app.grpc_address)) as ch:
-        yield Stubs(ch)
+def stubs(app: ServerApp) -> contextlib.AbstractAsyncContextManager[Stubs]:
+    return connect(app.grpc_address)
 
 
 @contextlib.contextmanager

@@ -397,11 +397,12 @@ def wait(settings: Settings, ref: int | str, timeout: float | None, output: bool
 @_output_flags
 @click.pass_obj
 def cancel(settings: Settings, ref: int | str) -> int:
-    """Cancel a task; prints whether it was cancelled (not if it had already ended)."""
+    """Cancel a task; prints whether it was cancelled (not if it had ended or never existed:
+    the server answers both alike)."""
 
     async def work(c: Client) -> int:
         cancelled = await c.cancel(ref)
-        text = "cancelled" if cancelled else "not cancelled: the task had already ended"
+        text = "cancelled" if cancelled else "not cancelled: no such task, or it had already ended"
         settings.show({"ref": ref, "cancelled": cancelled}, text)
         return EXIT_OK
 

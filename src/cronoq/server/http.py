@@ -179,14 +179,14 @@ class _Aborted(Exception):
 class _Call:
     """The servicer context of a call from HTTP: the request's headers as metadata (so a
     `traceparent` header reaches the task, as over gRPC), a deadline only for the routes of
-    `BOUNDED` (the servicers cap waits with `limits.max_wait_s`), and an `abort` that raises
+    `call` gives it (docs/http.md, "Timeouts"), and an `abort` that raises
     what the route answers."""
 
-    def __init__(self, request: web.Request, bound_s: float | None = None) -> None:
+    def __init__(self, request: web.Request, bound_s: float) -> None:
         self._metadata = tuple((k.lower(), v) for k, v in request.headers.items())
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._deadline = None if bound_s is None else loop.time() + bound_s
+        self._deadline = loop.time() + bound_s
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
@@ -196,16 +196,16 @@ class _Call:
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
 
-    def time_remaining(self) -> float | None:
-        if self._deadline is None:
-            return None
+    def time_remaining(self) -> float:
         return max(0.0, self._deadline - self._loop.time())
 
 
-# The methods whose HTTP routes have a deadline: request_timeout_s + max_wait_s, which is what
-# bounds a submit held by a full overflow="wait" pool (docs/overflow-and-fairness.md, "On the
-# server"); over gRPC, the call's own deadline does.
-BOUNDED = frozenset({"/cronoq.v1.Tasks/Submit", "/cronoq.v1.Tasks/SubmitBatch"})
+# Every route's call runs under limits.request_timeout_s; these may also wait, so theirs is
+# request_timeout_s + max_wait_s: a wait (capped by max_wait_s) or a submit held by a full
+# overflow="wait" pool (docs/http.md, "Timeouts"). Over gRPC, the call's own deadline does.
+WAITING = frozenset(
+    {"/cronoq.v1.Tasks/Submit", "/cronoq.v1.Tasks/SubmitBatch", "/cronoq.v1.Tasks/Wait"}
+)
 
 
 UnaryHandler = Callable[[Message, _Call], Awaitable[Message]]
@@ -411,11 +411,14 @@ class HttpListener:
             raise HttpError.of_grpc(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served")
         run = cast(UnaryHandler, handler.unary_unary)
         limits = self.app.cfg.limits
-        bound = limits.request_timeout_s + limits.max_wait_s if method in BOUNDED else None
+        bound = limits.request_timeout_s + (limits.max_wait_s if method in WAITING else 0.0)
         try:
-            return await run(message, _Call(request, bound))
+            async with asyncio.timeout(bound):
+                return await run(message, _Call(request, bound))
         except _Aborted as e:
             raise HttpError.of_grpc(e.code, e.details) from None
+        except TimeoutError:
+            raise HttpError(504, "request timed out") from None
 
     async def answer(
         self,

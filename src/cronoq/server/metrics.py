@@ -23,6 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from cronoq.core.model import FIRST_TERMINAL, STATUS_NAMES
+
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 
 __all__ = ["CONTENT_TYPE", "ServerMetrics"]
@@ -53,16 +55,8 @@ _POOL_GAUGES = (
 )
 _WAIT_QUANTILES = (("0.5", "wait_p50_s"), ("0.9", "wait_p90_s"), ("0.99", "wait_p99_s"))
 
-# Totals fields counted by `cronoq_tasks_total{status}`: the terminal statuses
-TERMINAL_STATUSES = (
-    "succeeded",
-    "failed",
-    "dead_lettered",
-    "cancelled",
-    "skipped",
-    "missed",
-    "shed",
-)
+# Totals fields counted by `cronoq_tasks_total{status}`: the terminal statuses, in order
+TERMINAL_STATUSES = STATUS_NAMES[FIRST_TERMINAL:]
 # (family, Totals field, help): unlabeled counters
 _COUNTERS = (
     ("cronoq_tasks_submitted_total", "submitted", "Tasks accepted by submit."),
