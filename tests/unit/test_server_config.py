@@ -551,7 +551,7 @@ POOL = '[[pools]]\nname = "p"\n'
         ),
         (
             '[store]\nkind = "sqlite"\npath = "s.db"\nleader_lease_s = 31536001',
-            "store.leader_lease_s: must be > 0 and at most one year (got 31536001)",
+            "store.leader_lease_s: must be >= 1 and at most one year (got 31536001)",
         ),
         (
             '[store]\nkind = "sqlite"\npath = "s.db"\nleader_lease_s = "10s"',

@@ -79,8 +79,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 YEAR = 31_536_000.0  # the longest duration any key may hold (docs/reference/limits.md)
-LEADER_LEASE_S = 10.0  # [store] leader_lease_s: its default and its least value
-MIN_LEADER_LEASE_S = 1.0
+LEADER_LEASE_S = 10.0  # [store] leader_lease_s: its default
+MIN_LEADER_LEASE_S = 1.0  # and its least value
 MIB = 1_048_576
 # The bounds of docs/configuration.md, "[limits]", "[[pools]]", "[store]" and "[outputs]"
 MIN_MESSAGE_BYTES = 4096  # limits.max_message_bytes and max_http_body_bytes
@@ -916,12 +916,7 @@ def _store(t: _Table, env: Mapping[str, str]) -> StoreSettings:
     if kind == "sqlite":
         t.require("path")
         path = t.string("path", "")
-        lease = t.duration("leader_lease_s", LEADER_LEASE_S)
-        if "leader_lease_s" not in t.bad and lease < MIN_LEADER_LEASE_S:
-            value = t.data["leader_lease_s"]
-            rule = f"must be >= {MIN_LEADER_LEASE_S:g} and at most one year (got {value})"
-            t.fail("leader_lease_s", rule)
-            lease = LEADER_LEASE_S
+        lease = t.duration("leader_lease_s", LEADER_LEASE_S, least=MIN_LEADER_LEASE_S)
         settings = StoreSettings(kind, path=path, keep_finished_s=keep, leader_lease_s=lease)
         return _closed(t, settings)
 

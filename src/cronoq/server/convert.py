@@ -34,7 +34,7 @@ from cronoq.core.model import (
 )
 from cronoq.core.recurring import Recurring
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.server.config import LimitsSettings
+from cronoq.server.config import MAX_MULTIPLIER, LimitsSettings
 
 __all__ = [
     "CONTENT_TYPE_TAG",
@@ -348,9 +348,6 @@ def _times(spec: pb.TaskSpec, field: str, options: dict[str, Any]) -> None:
             options[option] = check_duration(f"{field}.{wire}", getattr(spec, wire))
     if spec.on_miss != pb.MISS_POLICY_UNSPECIFIED:
         options["on_miss"] = miss_from_pb(spec.on_miss, f"{field}.on_miss")
-
-
-MAX_MULTIPLIER = 1000.0
 
 
 def _retry(msg: pb.RetryPolicy, field: str) -> RetryPolicy:

@@ -23,12 +23,13 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from .config import GRPC_MAX_MESSAGE_BYTES
+
 Context = grpc.aio.ServicerContext[Any, Any]
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the stubs
 
 # How much more than limits.max_message_bytes gRPC reads of one message (`receive_limit`).
 RECEIVE_FACTOR = 2
-GRPC_MAX_MESSAGE = 2**31 - 1  # the largest receive limit grpcio takes
 
 
 def receive_limit(max_message_bytes: int) -> int:
@@ -41,7 +42,7 @@ def receive_limit(max_message_bytes: int) -> int:
     request makes the server buffer more than twice what it would accept anyway. A request
     larger still keeps gRPC's RESOURCE_EXHAUSTED, without being read. Sends keep the limit
     itself (a larger answer fails on our side)."""
-    return min(max_message_bytes * RECEIVE_FACTOR, GRPC_MAX_MESSAGE)
+    return min(max_message_bytes * RECEIVE_FACTOR, GRPC_MAX_MESSAGE_BYTES)
 
 
 class Oversized(Exception):

@@ -412,12 +412,15 @@ class HttpListener:
         run = cast(UnaryHandler, handler.unary_unary)
         limits = self.app.cfg.limits
         bound = limits.request_timeout_s + (limits.max_wait_s if method in WAITING else 0.0)
+        timer = asyncio.timeout(bound)
         try:
-            async with asyncio.timeout(bound):
+            async with timer:
                 return await run(message, _Call(request, bound))
         except _Aborted as e:
             raise HttpError.of_grpc(e.code, e.details) from None
         except TimeoutError:
+            if not timer.expired():
+                raise  # not our bound: a handler's own, an error like any other
             raise HttpError(504, "request timed out") from None
 
     async def answer(
@@ -510,7 +513,7 @@ async def metrics(gw: HttpListener, request: web.Request) -> web.Response:
     snap = await gw.snapshot(request)
     if snap is None:
         raise HttpError(503, NOT_LEADER)
-    response = web.Response(body=gw.metrics.render(snap, leader=True))
+    response = web.Response(body=gw.metrics.render(snap))
     response.headers[hdrs.CONTENT_TYPE] = CONTENT_TYPE
     return response
 
@@ -543,14 +546,8 @@ async def submit_batch(gw: HttpListener, request: web.Request) -> web.Response:
 
 
 async def list_tasks(gw: HttpListener, request: web.Request) -> web.Response:
-    """An unknown pool is 404 whatever the service answers for it (an empty page, once)."""
     message = httpjson.list_request(request.query)
-    response = await gw.call(request, "/cronoq.v1.Tasks/ListTasks", message)
-    known = {pool.name for pool in gw.app.cfg.pools}
-    for name in message.pools:
-        if name not in known:
-            raise HttpError(404, f"unknown pool {name!r}")
-    return json_answer(httpjson.list_answer(response))
+    return await gw.answer(request, "/cronoq.v1.Tasks/ListTasks", message, httpjson.list_answer)
 
 
 async def get_task(gw: HttpListener, request: web.Request) -> web.Response:

@@ -74,15 +74,13 @@ class _SnapshotCollector(Collector):
 
     def __init__(self) -> None:
         self.snapshot: pb.SnapshotResponse | None = None
-        self.leader = False
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("cronoq_up", "1 while the server process runs.", value=1)
-        yield GaugeMetricFamily(
-            "cronoq_leader", "1 if this server serves, 0 on a standby.", value=int(self.leader)
-        )
+        # only a serving server answers a scrape (a standby's is 503, docs/http.md, "Metrics")
+        yield GaugeMetricFamily("cronoq_leader", "1: this server leads and serves.", value=1)
         snap = self.snapshot
-        if snap is None:  # a standby has no scheduler to report on
+        if snap is None:  # collected outside render(): nothing to report on
             return
         yield from _pool_families(snap.pools)
         yield GaugeMetricFamily(
@@ -156,11 +154,10 @@ class ServerMetrics:
         self._collector = _SnapshotCollector()
         self.registry.register(self._collector)
 
-    def render(self, snapshot: pb.SnapshotResponse | None, *, leader: bool) -> bytes:
-        """The exposition of `snapshot` (None on a standby: only `cronoq_up` and
-        `cronoq_leader`). Synchronous from setting the snapshot to the text, so concurrent
-        scrapes on one event loop cannot interleave."""
-        self._collector.snapshot, self._collector.leader = snapshot, leader
+    def render(self, snapshot: pb.SnapshotResponse) -> bytes:
+        """The exposition of `snapshot`. Synchronous from setting the snapshot to the text, so
+        concurrent scrapes on one event loop cannot interleave."""
+        self._collector.snapshot = snapshot
         try:
             return generate_latest(self.registry)
         finally:

@@ -187,9 +187,7 @@ class Poster:
                 return resp.status, f"HTTP {resp.status}"
         except TimeoutError:
             return "-", "timeout"
-        except aiohttp.ClientError as e:
-            return "-", self._scrub(f"{type(e).__name__}: {e}")
-        except Exception as e:  # whatever else: retried like the rest, never the end of it
+        except Exception as e:  # aiohttp's errors and whatever else: retried, never the end
             return "-", self._scrub(f"{type(e).__name__}: {e}")
 
     def _scrub(self, text: str) -> str:
