@@ -122,7 +122,7 @@ class PoolState:
     def has_room(self, n: int = 1) -> bool:
         """Can the pool take `n` more pending tasks without its overflow policy?"""
         cap = self.cfg.max_pending
-        return cap is None or sum(self.pending_by_class) + n <= cap
+        return cap is None or self.pending() + n <= cap
 
     def desired(self) -> int:
         """The target capacity: the autoscaler's last one, or the capacity without it."""
