@@ -167,12 +167,17 @@ test("each handler result becomes its outcome", async () => {
 });
 
 test("a rejected lease goes back unrun and another worker takes it", async () => {
-  const stopRejecting = startWorker({ pool: "default", name: "rejecting" }, () => {
+  // The pool retries a handed-back attempt every 50 ms (up to 1000 times), so the rejecting
+  // worker keeps getting it until the serving worker is there to take it over.
+  let rejected!: () => void;
+  const firstReject = new Promise<void>((resolve) => (rejected = resolve));
+  const stopRejecting = startWorker({ pool: "reject", name: "rejecting" }, () => {
+    rejected();
     throw new Reject("not for me");
   });
-  const id = (await client.submit({ pool: "default", payload: "x" })).id;
-  await delay(300);
-  const stopServing = startWorker({ pool: "default", name: "serving" }, () => "taken");
+  const id = (await client.submit({ pool: "reject", payload: "x" })).id;
+  await firstReject;
+  const stopServing = startWorker({ pool: "reject", name: "serving" }, () => "taken");
   const res = await client.wait(id, 15);
   assert.equal(res.status, "succeeded", res.message);
   assert.deepEqual(res.output, Buffer.from("taken"));
