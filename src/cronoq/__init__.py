@@ -19,7 +19,7 @@ from .errors import (
     TaskFailed,
 )
 from .runtime import EventStream, Scheduler, TaskContext, TaskHandle
-from .store import Codec, JsonCodec, SqliteStore
+from .store import Codec, JsonCodec, PostgresStore, SqliteStore
 
 __version__ = "0.2.0"
 
@@ -34,6 +34,7 @@ __all__ = [
     "Permanent",
     "Pool",
     "PoolSnapshot",
+    "PostgresStore",
     "Priority",
     "Resource",
     "Retryable",

@@ -484,6 +484,8 @@ class Scheduler:
                 # A standby waits here until the file's leader stops or its lease runs out.
                 first = first_id(await store.lead())
                 stored = await store.load()
+                # (after the epoch wrapped, its first id is below those issued before)
+                first = max(first, stored.max_id + 1)
             except BaseException:
                 await store.close()
                 raise

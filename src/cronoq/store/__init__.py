@@ -1,11 +1,12 @@
-"""Durable state: the `Store` protocol (store/base.py), its SQLite and in-memory stores, and
-the codecs that turn payloads and results into bytes."""
+"""Durable state: the `Store` protocol (store/base.py), its SQLite, PostgreSQL and in-memory
+stores, and the codecs that turn payloads and results into bytes."""
 
 from typing import TYPE_CHECKING
 
 from .base import Batch, Finished, LeadershipLost, Store, Stored
 from .codec import Codec, JsonCodec
 from .memory import MemoryState, MemoryStore
+from .postgres import PostgresStore
 from .sqlite import SqliteStore
 
 __all__ = [
@@ -16,13 +17,16 @@ __all__ = [
     "LeadershipLost",
     "MemoryState",
     "MemoryStore",
+    "PostgresStore",
     "SqliteStore",
     "Store",
     "Stored",
 ]
 
 
-if TYPE_CHECKING:  # mypy (strict) checks here that both stores implement the protocol
+if TYPE_CHECKING:  # mypy (strict) checks here that the stores implement the protocol
 
-    def _implements(sqlite: SqliteStore, memory: MemoryStore) -> tuple[Store, Store]:
-        return sqlite, memory
+    def _implements(
+        sqlite: SqliteStore, postgres: PostgresStore, memory: MemoryStore
+    ) -> tuple[Store, Store, Store]:
+        return sqlite, postgres, memory

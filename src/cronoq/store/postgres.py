@@ -1,0 +1,766 @@
+"""PostgresStore: durable state in a PostgreSQL schema, shared by a leader and its standbys.
+
+The `cronoq.store.Store` protocol (store/base.py) on asyncpg, from the event loop itself (no
+thread: every wait is on the network). docs/durability.md, "PostgreSQL", states what it
+guarantees; the rules it follows:
+
+* Election: a session advisory lock `(1668444017, <schema OID>)` taken on a connection of its
+  own (not from the pool), tried every 500 ms; holding it, the leader increments the epoch in
+  `cronoq_leader` and keeps it as its fencing token. The lock goes when that session ends: the
+  process died (PostgreSQL sees the socket close), the connection was terminated, or we closed
+  it.
+* Keeper: `SELECT 1` on the lock connection every second, with a 10 s timeout. A failed probe,
+  a lock connection that ends, or a probe not answered for 10 s (a process that was paused)
+  loses the leadership: the next commit or renewal fails with LeadershipLost, and the lock
+  connection is closed, which frees the lock for a standby.
+* Fencing: the first statement of every write transaction locks the leader row and reads the
+  epoch; another epoch rolls the transaction back ("fenced: leadership lost"). A new leader's
+  epoch update needs the same row lock, so an old leader's commit in flight either commits
+  before the takeover (and is recovered) or is fenced.
+* Retries: a commit that fails for a transient reason (connection lost, SQLSTATE classes 08 and
+  53, 57P*, serialization failure, deadlock, lock not available, or the 30 s commit timeout) is
+  retried with backoff up to 5 s for at most 300 s of continuous outage; other errors 5 times.
+  Commits are idempotent (inserts skip ids already written), so a retry of a commit whose
+  answer was lost leaves the same rows.
+
+Ids are unsigned 64-bit; a `bigint` column keeps them in two's complement (an id below 2^63,
+every unsharded one, is stored as itself), and the store orders and takes maxima by the
+unsigned value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import SchedulerError
+from .base import COLUMN, FENCED, TASK_COLUMNS, Batch, Finished, LeadershipLost, Stored, to_ns
+
+if TYPE_CHECKING:
+    import asyncpg
+    from asyncpg.pool import PoolConnectionProxy
+
+    _Conn = asyncpg.Connection | PoolConnectionProxy[asyncpg.Record]
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "redact"]
+
+log = logging.getLogger("cronoq")
+
+SCHEMA_VERSION = 5
+LOCK_CLASS = 1668444017  # "croq": the leadership lock (with the schema's OID)
+MIGRATION_CLASS = 1668444013  # "crom": migrations (with hashtext(schema))
+MAX_EPOCH = 32767  # then 1 again (ids keep the epoch below 2^15)
+
+LOCK_POLL_S = 0.5
+KEEPER_INTERVAL_S = 1.0
+KEEPER_TIMEOUT_S = 10.0
+CONNECT_BACKOFF_S = (0.5, 5.0)  # first, at most (doubling)
+POOL_SIZE = 8
+COMMIT_TIMEOUT_S = 30.0
+COMMIT_BACKOFF_S = (0.05, 5.0)
+TRANSIENT_BUDGET_S = 300.0
+OTHER_RETRIES = 5
+PRUNE_ROWS = 1000
+# Lock connection keepalives (PostgreSQL's side of the socket: it ends a session whose client
+# vanished after 10 s idle plus three 1 s probes, which frees the lock).
+LOCK_SESSION = {
+    "tcp_keepalives_idle": "10",
+    "tcp_keepalives_interval": "1",
+    "tcp_keepalives_count": "3",
+}
+
+_SIGN = 1 << 63
+_WRAP = 1 << 64
+_SIGN_BIGINT = -(1 << 63)  # XOR with it orders bigints by their unsigned value
+
+# TASK_COLUMNS (the row tuples' order) -> the table's columns. Times are Unix ns; durations that
+# the rows keep in seconds (tolerance, duration hint, timeout) are stored as ns too.
+_PG_COLUMN = {
+    "arrival": "arrival_unix_ns",
+    "deadline": "deadline_unix_ns",
+    "fixed_start": "fixed_at_unix_ns",
+    "tolerance": "fixed_tolerance_ns",
+    "on_miss": "fixed_on_miss",
+    "duration_hint": "duration_hint_ns",
+    "timeout": "timeout_ns",
+    "updated": "updated_unix_ns",
+    "eligible": "eligible_unix_ns",
+    "not_before": "not_before_unix_ns",
+    "started": "started_unix_ns",
+}
+_NAMES = TASK_COLUMNS.split(", ")
+_COLUMNS = ", ".join(_PG_COLUMN.get(n, n) for n in _NAMES)
+_SECONDS = tuple(COLUMN[n] for n in ("tolerance", "duration_hint", "timeout"))
+_TEXT = tuple(COLUMN[n] for n in ("pool", "kind", "key", "on_miss", "tenant", "status", "message"))
+_JSON = tuple(COLUMN[n] for n in ("retry", "deps", "resources", "tags", "labels"))
+_ID = COLUMN["id"]
+_TERMINAL = COLUMN["terminal"]
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS cronoq_schema_version (
+        id smallint PRIMARY KEY CHECK (id = 1),
+        version int NOT NULL)""",
+    """CREATE TABLE cronoq_leader (
+        id smallint PRIMARY KEY CHECK (id = 1),
+        epoch int NOT NULL,
+        max_id bigint NOT NULL DEFAULT 0)""",
+    "INSERT INTO cronoq_leader (id, epoch, max_id) VALUES (1, 0, 0)",
+    """CREATE TABLE cronoq_tasks (
+        id bigint PRIMARY KEY,
+        seq bigint NOT NULL,
+        arrival_unix_ns bigint NOT NULL,
+        pool text NOT NULL,
+        kind text NOT NULL,
+        priority smallint NOT NULL,
+        key text,
+        payload bytea,
+        deadline_unix_ns bigint,
+        fixed_at_unix_ns bigint,
+        fixed_tolerance_ns bigint,
+        fixed_on_miss text,
+        duration_hint_ns bigint,
+        timeout_ns bigint,
+        retry jsonb,
+        deps jsonb,
+        resources jsonb,
+        tags jsonb,
+        labels jsonb DEFAULT '[]',
+        tenant text,
+        status text NOT NULL,
+        terminal bool NOT NULL,
+        attempt int NOT NULL,
+        updated_unix_ns bigint NOT NULL,
+        message text,
+        output bytea,
+        eligible_unix_ns bigint,
+        not_before_unix_ns bigint,
+        started_unix_ns bigint)""",
+    "CREATE UNIQUE INDEX cronoq_tasks_live_key ON cronoq_tasks (key) "
+    "WHERE key IS NOT NULL AND NOT terminal",
+    "CREATE INDEX cronoq_tasks_key_id ON cronoq_tasks (key, id)",
+    "CREATE INDEX cronoq_tasks_live ON cronoq_tasks (id) WHERE NOT terminal",
+    "CREATE INDEX cronoq_tasks_done ON cronoq_tasks (updated_unix_ns) WHERE terminal",
+    """CREATE TABLE cronoq_recurring (
+        name text PRIMARY KEY,
+        spec jsonb NOT NULL,
+        template_payload bytea,
+        next_unix_ns bigint,
+        last_task_id bigint)""",
+)
+
+_INSERT = (
+    f"INSERT INTO cronoq_tasks ({_COLUMNS}) VALUES "
+    f"({', '.join(f'${i + 1}' for i in range(len(_NAMES)))}) ON CONFLICT (id) DO NOTHING"
+)
+_UPDATE_LIVE = (
+    "UPDATE cronoq_tasks SET status = $1, attempt = $2, message = $3, eligible_unix_ns = $4, "
+    "not_before_unix_ns = $5, started_unix_ns = $6 WHERE id = $7"
+)
+_UPDATE_DONE = (
+    "UPDATE cronoq_tasks SET terminal = true, status = $1, attempt = $2, updated_unix_ns = $3, "
+    "message = $4, output = $5, key = $6, started_unix_ns = $7 WHERE id = $8"
+)
+_UPSERT_RECURRING = (
+    "INSERT INTO cronoq_recurring (name, spec, template_payload, next_unix_ns, last_task_id) "
+    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
+    "template_payload = excluded.template_payload, next_unix_ns = excluded.next_unix_ns, "
+    "last_task_id = excluded.last_task_id"
+)
+# The fence when a batch inserts: raise the high-water mark (by the unsigned value) and read the
+# epoch, holding the leader row until the commit.
+_FENCE_INSERT = (
+    "UPDATE cronoq_leader SET max_id = CASE WHEN (max_id # $2::bigint) < ($1::bigint # $2) "
+    "THEN $1 ELSE max_id END WHERE id = 1 RETURNING epoch"
+)
+_FENCE = "SELECT epoch FROM cronoq_leader WHERE id = 1 FOR SHARE"
+# A finished task's id as its dependents name it in `deps` (JSON: the unsigned value).
+_UNSIGNED_TEXT = (
+    "(CASE WHEN t.id < 0 THEN t.id::numeric + 18446744073709551616 ELSE t.id END)::text"
+)
+# Finished rows older than $1, at most PRUNE_ROWS, that no live task depends on (by id or key).
+_PRUNE = f"""
+DELETE FROM cronoq_tasks WHERE id IN (
+    SELECT t.id FROM cronoq_tasks AS t
+    WHERE t.terminal AND t.updated_unix_ns < $1 AND NOT EXISTS (
+        SELECT 1 FROM cronoq_tasks AS c, jsonb_array_elements(c.deps) AS edge
+        WHERE NOT c.terminal AND c.deps IS NOT NULL
+          AND edge->>0 IN ({_UNSIGNED_TEXT}, t.key))
+    LIMIT {PRUNE_ROWS})
+"""
+# What a new leader reloads: live tasks, tasks finished since $1, and finished parents of live
+# tasks (however old).
+_LOAD = f"""
+SELECT {_COLUMNS} FROM cronoq_tasks AS t
+WHERE NOT t.terminal OR t.updated_unix_ns >= $1 OR EXISTS (
+    SELECT 1 FROM cronoq_tasks AS c, jsonb_array_elements(c.deps) AS edge
+    WHERE NOT c.terminal AND c.deps IS NOT NULL AND edge->>0 IN ({_UNSIGNED_TEXT}, t.key))
+"""
+
+T = TypeVar("T")
+
+
+def redact(url: str) -> str:
+    """The URL without its password (in the user part or a `password=` parameter)."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            user, _, host = netloc.rpartition("@")
+            netloc = f"{user.partition(':')[0]}@{host}"
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
+        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def _signed(v: int) -> int:
+    return v - _WRAP if v >= _SIGN else v
+
+
+def _unsigned(v: int) -> int:
+    return v + _WRAP if v < 0 else v
+
+
+def _clean_text(v: str | None) -> str | None:
+    """PostgreSQL text has no NUL: it is stored as U+FFFD."""
+    return v if v is None or "\0" not in v else v.replace("\0", "\ufffd")
+
+
+def _clean_json(v: str | None) -> str | None:
+    """jsonb has no NUL either (written "\\u0000" by JSON): each one becomes U+FFFD."""
+    if v is None or "\\u0000" not in v:
+        return v
+    return json.dumps(_replace_nul(json.loads(v)), separators=(",", ":"), ensure_ascii=False)
+
+
+def _replace_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\0", "\ufffd")
+    if isinstance(value, list):
+        return [_replace_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_replace_nul(k): _replace_nul(v) for k, v in value.items()}
+    return value
+
+
+def _ns(seconds: float | None) -> int | None:
+    return None if seconds is None else to_ns(seconds)
+
+
+def _to_pg(row: Sequence[Any]) -> list[Any]:
+    """A task row (TASK_COLUMNS order) as the table stores it."""
+    out = list(row)
+    out[_ID] = _signed(out[_ID])
+    for i in _SECONDS:
+        out[i] = _ns(out[i])
+    for i in _TEXT:
+        out[i] = _clean_text(out[i])
+    for i in _JSON:
+        out[i] = _clean_json(out[i])
+    out[_TERMINAL] = bool(out[_TERMINAL])
+    return out
+
+
+def _from_pg(record: asyncpg.Record | Sequence[Any]) -> tuple[Any, ...]:
+    """A table row back in TASK_COLUMNS order, as every store gives it."""
+    out = list(record)
+    out[_ID] = _unsigned(out[_ID])
+    for i in _SECONDS:
+        if out[i] is not None:
+            out[i] = out[i] / 1e9
+    out[_TERMINAL] = 1 if out[_TERMINAL] else 0
+    return tuple(out)
+
+
+def _connection_lost(e: BaseException) -> bool:
+    import asyncpg
+
+    return isinstance(e, (OSError, TimeoutError, asyncpg.InterfaceError)) or (
+        isinstance(e, asyncpg.PostgresError) and _transient_state(e.sqlstate)
+    )
+
+
+def _transient_state(state: str | None) -> bool:
+    """SQLSTATEs worth retrying: connection trouble, no resources, the server shutting down,
+    serialization failure, deadlock, lock not available."""
+    if not state:
+        return False
+    return (
+        state[:2] in ("08", "53")
+        or state.startswith("57P")
+        or state
+        in (
+            "40001",
+            "40P01",
+            "55P03",
+        )
+    )
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (got {value!r})")
+    v = float(value)
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a finite number of seconds > 0 (got {value!r})")
+    return v
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+class PostgresStore:
+    """Durable scheduler state in one schema of a PostgreSQL database; one leader per schema.
+
+    `dsn`: a `postgres://` or `postgresql://` URL (with its password, if any: it never appears in
+    logs or in repr). `schema`: created if missing; servers and schedulers on the same schema of
+    the same database share tasks and leadership, other schemas share nothing. `retention`:
+    seconds a finished row is kept (default 7 days). `reload_finished`: seconds of finished
+    tasks a new leader loads back for key deduplication and lookups (default one hour; older
+    ones stay readable through `finished()`)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "public",
+        retention: float = 604_800.0,
+        reload_finished: float = 3600.0,
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str (got {type(dsn).__name__})")
+        if urlsplit(dsn).scheme.lower() not in ("postgres", "postgresql"):
+            raise ValueError("dsn must be a postgres:// or postgresql:// URL")
+        if not isinstance(schema, str):
+            raise TypeError(f"schema must be a str (got {type(schema).__name__})")
+        if not (
+            1 <= len(schema) <= 63
+            and schema.isascii()
+            and (schema[0].isalpha() or schema[0] == "_")
+            and all(c.isalnum() or c == "_" for c in schema)
+        ):
+            raise ValueError(
+                "schema must be 1-63 ASCII letters, digits or '_', not starting with a digit "
+                f"(got {schema!r})"
+            )
+        self._dsn = dsn
+        self.schema = schema
+        self.retention = _positive("retention", retention)
+        self.reload_finished = _positive("reload_finished", reload_finished)
+        self.lease_renew = KEEPER_INTERVAL_S  # the driver's renewals check the keeper's verdict
+        self.epoch = 0
+        self.status = "not open"  # what it is doing or waiting for (the server's /readyz)
+        self._pool: asyncpg.Pool | None = None
+        self._lock_conn: asyncpg.Connection | None = None
+        self._lock_key = 0  # the schema's OID as a signed 32-bit integer
+        self._keeper: asyncio.Task[None] | None = None
+        self._lost: str | None = None  # why the leadership is lost (the keeper's verdict)
+        self._probed = 0.0  # time.monotonic() of the last probe the lock connection answered
+        self._order = asyncio.Lock()  # commits are written one at a time, in order
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for logs: the URL without its password, and the schema."""
+        return f"{redact(self._dsn)} schema={self.schema}"
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresStore({redact(self._dsn)!r}, schema={self.schema!r}, "
+            f"retention={self.retention}, reload_finished={self.reload_finished})"
+        )
+
+    # --- opening ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect (retrying while the database cannot be reached), then check, create or
+        migrate the schema. A schema of a newer version, or tables owned by a role that is
+        neither ours nor a superuser, raise SchedulerError."""
+        asyncpg = _asyncpg()
+        if self._pool is not None:
+            return
+        self._order = asyncio.Lock()  # (bound to this loop: a store may be reopened on another)
+        pool = await self._retrying(
+            "connect",
+            lambda: asyncpg.create_pool(
+                self._dsn,
+                min_size=1,
+                max_size=POOL_SIZE,
+                server_settings={"search_path": _quote(self.schema)},
+            ),
+        )
+        try:
+            async with pool.acquire() as conn:
+                await self._prepare_schema(conn)
+                oid = await conn.fetchval(
+                    "SELECT oid::bigint FROM pg_namespace WHERE nspname = $1", self.schema
+                )
+        except BaseException:
+            await pool.close()
+            raise
+        self._lock_key = int(oid) - (1 << 32) if int(oid) >= 1 << 31 else int(oid)
+        self._pool = pool
+        self.status = "open"
+
+    async def _retrying(self, what: str, connect: Callable[[], Awaitable[T]]) -> T:
+        """connect() until it works, with backoff while the database cannot be reached;
+        a refusal retrying cannot fix (a wrong password, no such database) raises at once."""
+        delay, cap = CONNECT_BACKOFF_S
+        while True:
+            try:
+                return await connect()
+            except Exception as e:
+                if not _connection_lost(e):
+                    raise self._fail(f"cannot {what}: {_describe(e)}") from None
+                self.status = f"database unreachable: {_describe(e)}"
+                log.warning(
+                    "store %s: cannot %s (%s); retrying in %.1f s",
+                    self.location,
+                    what,
+                    _describe(e),
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(cap, delay * 2)
+
+    def _fail(self, reason: str) -> SchedulerError:
+        return SchedulerError(f"store {self.location}: {reason}")
+
+    async def _prepare_schema(self, conn: asyncpg.Connection) -> None:
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))", MIGRATION_CLASS, self.schema
+            )
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(self.schema)}")
+            await self._check_owners(conn)
+            tables = {
+                r[0]
+                for r in await conn.fetch(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = $1", self.schema
+                )
+            }
+            if "cronoq_schema_version" not in tables:
+                if "cronoq_tasks" in tables:
+                    raise self._fail("cronoq_tasks exists without cronoq_schema_version")
+                for stmt in _SCHEMA:
+                    await conn.execute(stmt)
+                await conn.execute(
+                    "INSERT INTO cronoq_schema_version (id, version) VALUES (1, $1)",
+                    SCHEMA_VERSION,
+                )
+                return
+            version = await conn.fetchval("SELECT version FROM cronoq_schema_version WHERE id = 1")
+            if version is None or version > SCHEMA_VERSION:
+                raise self._fail(
+                    f"schema version {version} is newer than this cronoq supports "
+                    f"({SCHEMA_VERSION})"
+                    if version is not None
+                    else "cronoq_schema_version has no row"
+                )
+            # (version 5 is the first PostgreSQL schema: there is nothing older to migrate)
+
+    async def _check_owners(self, conn: asyncpg.Connection) -> None:
+        """Refuse tables that a role other than ours (or a superuser) owns: it could have
+        planted triggers on them."""
+        foreign = await conn.fetch(
+            "SELECT t.tablename, t.tableowner FROM pg_tables AS t "
+            "JOIN pg_roles AS r ON r.rolname = t.tableowner "
+            "WHERE t.schemaname = $1 AND t.tablename LIKE 'cronoq\\_%' "
+            "AND t.tableowner <> current_user AND NOT r.rolsuper",
+            self.schema,
+        )
+        if foreign:
+            names = ", ".join(f"{r[0]} (owned by {r[1]})" for r in foreign)
+            raise self._fail(
+                f"tables owned by a role that is neither this connection's nor a superuser: {names}"
+            )
+
+    def _pool_or_fail(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise self._fail("not open")
+        return self._pool
+
+    # --- leadership ---------------------------------------------------------------------------
+
+    async def lead(self) -> int:
+        """Wait until this process holds the schema's advisory lock (trying every 500 ms,
+        reconnecting with backoff while the database cannot be reached); return the new
+        epoch."""
+        asyncpg = _asyncpg()
+        self._pool_or_fail()
+        self.status = "standing by: another server leads"
+        while True:
+            known = self._lock_conn
+            if known is not None and not known.is_closed():
+                conn = known
+            else:
+                conn = await self._retrying(
+                    "open the lock connection",
+                    lambda: asyncpg.connect(
+                        self._dsn,
+                        server_settings={"search_path": _quote(self.schema), **LOCK_SESSION},
+                    ),
+                )
+                self._lock_conn = conn
+                self.status = "standing by: another server leads"
+            try:
+                if await conn.fetchval(
+                    "SELECT pg_try_advisory_lock($1, $2)", LOCK_CLASS, self._lock_key
+                ):
+                    break
+            except Exception as e:
+                if not _connection_lost(e):
+                    raise
+                log.warning("store %s: the lock connection failed: %s", self.location, e)
+                await _close(conn)
+                continue
+            await asyncio.sleep(LOCK_POLL_S)
+        try:
+            epoch = await conn.fetchval(
+                "UPDATE cronoq_leader SET epoch = CASE WHEN epoch >= $1 THEN 1 ELSE epoch + 1 END "
+                "WHERE id = 1 RETURNING epoch",
+                MAX_EPOCH,
+            )
+        except BaseException:
+            await _close(conn)  # the lock goes with the session
+            self._lock_conn = None
+            raise
+        self.epoch = int(epoch)
+        self._lost = None
+        self._probed = time.monotonic()
+        conn.add_termination_listener(self._on_lock_closed)
+        self._keeper = asyncio.get_running_loop().create_task(self._keep(conn))
+        self.status = "leading"
+        return self.epoch
+
+    def _on_lock_closed(self, conn: object) -> None:
+        self._lose("the lock connection was closed")
+
+    def _lose(self, why: str) -> None:
+        if self._lost is None and self.epoch:
+            self._lost = f"leadership lost: {why}"
+            log.error("store %s: %s", self.location, self._lost)
+            self.status = self._lost
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is not None and not conn.is_closed():
+            conn.terminate()  # the lock is free for a standby at once
+
+    async def _keep(self, conn: asyncpg.Connection) -> None:
+        """The keeper: probe the lock connection every second."""
+        while self._lost is None:
+            try:
+                await conn.fetchval("SELECT 1", timeout=KEEPER_TIMEOUT_S)
+            except Exception as e:
+                self._lose(f"the lock connection's probe failed: {_describe(e)}")
+                return
+            self._check_keeper()
+            self._probed = time.monotonic()
+            await asyncio.sleep(KEEPER_INTERVAL_S)
+
+    def _check_keeper(self) -> None:
+        """Raise LeadershipLost if the keeper found the lock gone, or if no probe succeeded for
+        the keeper timeout (this process was paused, or its loop stalled: a standby may have
+        taken over since, or may once our lock connection is closed)."""
+        if self._lost is None and time.monotonic() - self._probed > KEEPER_TIMEOUT_S:
+            self._lose(f"no probe answered for {KEEPER_TIMEOUT_S:g} s")
+        if self._lost is not None:
+            raise LeadershipLost(self._lost)
+
+    # --- reading ------------------------------------------------------------------------------
+
+    async def load(self) -> Stored:
+        pool = self._pool_or_fail()
+        since = time.time_ns() - to_ns(self.reload_finished)
+        async with pool.acquire() as conn:
+            records = await conn.fetch(_LOAD, since)
+            schedules = await conn.fetch(
+                "SELECT name, spec::text, template_payload, next_unix_ns, last_task_id "
+                "FROM cronoq_recurring"
+            )
+            max_id = await conn.fetchval("SELECT max_id FROM cronoq_leader WHERE id = 1")
+            top = await conn.fetchval(
+                "SELECT coalesce((SELECT max(id) FROM cronoq_tasks WHERE id < 0), "
+                "(SELECT max(id) FROM cronoq_tasks))"
+            )
+        tasks = sorted((_from_pg(r) for r in records), key=lambda r: r[_ID])
+        rows = [
+            (name, spec, payload, next_ns, None if last is None else _unsigned(last))
+            for name, spec, payload, next_ns, last in schedules
+        ]
+        highest = max(_unsigned(max_id or 0), 0 if top is None else _unsigned(top))
+        return Stored(tasks, rows, highest)
+
+    async def finished(self, task_id: int) -> Finished | None:
+        """The stored row of a finished task, output included (None: unknown, live, pruned)."""
+        record = await self._pool_or_fail().fetchrow(
+            f"SELECT {_COLUMNS} FROM cronoq_tasks WHERE id = $1 AND terminal", _signed(task_id)
+        )
+        return None if record is None else Finished(_from_pg(record))
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def commit_nowait(self, batch: Batch) -> asyncio.Future[None]:
+        """Start writing one batch in one fenced transaction; batches are written in the order
+        given. The future fails with LeadershipLost when fenced (or when the keeper lost the
+        lock), with SchedulerError when the retry budget is spent."""
+        return asyncio.ensure_future(self._ordered(self._write, batch))
+
+    async def renew(self) -> None:
+        """Nothing to extend (the lock lasts as long as its session): report the keeper's
+        verdict."""
+        self._check_keeper()
+
+    async def prune(self, now: float) -> int:
+        """Delete finished rows that ended more than `retention` seconds ago, PRUNE_ROWS per
+        fenced transaction, never a finished task a live task depends on."""
+        before = to_ns(now - self.retention)
+        total = 0
+        while True:
+            deleted = await self._ordered(self._prune_some, before)
+            total += deleted
+            if deleted < PRUNE_ROWS:
+                return total
+
+    async def _ordered(self, write: Callable[[Any], Awaitable[T]], arg: Any) -> T:
+        async with self._order:
+            return await self._retried(write, arg)
+
+    async def _retried(self, write: Callable[[Any], Awaitable[T]], arg: Any) -> T:
+        """write(arg) in a transaction, retried by the budgets of the module docstring."""
+        delay, cap = COMMIT_BACKOFF_S
+        outage_began: float | None = None
+        others = 0
+        while True:
+            self._check_keeper()
+            try:
+                async with asyncio.timeout(COMMIT_TIMEOUT_S):
+                    return await write(arg)
+            except LeadershipLost:
+                raise
+            except Exception as e:
+                now = time.monotonic()
+                if _connection_lost(e):
+                    outage_began = now if outage_began is None else outage_began
+                    if now - outage_began >= TRANSIENT_BUDGET_S:
+                        raise self._fail(
+                            f"the database was unreachable for {TRANSIENT_BUDGET_S:g} s: "
+                            f"{_describe(e)}"
+                        ) from None
+                else:
+                    outage_began = None
+                    others += 1
+                    if others > OTHER_RETRIES:
+                        raise self._fail(f"write failed: {_describe(e)}") from None
+                log.warning(
+                    "store %s: write failed (%s); retrying in %.2f s",
+                    self.location,
+                    _describe(e),
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(cap, delay * 2)
+
+    async def _fenced(self, conn: _Conn, max_id: int | None) -> None:
+        """The transaction's first statement: lock the leader row, check the epoch."""
+        if max_id is None:
+            epoch = await conn.fetchval(_FENCE)
+        else:
+            epoch = await conn.fetchval(_FENCE_INSERT, _signed(max_id), _SIGN_BIGINT)
+        if epoch != self.epoch:
+            self._lose(f"another server leads (epoch {epoch}, ours {self.epoch})")
+            raise LeadershipLost(FENCED)
+
+    async def _write(self, batch: Batch) -> None:
+        async with self._pool_or_fail().acquire() as conn, conn.transaction():
+            await self._fenced(conn, batch.max_id if batch.inserts else None)
+            # Status changes first, then inserts (a key freed in this batch may be reused in
+            # it), outputs with the finishes, then the schedules.
+            if batch.updates:
+                await conn.executemany(_UPDATE_LIVE, [_change(r, 2) for r in batch.updates])
+            if batch.finishes:
+                await conn.executemany(_UPDATE_DONE, [_change(r, 3) for r in batch.finishes])
+            if batch.inserts:
+                await conn.executemany(_INSERT, [_to_pg(r) for r in batch.inserts])
+            if batch.schedules:
+                await conn.executemany(
+                    _UPSERT_RECURRING,
+                    [
+                        (n, s, p, t, None if last is None else _signed(last))
+                        for n, s, p, t, last in batch.schedules
+                    ],
+                )
+            if batch.removed_schedules:
+                await conn.execute(
+                    "DELETE FROM cronoq_recurring WHERE name = ANY($1::text[])",
+                    batch.removed_schedules,
+                )
+            self._check_keeper()  # (last: a process paused meanwhile commits nothing)
+
+    async def _prune_some(self, before: int) -> int:
+        async with self._pool_or_fail().acquire() as conn, conn.transaction():
+            await self._fenced(conn, None)
+            status = await conn.execute(_PRUNE, before)
+        return int(status.rpartition(" ")[2])
+
+    # --- closing ------------------------------------------------------------------------------
+
+    async def close(self, release: bool = True) -> None:
+        """Close the pool and the lock connection (which frees the lock: a standby takes over
+        at once). `release` changes nothing here: the lock never outlives its session."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pool.close(), COMMIT_TIMEOUT_S)
+            pool.terminate()
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is not None:
+            conn.remove_termination_listener(self._on_lock_closed)
+            await _close(conn)
+        self.epoch = 0
+        self.status = "closed"
+
+
+def _change(row: tuple[Any, ...], message: int) -> tuple[Any, ...]:
+    """A Batch change row (LIVE_CHANGE or DONE_CHANGE columns, then the id) for the table: the
+    message (and a finished row's key) without NUL, the id signed."""
+    out = list(row)
+    out[0] = _clean_text(out[0])
+    out[message] = _clean_text(out[message])
+    if message == 3:  # DONE_CHANGE: the key is the sixth column
+        out[5] = _clean_text(out[5])
+    out[-1] = _signed(out[-1])
+    return tuple(out)
+
+
+async def _close(conn: asyncpg.Connection) -> None:
+    try:
+        await asyncio.wait_for(conn.close(), 5.0)
+    except Exception:
+        conn.terminate()
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError:
+        raise SchedulerError(
+            "PostgresStore needs asyncpg: pip install 'cronoq[postgres]'"
+        ) from None
+    return asyncpg
