@@ -70,14 +70,19 @@ TARGET_P50_MS = 2.0
 TARGET_WORKER_CPU = 1.5  # cronoq.client.Worker CPU per lease / the raw worker's
 CLIENT_N = 10_000
 
-CONFIG = f"""\
+MEMORY_STORE = 'kind = "memory"'
+
+
+def config(store: str = MEMORY_STORE) -> str:
+    """The server's configuration, with `store` as the body of its `[store]` table."""
+    return f"""\
 [server]
 grpc_addr = "127.0.0.1:0"
 http_addr = "127.0.0.1:0"
 log_level = "info"
 
 [store]
-kind = "memory"
+{store}
 
 [[pools]]
 name = "{POOL}"
@@ -267,8 +272,12 @@ def start_server(cfg: str, profile_to: str | None = None) -> tuple[Proc, str]:
     else:
         argv = [sys.executable, "-c", PROFILED_SERVER, profile_to, "-c", cfg]
     server = Proc(argv, "cronoq-server")
-    target = server.expect(r"event=listening grpc=(\S+)").group(1)
-    server.expect(r"event=ready")
+    try:
+        target = server.expect(r"event=listening grpc=(\S+)").group(1)
+        server.expect(r"event=ready")
+    except BaseException:
+        server.stop()
+        raise
     return server, target
 
 
@@ -390,18 +399,26 @@ def _header(title: str, sz: Sizes) -> None:
 
 class Fleet:
     """The server and its worker (the raw one, or `cronoq.client.Worker` with
-    role="client-worker"), on a temporary configuration file; stopped on exit."""
+    role="client-worker"), on a temporary configuration file whose `[store]` table is `store`
+    (the memory store unless told); stopped on exit."""
 
-    def __init__(self, profile_to: str | None = None, role: str = "worker") -> None:
+    def __init__(
+        self, profile_to: str | None = None, role: str = "worker", store: str = MEMORY_STORE
+    ) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="cronoq-bench-")
-        cfg = os.path.join(self.dir.name, "server.toml")
-        with open(cfg, "w") as f:
-            f.write(CONFIG)
-        self.server, self.target = start_server(cfg, profile_to)
+        try:
+            cfg = os.path.join(self.dir.name, "server.toml")
+            with open(cfg, "w") as f:
+                f.write(config(store))
+            self.server, self.target = start_server(cfg, profile_to)
+        except BaseException:
+            self.dir.cleanup()
+            raise
         try:
             self.worker = start_worker(self.target, role)
         except BaseException:
             self.server.stop()
+            self.dir.cleanup()
             raise
 
     def close(self) -> None:

@@ -1,10 +1,9 @@
 """A real PostgreSQL server for the tests: a private cluster in a temp dir, on a free port.
 
 `CRONOQ_TEST_PG_URL` names an existing server instead (its database must let the user create
-schemas). Otherwise `Cluster.start()` runs `initdb` and `pg_ctl` from the PostgreSQL binaries
-(`CRONOQ_PG_BIN`, else the newest `/usr/lib/postgresql/*/bin`, else `PATH`). `initdb` refuses to
-run as root, so as root the cluster belongs to the `postgres` account (`runuser`). `stop()` ends
-it (`-m immediate`: the data is thrown away) and removes the directory.
+schemas). Otherwise `Cluster.start()` starts a private cluster with `fsync=off` (bench/_pg.py,
+which the benchmarks share: the binaries it looks for, and the `postgres` account as root);
+`stop()` ends it and throws its data away.
 
 Each test gets a schema of its own (`Cluster.schema()`), so tests never share tasks, keys or
 leadership.
@@ -12,95 +11,27 @@ leadership.
 
 from __future__ import annotations
 
-import glob
 import itertools
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
+
+import _pg  # bench/_pg.py, found through the path just added
+
 ENV_URL = "CRONOQ_TEST_PG_URL"
-USER = "cronoq"
-DATABASE = "cronoq"
 
 _schemas = itertools.count(1)
 
 
-def _bin_dir() -> Path | None:
-    given = os.environ.get("CRONOQ_PG_BIN")
-    if given:
-        return Path(given)
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=_version)
-    if found:
-        return Path(found[-1]).parent
-    initdb = shutil.which("initdb")
-    return None if initdb is None else Path(initdb).parent
-
-
-def _version(path: str) -> int:
-    part = Path(path).parts[-3]
-    return int(part) if part.isdigit() else 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Cluster:
+class Cluster(_pg.Cluster):
     """One PostgreSQL server for the whole test session."""
 
     def __init__(self) -> None:
-        self.url = os.environ.get(ENV_URL) or ""
-        self._dir: Path | None = None
-        self._bin: Path | None = None
-        self._as: list[str] = []
-
-    def start(self) -> None:
-        if self.url:
-            return
-        bin_dir = _bin_dir()
-        if bin_dir is None:
-            raise RuntimeError(
-                "PostgreSQL binaries not found: install PostgreSQL (initdb, pg_ctl), set "
-                f"CRONOQ_PG_BIN to their directory, or {ENV_URL} to a server's URL"
-            )
-        self._bin = bin_dir
-        self._dir = Path(tempfile.mkdtemp(prefix="cronoq-pg-"))
-        if os.geteuid() == 0:
-            shutil.chown(self._dir, "postgres", "postgres")
-            self._as = ["runuser", "-u", "postgres", "--"]
-        port = free_port()
-        data, logfile = self._dir / "data", self._dir / "pg.log"
-        self._run("initdb", "-D", str(data), "-U", USER, "--auth=trust", "-E", "UTF8")
-        options = (
-            f"-p {port} -k {self._dir} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c max_connections=300"
+        super().__init__(
+            os.environ.get(ENV_URL) or "", fsync=False, instead=f"{ENV_URL} to a server's URL"
         )
-        self._run("pg_ctl", "-D", str(data), "-l", str(logfile), "-w", "-o", options, "start")
-        self._run("createdb", "-h", "127.0.0.1", "-p", str(port), "-U", USER, DATABASE)
-        self.url = f"postgresql://{USER}@127.0.0.1:{port}/{DATABASE}"
-
-    def _run(self, tool: str, *args: str) -> None:
-        assert self._bin is not None
-        done = subprocess.run(
-            [*self._as, str(self._bin / tool), *args], capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{tool} failed ({done.returncode}): {done.stderr or done.stdout}")
-
-    def stop(self) -> None:
-        if self._dir is None:
-            return
-        try:
-            self._run("pg_ctl", "-D", str(self._dir / "data"), "-m", "immediate", "stop")
-        finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
     def schema(self) -> str:
         """A schema name no other test of this session uses (nothing creates it yet)."""

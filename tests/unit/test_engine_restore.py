@@ -51,10 +51,16 @@ def test_restore_fails_broken_and_orphaned_tasks_and_retries_a_lost_attempt() ->
     broken = stored(RUNNING, 3, attempt=1)
     done = stored(SUCCEEDED, 4)
     eng.restore([running, orphan, broken, done], 10.0, {3: "row unreadable"})
-    assert (running.status_name, running.attempt) == ("ready", 1)  # runs again as attempt 2
+    # a retry after the default backoff (1 s, jittered), then as attempt 2
+    assert (running.status_name, running.attempt) == ("retrying", 1)
+    assert running.message == "attempt lost in failover"
+    assert 10.0 <= running.ready_at <= 11.0
+    assert eng.totals["retries"] == 1
     assert (orphan.status_name, orphan.message) == ("failed", "pool 'gone' is no longer configured")
     assert (broken.status_name, broken.message) == ("failed", "row unreadable")
     assert done.status_name == "succeeded"
     journal = eng.take_journal()
     assert journal.added == []  # the rows exist
-    assert {2, 3} <= set(journal.changed)
+    assert set(journal.changed) == {1, 2, 3}  # the retry time is written back too
+    eng.advance(running.ready_at)
+    assert running.status_name == "ready"

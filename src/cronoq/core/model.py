@@ -78,15 +78,16 @@ TRANSITIONS: dict[int, frozenset[int]] = {
 
 # What restoring a stored task may do to the status it was stored with (Engine.restore). A
 # terminal task is kept as it is. A live one is admitted again from BLOCKED, and from there moves
-# by TRANSITIONS like any new task (a stored RUNNING attempt counts as lost: it runs again or, if
-# that was its last attempt, READY -> DEAD_LETTERED); a retrying task keeps its retry time. Any
+# by TRANSITIONS like any new task; a stored RUNNING attempt counts as lost: the task retries after
+# its backoff (RUNNING -> RETRYING) or, if that was its last attempt, is admitted and then
+# dead-lettered (READY -> DEAD_LETTERED); a retrying task keeps its retry time. Any
 # live task that cannot resume (its pool, resource or dependency is gone, its row is unreadable)
 # fails.
 RESTORE_TRANSITIONS: dict[int, frozenset[int]] = {
     BLOCKED: frozenset({BLOCKED, FAILED}),
     SCHEDULED: frozenset({BLOCKED, FAILED}),
     READY: frozenset({BLOCKED, FAILED}),
-    RUNNING: frozenset({BLOCKED, FAILED}),
+    RUNNING: frozenset({BLOCKED, RETRYING, FAILED}),
     RETRYING: frozenset({RETRYING, FAILED}),
     **{s: frozenset({s}) for s in range(FIRST_TERMINAL, len(STATUS_NAMES))},
 }

@@ -5,8 +5,9 @@ resources, fixed start); a retrying task's `ready_at` is when it retries. Termin
 retained (lookups, results, key deduplication). Live ones resume: blocked tasks wait for their
 parents again, scheduled and never-started fixed starts arrive again (a start that passed
 meanwhile follows its on_miss), retrying tasks keep their retry time. An attempt that was
-running when the last holder stopped is counted as used (*lost*): the task runs again with the
-next attempt number, or is dead-lettered when that was its last attempt. Tasks of a pool or
+running when the last holder stopped is counted as used (*lost*): the task retries with the next
+attempt number after its retry backoff (not at once: the old holder's executor may still be
+finishing), or is dead-lettered when that was its last attempt. Tasks of a pool or
 resource that no longer exists fail, as do those whose row could not be read.
 
 Every status change here follows model.RESTORE_TRANSITIONS: a live task is admitted again from
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 MSG_LOST = "attempt lost in failover; retries exhausted"
+MSG_LOST_RETRY = "attempt lost in failover"
 
 
 def restore(eng: Engine, recs: Iterable[TaskRecord], now: float, broken: Mapping[int, str]) -> None:
@@ -52,10 +54,13 @@ def restore(eng: Engine, recs: Iterable[TaskRecord], now: float, broken: Mapping
     for rec in done:
         eng._retain(rec)
     lost: list[TaskRecord] = []
+    retried = 0
     for rec in ordered:
         if rec.status >= FIRST_TERMINAL:
             continue
+        was_running = rec.status == RUNNING
         problem = broken.get(rec.id) or _readmit(eng, rec, now)
+        retried += problem is None and was_running and rec.status == RETRYING
         if problem is not None:
             check_transition(rec, FAILED, RESTORE_TRANSITIONS)
             rec.status, rec.message, rec.finished_at = FAILED, problem, now
@@ -71,6 +76,7 @@ def restore(eng: Engine, recs: Iterable[TaskRecord], now: float, broken: Mapping
     if eng.journal is not None:
         eng.journal.added.clear()  # their rows exist
     eng.totals = dict.fromkeys(TOTALS_KEYS, 0)
+    eng.totals["retries"] = retried
     for pool in eng.pools.values():
         pool.arrivals = 0
     for rec in lost:
@@ -96,8 +102,29 @@ def _readmit(eng: Engine, rec: TaskRecord, now: float) -> str | None:
             extra.deps = None  # satisfied before it was stored
         if rec.attempt > 0:
             extra.start_at = None  # its fixed start happened: it runs as any task
+    lost = status == RUNNING
+    if lost:
+        if extra is not None and extra.is_empty():
+            rec.extra = None
+        policy = rec.retry or pool.retry or DEFAULT_RETRY
+        if rec.attempt >= policy.max_attempts:
+            # its last attempt is lost: restore() dead-letters it once it is admitted
+            rec.extra = rec.extra or Extras()
+            rec.extra.lost = True
+        else:
+            # a retry after the pool's backoff, like any failed attempt (not at once: a worker
+            # may still be finishing it), with the next attempt number
+            delay = policy.backoff(rec.attempt + 1)
+            if policy.jitter and delay > 0.0:
+                delay = eng.rng.uniform(0.0, delay)
+            rec.ready_at = now + delay
+            rec.message = MSG_LOST_RETRY
+            status = RETRYING
     if status == RETRYING:
         check_transition(rec, RETRYING, RESTORE_TRANSITIONS)
+        rec.status = RETRYING
+        if lost and eng.journal is not None:
+            eng.journal.changed[rec.id] = rec  # its retry time is written back
         eng.tasks[rec.id] = rec
         if rec.key is not None:
             eng.keys[rec.key] = rec
@@ -111,11 +138,7 @@ def _readmit(eng: Engine, rec: TaskRecord, now: float) -> str | None:
             eng.deps.resolve(rec, extra, None)
         except SubmitError as e:
             return f"cannot resume: {e.message}"
-    if status == RUNNING:
-        if extra is None:
-            extra = rec.extra = Extras()
-        extra.lost = True
-    elif extra is not None and extra.is_empty():
+    if rec.extra is not None and rec.extra.is_empty():
         rec.extra = None
     check_transition(rec, BLOCKED, RESTORE_TRANSITIONS)
     rec.status = BLOCKED
