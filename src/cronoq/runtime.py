@@ -48,6 +48,7 @@ from .errors import (
 )
 from .store.base import Store, check_store, first_id
 from .store.codec import Codec, JsonCodec, check_codec
+from .store.rows import record_from_row
 
 __all__ = ["EventStream", "Scheduler", "TaskContext", "TaskHandle"]
 
@@ -781,6 +782,21 @@ class Scheduler:
         s = self._live()
         rec = s.engine.lookup(_check_ref(id_or_key))
         return None if rec is None else TaskHandle(self, s, rec, False)
+
+    async def stored(self, task_id: int) -> TaskRecord | None:
+        """A finished task that memory no longer holds (past `retention`), read back from the
+        store, which keeps finished rows longer (its own retention); None without a store, for
+        a live or unknown task, or when the row was pruned. Its result is decoded as at
+        recovery (None if the codec cannot)."""
+        self._live()
+        if self._store is None or isinstance(task_id, bool) or not isinstance(task_id, int):
+            return None
+        row = await self._store.finished(task_id)
+        if row is None:
+            return None
+        assert self._codec is not None
+        rec, _ = record_from_row(row.row, self._codec)
+        return rec
 
     async def snapshot(self) -> Snapshot:
         """The state now, with every decision due at this moment taken first (a task just

@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,6 +23,7 @@ import pytest
 import cronoq
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from cronoq.server.app import BytesCodec
 from cronoq.server.config import LimitsSettings
 from cronoq.server.decode import receive_limit
 from cronoq.server.tasks import AdminService, TasksService
@@ -55,16 +57,25 @@ async def serve(
     limits: LimitsSettings | None = None,
     workers: Callable[[], Sequence[pb.WorkerInfo]] = list,
     extra_pools: Sequence[cronoq.Pool] = (),
+    store: cronoq.store.Store | None = None,
 ) -> AsyncIterator[Env]:
-    """Pools: `default` (echo, 4 slots) and `slow` (1 slot that never frees), plus extras."""
+    """Pools: `default` (echo, 4 slots) and `slow` (1 slot that never frees), plus extras. With
+    `store`, the scheduler keeps no finished task in memory (everything is read back from it)."""
     limits = limits or LimitsSettings()
     pools = [
         cronoq.Pool("default", echo, max=4, autoscale=False),
         cronoq.Pool("slow", hang, max=1, autoscale=False),
         *extra_pools,
     ]
+    durable: dict[str, Any] = {}
+    if store is not None:
+        durable = {"store": store, "codec": BytesCodec(), "retention_max": 0}
     sched = cronoq.Scheduler(
-        pools, [cronoq.Resource.semaphore("sem", 2)], emit_transitions=True, shutdown_grace=0
+        pools,
+        [cronoq.Resource.semaphore("sem", 2)],
+        emit_transitions=True,
+        shutdown_grace=0,
+        **durable,
     )
     await sched.start()
     size = limits.max_message_bytes
@@ -84,6 +95,29 @@ async def serve(
     finally:
         await server.stop(None)
         await sched.shutdown(0)
+
+
+async def test_get_and_wait_by_id_read_a_finished_task_from_the_store(tmp_path: Path) -> None:
+    # Finished tasks outlive memory in the store (docs/configuration.md, "[store]"): by id,
+    # Get and Wait read them back, with the output; a key is deduplicated only in memory.
+    async with serve(store=cronoq.SqliteStore(tmp_path / "q.db")) as env:
+        t = env.tasks
+        sub = await t.Submit(pb.SubmitRequest(task=spec(b"kept", key="k")))
+        # until memory forgot it and its finished row is committed
+        while await env.sched.status(sub.id) is not None or not await env.sched.stored(sub.id):
+            await asyncio.sleep(0.01)
+        info = await t.Get(pb.GetRequest(task=ref(sub.id)))
+        assert (info.id, info.status, info.key, info.attempt) == (
+            sub.id,
+            pb.TASK_STATUS_SUCCEEDED,
+            "k",
+            1,
+        )
+        assert info.output_available and info.max_attempts == 3
+        res = await t.Wait(pb.WaitRequest(task=ref(sub.id), timeout_s=5))
+        assert res.status == pb.TASK_STATUS_SUCCEEDED and res.output == b"kept"
+        assert await code_of(t.Get(pb.GetRequest(task=ref("k")))) is Code.NOT_FOUND
+        assert await code_of(t.Get(pb.GetRequest(task=ref(sub.id + 1)))) is Code.NOT_FOUND
 
 
 async def code_of(call: Awaitable[Any]) -> Code:

@@ -282,6 +282,18 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
         return rec
 
+    async def _find_any(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
+        """_find, and by id also a finished task that only the store still keeps (its rows
+        outlive limits.key_retention_s: docs/configuration.md, "[store]")."""
+        rec = self._lookup(engine, ref)
+        if rec is None and ref.WhichOneof("target") == "id":
+            rec = await self._sched.stored(ref.id)
+            if rec is not None and not current_principal().sees(rec.pool):
+                rec = None
+        if rec is None:
+            raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
+        return rec
+
     async def _wait(self, rec: TaskRecord, budget: float) -> pb.TaskResult:
         """Wait for the task's end; the waiting task outlives a timeout (it ends with the task
         or the scheduler), so other waiters on the same task are never disturbed."""
@@ -363,8 +375,9 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
     @_rpc
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.TaskInfo:
         engine = self._engine()
-        rec = self._find(engine, request.task)
-        return convert.task_info(rec, engine.configs[rec.pool].retry)
+        rec = await self._find_any(engine, request.task)
+        config = engine.configs.get(rec.pool)
+        return convert.task_info(rec, None if config is None else config.retry)
 
     @_rpc
     async def ListTasks(
@@ -397,7 +410,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         engine = self._engine()
         requested = request.timeout_s if request.HasField("timeout_s") else None
         budget = self._budget(requested, "timeout_s", context)
-        rec = self._find(engine, request.task)
+        rec = await self._find_any(engine, request.task)
         return await self._wait(rec, budget)
 
     async def Watch(
