@@ -78,7 +78,7 @@ LOCK_SESSION = {
 
 _SIGN = 1 << 63
 _WRAP = 1 << 64
-_SIGN_BIGINT = -(1 << 63)  # XOR with it orders bigints by their unsigned value
+_FENCED_STATE = "CQ001"  # the SQLSTATE cronoq_commit raises when the epoch is not ours
 
 # TASK_COLUMNS (the row tuples' order) -> the table's columns. Times are Unix ns; durations that
 # the rows keep in seconds (tolerance, duration hint, timeout) are stored as ns too.
@@ -155,30 +155,143 @@ _SCHEMA = (
         last_task_id bigint)""",
 )
 
-_INSERT = (
-    f"INSERT INTO cronoq_tasks ({_COLUMNS}) VALUES "
-    f"({', '.join(f'${i + 1}' for i in range(len(_NAMES)))}) ON CONFLICT (id) DO NOTHING"
+# Each column's type, in TASK_COLUMNS order (as in the CREATE TABLE above).
+_TYPES = (
+    "bigint",
+    "bigint",
+    "bigint",
+    "text",
+    "text",
+    "smallint",
+    "text",
+    "bytea",
+    "bigint",
+    "bigint",
+    "bigint",
+    "text",
+    "bigint",
+    "bigint",
+    "jsonb",
+    "jsonb",
+    "jsonb",
+    "jsonb",
+    "jsonb",
+    "text",
+    "text",
+    "bool",
+    "int",
+    "bigint",
+    "text",
+    "bytea",
+    "bigint",
+    "bigint",
+    "bigint",
 )
-_UPDATE_LIVE = (
-    "UPDATE cronoq_tasks SET status = $1, attempt = $2, message = $3, eligible_unix_ns = $4, "
-    "not_before_unix_ns = $5, started_unix_ns = $6 WHERE id = $7"
+_LIVE = (
+    ("status", "text"),
+    ("attempt", "int"),
+    ("message", "text"),
+    ("eligible_unix_ns", "bigint"),
+    ("not_before_unix_ns", "bigint"),
+    ("started_unix_ns", "bigint"),
 )
-_UPDATE_DONE = (
-    "UPDATE cronoq_tasks SET terminal = true, status = $1, attempt = $2, updated_unix_ns = $3, "
-    "message = $4, output = $5, key = $6, started_unix_ns = $7 WHERE id = $8"
+_DONE = (
+    ("status", "text"),
+    ("attempt", "int"),
+    ("updated_unix_ns", "bigint"),
+    ("message", "text"),
+    ("output", "bytea"),
+    ("key", "text"),
+    ("started_unix_ns", "bigint"),
 )
-_UPSERT_RECURRING = (
-    "INSERT INTO cronoq_recurring (name, spec, template_payload, next_unix_ns, last_task_id) "
-    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
-    "template_payload = excluded.template_payload, next_unix_ns = excluded.next_unix_ns, "
-    "last_task_id = excluded.last_task_id"
+_SCHEDULE = (
+    ("name", "text"),
+    ("spec", "jsonb"),
+    ("template_payload", "bytea"),
+    ("next_unix_ns", "bigint"),
+    ("last_task_id", "bigint"),
 )
-# The fence when a batch inserts: raise the high-water mark (by the unsigned value) and read the
-# epoch, holding the leader row until the commit.
-_FENCE_INSERT = (
-    "UPDATE cronoq_leader SET max_id = CASE WHEN (max_id # $2::bigint) < ($1::bigint # $2) "
-    "THEN $1 ELSE max_id END WHERE id = 1 RETURNING epoch"
-)
+_PG_NAMES = _COLUMNS.split(", ")
+
+
+def _arrays(prefix: str, columns: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{prefix}{name} {kind}[]" for name, kind in columns)
+
+
+def _unnest(prefix: str, columns: Sequence[tuple[str, str]]) -> str:
+    names = [name for name, _ in columns]
+    return f"unnest({', '.join(prefix + n for n in names)}) AS v({', '.join(names)})"
+
+
+_LIVE_IDS = (*_LIVE, ("id", "bigint"))
+_DONE_IDS = (*_DONE, ("id", "bigint"))
+_INSERTED = tuple(zip(_PG_NAMES, _TYPES, strict=True))
+# One commit is one call of this function, in one round trip (its own transaction): the fence
+# first (it locks the leader row; another epoch raises "fenced", rolling everything back), then
+# status changes, inserts (a key freed by the batch may be reused in it; ids already written by
+# a retried commit are skipped), the outputs with the finishes, then the schedules. The arrays
+# are the batch's columns; NULL where the batch has none.
+_COMMIT_FUNCTION = f"""
+CREATE FUNCTION cronoq_commit(
+    p_epoch int, p_max_id bigint,
+    {_arrays("u_", _LIVE_IDS)},
+    {_arrays("d_", _DONE_IDS)},
+    {_arrays("i_", _INSERTED)},
+    {_arrays("s_", _SCHEDULE)},
+    r_names text[]
+) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+    current_epoch int;
+    v record;
+BEGIN
+    IF p_max_id IS NULL THEN
+        SELECT epoch INTO current_epoch FROM cronoq_leader WHERE id = 1 FOR SHARE;
+    ELSE
+        -- the high-water mark, by the unsigned value (XOR with the sign bit)
+        UPDATE cronoq_leader SET max_id = CASE
+            WHEN (max_id # (-9223372036854775807 - 1)) < (p_max_id # (-9223372036854775807 - 1))
+            THEN p_max_id ELSE max_id END
+        WHERE id = 1 RETURNING epoch INTO current_epoch;
+    END IF;
+    IF current_epoch IS DISTINCT FROM p_epoch THEN
+        RAISE EXCEPTION 'fenced: epoch %, ours %', current_epoch, p_epoch USING ERRCODE = '{
+    _FENCED_STATE
+}';
+    END IF;
+    -- (row by row: each UPDATE is then an index lookup by id whatever plan is cached, where
+    -- a join with the arrays could keep a plan made while the table was small)
+    IF u_id IS NOT NULL THEN
+        FOR v IN SELECT * FROM {_unnest("u_", _LIVE_IDS)} LOOP
+            UPDATE cronoq_tasks SET {", ".join(f"{n} = v.{n}" for n, _ in _LIVE)}
+            WHERE id = v.id;
+        END LOOP;
+    END IF;
+    IF d_id IS NOT NULL THEN
+        FOR v IN SELECT * FROM {_unnest("d_", _DONE_IDS)} LOOP
+            UPDATE cronoq_tasks SET terminal = true, {", ".join(f"{n} = v.{n}" for n, _ in _DONE)}
+            WHERE id = v.id;
+        END LOOP;
+    END IF;
+    IF i_id IS NOT NULL THEN
+        INSERT INTO cronoq_tasks ({_COLUMNS})
+        SELECT * FROM {_unnest("i_", _INSERTED)}
+        ON CONFLICT (id) DO NOTHING;
+    END IF;
+    IF s_name IS NOT NULL THEN
+        INSERT INTO cronoq_recurring ({", ".join(n for n, _ in _SCHEDULE)})
+        SELECT * FROM {_unnest("s_", _SCHEDULE)}
+        ON CONFLICT (name) DO UPDATE SET {
+    ", ".join(f"{n} = excluded.{n}" for n, _ in _SCHEDULE[1:])
+};
+    END IF;
+    IF r_names IS NOT NULL THEN
+        DELETE FROM cronoq_recurring WHERE name = ANY (r_names);
+    END IF;
+END
+$fn$
+"""
+_COMMIT_ARITY = 2 + len(_LIVE_IDS) + len(_DONE_IDS) + len(_INSERTED) + len(_SCHEDULE) + 1
+_COMMIT = f"SELECT cronoq_commit({', '.join(f'${i + 1}' for i in range(_COMMIT_ARITY))})"
 _FENCE = "SELECT epoch FROM cronoq_leader WHERE id = 1 FOR SHARE"
 # A finished task's id as its dependents name it in `deps` (JSON: the unsigned value).
 _UNSIGNED_TEXT = (
@@ -394,6 +507,7 @@ class PostgresStore:
                 min_size=1,
                 max_size=POOL_SIZE,
                 server_settings={"search_path": _quote(self.schema)},
+                reset=_no_reset,
             ),
         )
         try:
@@ -449,7 +563,7 @@ class PostgresStore:
             if "cronoq_schema_version" not in tables:
                 if "cronoq_tasks" in tables:
                     raise self._fail("cronoq_tasks exists without cronoq_schema_version")
-                for stmt in _SCHEMA:
+                for stmt in (*_SCHEMA, _COMMIT_FUNCTION):
                     await conn.execute(stmt)
                 await conn.execute(
                     "INSERT INTO cronoq_schema_version (id, version) VALUES (1, $1)",
@@ -667,45 +781,44 @@ class PostgresStore:
             await asyncio.sleep(delay)
             delay = min(cap, delay * 2)
 
-    async def _fenced(self, conn: _Conn, max_id: int | None) -> None:
-        """The transaction's first statement: lock the leader row, check the epoch."""
-        if max_id is None:
-            epoch = await conn.fetchval(_FENCE)
-        else:
-            epoch = await conn.fetchval(_FENCE_INSERT, _signed(max_id), _SIGN_BIGINT)
+    async def _fenced(self, conn: _Conn) -> None:
+        """A transaction's first statement: lock the leader row, check the epoch (the commit
+        function does the same inside itself)."""
+        epoch = await conn.fetchval(_FENCE)
         if epoch != self.epoch:
-            self._lose(f"another server leads (epoch {epoch}, ours {self.epoch})")
-            raise LeadershipLost(FENCED)
+            raise self._deposed(f"epoch {epoch}, ours {self.epoch}")
+
+    def _deposed(self, detail: str) -> LeadershipLost:
+        self._lose(f"another server leads ({detail})")
+        return LeadershipLost(FENCED)
 
     async def _write(self, batch: Batch) -> None:
-        async with self._pool_or_fail().acquire() as conn, conn.transaction():
-            await self._fenced(conn, batch.max_id if batch.inserts else None)
-            # Status changes first, then inserts (a key freed in this batch may be reused in
-            # it), outputs with the finishes, then the schedules.
-            if batch.updates:
-                await conn.executemany(_UPDATE_LIVE, [_change(r, 2) for r in batch.updates])
-            if batch.finishes:
-                await conn.executemany(_UPDATE_DONE, [_change(r, 3) for r in batch.finishes])
-            if batch.inserts:
-                await conn.executemany(_INSERT, [_to_pg(r) for r in batch.inserts])
-            if batch.schedules:
-                await conn.executemany(
-                    _UPSERT_RECURRING,
-                    [
-                        (n, s, p, t, None if last is None else _signed(last))
-                        for n, s, p, t, last in batch.schedules
-                    ],
-                )
-            if batch.removed_schedules:
-                await conn.execute(
-                    "DELETE FROM cronoq_recurring WHERE name = ANY($1::text[])",
-                    batch.removed_schedules,
-                )
-            self._check_keeper()  # (last: a process paused meanwhile commits nothing)
+        """One call of cronoq_commit: one round trip, one transaction."""
+        asyncpg = _asyncpg()
+        updates = _columns([_change(r, 2) for r in batch.updates], len(_LIVE_IDS))
+        finishes = _columns([_change(r, 3) for r in batch.finishes], len(_DONE_IDS))
+        inserts = _columns([_to_pg(r) for r in batch.inserts], len(_INSERTED))
+        schedules = _columns(
+            [
+                (n, spec, p, t, None if last is None else _signed(last))
+                for n, spec, p, t, last in batch.schedules
+            ],
+            len(_SCHEDULE),
+        )
+        removed = batch.removed_schedules or None
+        max_id = _signed(batch.max_id) if batch.inserts else None
+        try:
+            await self._pool_or_fail().execute(
+                _COMMIT, self.epoch, max_id, *updates, *finishes, *inserts, *schedules, removed
+            )
+        except asyncpg.PostgresError as e:
+            if e.sqlstate == _FENCED_STATE:
+                raise self._deposed(str(e)) from None
+            raise
 
     async def _prune_some(self, before: int) -> int:
         async with self._pool_or_fail().acquire() as conn, conn.transaction():
-            await self._fenced(conn, None)
+            await self._fenced(conn)
             status = await conn.execute(_PRUNE, before)
         return int(status.rpartition(" ")[2])
 
@@ -732,6 +845,13 @@ class PostgresStore:
         self.status = "closed"
 
 
+def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any] | None]:
+    """Rows as `width` column arrays (the commit function's parameters); all NULL for none."""
+    if not rows:
+        return [None] * width
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
 def _change(row: tuple[Any, ...], message: int) -> tuple[Any, ...]:
     """A Batch change row (LIVE_CHANGE or DONE_CHANGE columns, then the id) for the table: the
     message (and a finished row's key) without NUL, the id signed."""
@@ -742,6 +862,11 @@ def _change(row: tuple[Any, ...], message: int) -> tuple[Any, ...]:
         out[5] = _clean_text(out[5])
     out[-1] = _signed(out[-1])
     return tuple(out)
+
+
+async def _no_reset(conn: object) -> None:
+    """The pool's reset on release: nothing to undo (no connection changes its session, and a
+    transaction always ends before the release), so no extra round trip per commit."""
 
 
 async def _close(conn: asyncpg.Connection) -> None:
