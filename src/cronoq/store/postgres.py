@@ -674,17 +674,23 @@ class PostgresStore:
             except Exception as e:
                 self._lose(f"the lock connection's probe failed: {_describe(e)}")
                 return
-            self._check_keeper()
+            if self._stale():
+                return
             self._probed = time.monotonic()
             await asyncio.sleep(KEEPER_INTERVAL_S)
 
-    def _check_keeper(self) -> None:
-        """Raise LeadershipLost if the keeper found the lock gone, or if no probe succeeded for
-        the keeper timeout (this process was paused, or its loop stalled: a standby may have
-        taken over since, or may once our lock connection is closed)."""
+    def _stale(self) -> bool:
+        """No probe succeeded for the keeper timeout (this process was paused, or its loop
+        stalled: a standby may have taken over since, or may once our lock connection is
+        closed): the leadership is lost."""
         if self._lost is None and time.monotonic() - self._probed > KEEPER_TIMEOUT_S:
             self._lose(f"no probe answered for {KEEPER_TIMEOUT_S:g} s")
-        if self._lost is not None:
+        return self._lost is not None
+
+    def _check_keeper(self) -> None:
+        """Raise LeadershipLost if the keeper found the lock gone or the probes stale."""
+        if self._stale():
+            assert self._lost is not None
             raise LeadershipLost(self._lost)
 
     # --- reading ------------------------------------------------------------------------------
