@@ -89,6 +89,7 @@ name = "{POOL}"
 max = {SLOTS}
 """
 
+
 # The server's command line under --profile: SIGUSR1 starts cProfile, SIGUSR2 stops it and
 # saves the stats to the file named by the first argument.
 PROFILED_SERVER = """\

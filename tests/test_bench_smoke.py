@@ -94,7 +94,18 @@ STORE_FIGURES = {
     "3a-ceiling": r"^     ceiling here: 1 / \(fdatasync \+ round trip\) = [\d,]+/s",
     "3b": r"^\[3b\] sequential, NORMAL .*acknowledged submits/s .*(PASS|MISS)",
     "4": r"^\[4\]  64 concurrent submitters .*tasks/s .*commits = [\d.]+ per task",
-    "summary": r"^targets:  \d/3 met",
+    "header-postgres": r"^postgres: PostgreSQL [\d.]+ \(fsync=\w+, synchronous_commit=\w+",
+    "0p": r"^\[0p\] PostgreSQL: SELECT 1 round trip p50 \d+ us; one-row transaction p50 [\d.]+ ms",
+    "2p": r"^\[2p\] PostgreSQL batch .*[\d,]+ tasks/s +[\d.]+x \[2\] .*(PASS|MISS)",
+    "2p-why": r"^\[2p\] .*\n     best run: insert of [\d,]+ rows [\d.]+ s; \d+ rounds of [\d.]+ ms",
+    "3p": r"^\[3p\] sequential, PostgreSQL .*[\d,]+ acknowledged submits/s",
+    "3p-ceiling": r"^\[3p\] .*\n     ceiling here: 1 / one-row transaction \(\[0p\]\) = [\d,]+/s",
+    "4p": r"^\[4p\] 64 concurrent submitters, PostgreSQL .*tasks/s .*(PASS|MISS); [\d,]+ commits",
+    # The server path: measured, or (a server that refuses the store) the reason and a miss.
+    "5": r"^\[5\]  server SubmitBatch, SQLite .*[\d,]+ tasks/s .*CPU per 1k tasks: server [\d,]+",
+    "5p": r"^\[5p\] server SubmitBatch, PostgreSQL .*"
+    r"([\d,]+ tasks/s .*[\d.]+x \[5\]|not measured \(.+\)) .*(PASS|MISS)",
+    "summary": r"^targets:  \d/6 met",
 }
 
 
