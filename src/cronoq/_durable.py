@@ -22,10 +22,18 @@ from ._lifecycle import Lifecycle, table
 from .core.actions import Actions, Journal
 from .core.cron import CronError, parse_cron, zone
 from .core.engine import Engine
-from .core.model import SUCCEEDED, Attempt, StatusEvent, TaskRecord
+from .core.model import (
+    FIRST_TERMINAL,
+    READY,
+    STATUS_NAMES,
+    SUCCEEDED,
+    Attempt,
+    StatusEvent,
+    TaskRecord,
+)
 from .core.recurring import Recurring
 from .errors import SchedulerError
-from .store.base import Batch, Store, Stored, from_ns
+from .store.base import COLUMN, Batch, Store, Stored, from_ns
 from .store.codec import Codec, encode_with, must_be_bytes
 from .store.rows import insert_row, record_from_row, retry_from, schedule_row, update_row
 
@@ -35,6 +43,8 @@ Release = Callable[[list[Attempt], list[TaskRecord], list[StatusEvent]], None]
 
 # How long a commit nobody waits for (results nobody awaits yet) may wait for company.
 DEFER = 0.002
+# The message of a task whose stored row cannot be read back (docs/durability.md).
+CORRUPT = "corrupt task row: "
 
 
 def encode_payload(codec: Codec, payload: Any) -> bytes:
@@ -129,8 +139,13 @@ class Durable:
         recs = []
         broken = {}
         for row in stored.tasks:
-            rec, problem = record_from_row(row, self.codec)
-            if problem is not None:
+            rec, problem = self._read(row)
+            if rec.status >= FIRST_TERMINAL:
+                # A finished task keeps its end; one marked corrupt before is only retained.
+                if problem is not None and not (rec.message or "").startswith(CORRUPT):
+                    log.warning("finished task %d: %s", rec.id, problem)
+            elif problem is not None:
+                # It fails (its row is written back as failed: not loaded as live again).
                 log.error("task %d cannot resume: %s", rec.id, problem)
                 broken[rec.id] = problem
             recs.append(rec)
@@ -144,6 +159,19 @@ class Durable:
                 continue
             self.templates[name] = payload
             eng.resume_recurring(sched, None if next_ns is None else from_ns(next_ns), last_id, now)
+
+    def _read(self, row: tuple[Any, ...]) -> tuple[TaskRecord, str | None]:
+        """The record of a stored row and why it cannot run (None: it can). A row that cannot
+        be decoded (a JSON column of the wrong shape, an unknown status ...) gives a stand-in
+        record of what it still tells, with "corrupt task row: <detail>"."""
+        try:
+            rec, problem = record_from_row(row, self.codec)
+            wrong = _misshapen(rec)
+        except Exception as e:
+            rec, problem, wrong = _stand_in(row, self.codec), None, f"{type(e).__name__}: {e}"
+        if wrong is not None:
+            return rec, f"{CORRUPT}{wrong}"
+        return rec, problem
 
     def written(self, rec: TaskRecord) -> bool:
         """Is the task's current state committed (not in the journal, held or in flight)?"""
@@ -331,6 +359,80 @@ class Durable:
             self.life.move(_D.CLOSED)
         self._discard()
         await self.store.close(release=release_lease and self.failed is None)
+
+
+_DEP_CONDITIONS = ("success", "failure", "complete")
+
+
+def _misshapen(rec: TaskRecord) -> str | None:
+    """What of a decoded record has a shape no submitted task has (None: nothing), for the
+    parts recovery would trip over later (tags, labels, dependencies, resources)."""
+    for name, value in (("tags", rec.tags), ("labels", rec.labels)):
+        if value is not None and not (
+            isinstance(value, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ):
+            return f"{name} is not a mapping of str to str: {value!r}"
+    extra = rec.extra
+    if extra is None:
+        return None
+    for dep in extra.deps or ():
+        if not (
+            len(dep) == 2
+            and isinstance(dep[0], (int, str))
+            and not isinstance(dep[0], bool)
+            and dep[1] in _DEP_CONDITIONS
+        ):
+            return f"deps is not a list of [id or key, condition]: {extra.deps!r}"
+    resources = extra.resources
+    if resources is not None and not (
+        isinstance(resources, dict)
+        and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0
+            for k, v in resources.items()
+        )
+    ):
+        return f"resources is not a mapping of name to amount: {resources!r}"
+    return None
+
+
+def _stand_in(row: tuple[Any, ...], codec: Codec) -> TaskRecord:
+    """A record of what an undecodable row still tells (id, pool, key, status, attempt,
+    times): enough to fail it, or to retain it when it had ended already. An unknown status
+    reads as a live one (READY), so that the task fails."""
+
+    def get(name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        value = row[COLUMN[name]]
+        return value if isinstance(value, kind) and not isinstance(value, bool) else default
+
+    rec = TaskRecord(
+        None,
+        get("pool", str, ""),
+        cls=get("priority", int, 2),
+        kind=get("kind", str, ""),
+        key=get("key", str, None),
+        tenant=get("tenant", str, None),
+    )
+    rec.id = row[COLUMN["id"]]
+    rec.seq = get("seq", int, 0)
+    rec.attempt = max(0, get("attempt", int, 0))
+    rec.message = get("message", str, None)
+    status = get("status", str, "")
+    rec.status = STATUS_NAMES.index(status) if status in STATUS_NAMES else READY
+    arrival, updated, started = (
+        get("arrival", int, 0),
+        get("updated", int, 0),
+        get("started", int, 0),
+    )
+    rec.submitted_at = from_ns(arrival)
+    rec.started_at = from_ns(started) if started else 0.0
+    if rec.status >= FIRST_TERMINAL:
+        rec.finished_at = from_ns(updated)
+        output = row[COLUMN["output"]]
+        if isinstance(output, bytes) and rec.status == SUCCEEDED:
+            with contextlib.suppress(Exception):
+                rec.output = codec.decode(output)
+    return rec
 
 
 def _schedule(name: str, spec_text: str, payload: bytes | None, codec: Codec) -> Recurring:

@@ -1,8 +1,9 @@
 """One life of the process that test_store_crash.py kills over and over.
 
-    python store_crash_child.py DB LOGDIR RUN TOTAL final|killed|start:N|submit:N
+    python store_crash_child.py DB LOGDIR RUN TOTAL final|killed|start:N|submit:N [SCHEMA]
 
-It leads the SQLite file DB, submits the tasks of a fixed plan of TOTAL keys that its
+It leads the store DB (a SQLite file; with SCHEMA, DB is a PostgreSQL URL and the store that
+schema of it), submits the tasks of a fixed plan of TOTAL keys that its
 predecessors did not acknowledge, runs whatever the file holds and prints "done" once every
 task of the plan is terminal. Then the `final` life stops cleanly and exits 0; the others
 wait to be SIGKILLed by the test (so no life but the last ends by itself, however fast the
@@ -76,7 +77,13 @@ class Log:
         os.fsync(self.fd)
 
 
-async def main(db: str, logdir: str, run: int, total: int, mode: str) -> None:
+def open_store(db: str, schema: str | None) -> cronoq.SqliteStore | cronoq.PostgresStore:
+    if schema is not None:
+        return cronoq.PostgresStore(db, schema=schema)
+    return cronoq.SqliteStore(db, lease_ttl=1.0, lease_renew=0.3, lock_poll=0.05)
+
+
+async def main(db: str, logdir: str, run: int, total: int, mode: str, schema: str | None) -> None:
     point, _, count = mode.partition(":")
     starts = Log(os.path.join(logdir, "starts.log"), int(count) if point == "start" else 0)
     submits = Log(os.path.join(logdir, "submits.log"), int(count) if point == "submit" else 0)
@@ -92,7 +99,7 @@ async def main(db: str, logdir: str, run: int, total: int, mode: str) -> None:
             raise cronoq.Retryable(f"planned failure {ctx.attempt}")
         return {"i": payload["i"], "attempt": ctx.attempt}
 
-    store = cronoq.SqliteStore(db, lease_ttl=1.0, lease_renew=0.3, lock_poll=0.05)
+    store = open_store(db, schema)
     sched = cronoq.Scheduler(
         [
             cronoq.Pool("default", execute, max=8, autoscale=False),
@@ -147,5 +154,6 @@ async def main(db: str, logdir: str, run: int, total: int, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    db_path, log_dir, run_no, task_count, life_mode = sys.argv[1:]
-    asyncio.run(main(db_path, log_dir, int(run_no), int(task_count), life_mode))
+    db_path, log_dir, run_no, task_count, life_mode, *rest = sys.argv[1:]
+    schema_name = rest[0] if rest else None
+    asyncio.run(main(db_path, log_dir, int(run_no), int(task_count), life_mode, schema_name))

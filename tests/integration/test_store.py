@@ -942,6 +942,51 @@ async def test_corrupt_payload_fails_that_task_only(tmp_path: Path) -> None:
         assert await s3.status("four") == "scheduled"
 
 
+async def test_rows_that_cannot_be_decoded_fail_their_task_only(tmp_path: Path) -> None:
+    """A JSON column of the wrong shape, unreadable JSON, an unknown status: the task fails
+    with "corrupt task row: ...", written back, and the other tasks run."""
+    path = tmp_path / "cronoq.db"
+    bad = {
+        "bad-retry": "retry = '\"x\"'",
+        "bad-deps": "deps = '{\"a\": 1}'",
+        "bad-tags": "tags = '[1, 2]'",
+        "bad-labels": "labels = '{nope'",
+        "bad-status": "status = 'exploded'",
+    }
+    async with running(make(path, Recorder())) as s1:
+        await s1.set_capacity("default", 0)
+        await s1.submit("good", key="good")
+        for key in bad:
+            await s1.submit(key, key=key, tags={"t": "v"})
+        child = await s1.submit("child", deps=[Dep("bad-retry", on="failure")])
+    execute(path, *(f"UPDATE cronoq_tasks SET {set_} WHERE key = '{k}'" for k, set_ in bad.items()))
+    rec = Recorder()
+    async with running(make(path, rec)) as s2:
+        for key in bad:
+            h = await s2.handle(key)
+            assert h is not None
+            e = await failure(asyncio.wait_for(h.result(), 2.0))
+            assert e.status == "failed" and e.message.startswith("corrupt task row: "), e.message
+        good = await s2.handle("good")
+        assert good is not None and await asyncio.wait_for(good.result(), 2.0) == "good"
+        c = await s2.handle(child.id)
+        assert c is not None and await asyncio.wait_for(c.result(), 2.0) == "child"
+    assert sorted(r["payload"] for r in rec.runs) == ["child", "good"]
+    stored = query(
+        path, "SELECT key, status, terminal, message FROM cronoq_tasks WHERE key LIKE 'bad-%'"
+    )
+    assert sorted((k, s, t) for k, s, t, _ in stored) == [(k, "failed", 1) for k in sorted(bad)]
+    assert all(m.startswith("corrupt task row: ") for *_, m in stored), stored
+    # Not loaded as live again: the next run finds them failed, their messages unchanged.
+    async with running(make(path, rec)) as s3:
+        for key in bad:
+            assert await s3.status(key) == "failed"
+    assert sorted(r["payload"] for r in rec.runs) == ["child", "good"]
+    assert sorted(query(path, "SELECT key, message FROM cronoq_tasks WHERE key LIKE 'bad-%'")) == (
+        sorted((k, m) for k, *_, m in stored)
+    )
+
+
 async def test_corrupt_stored_result_reads_as_unavailable(tmp_path: Path) -> None:
     path = tmp_path / "cronoq.db"
     async with running(make(path, Recorder())) as s1:

@@ -1,9 +1,13 @@
-"""The `cronoq.store.Store` protocol, through both of its stores (docs/durability.md, "Stores").
+"""The `cronoq.store.Store` protocol, through each of its stores (docs/durability.md, "Stores").
 
-Every test of the first part runs against `SqliteStore` (a file under tmp_path) and `MemoryStore`
-(a shared `MemoryState`): two handles on one store are two processes on one file. The second
-part uses what only `MemoryStore` has: `pause()` (a stalled disk) and `crash()` (the process
-dying), to check what a new `Scheduler` recovers from what was committed.
+Every test of the first part runs against `SqliteStore` (a file under tmp_path), `MemoryStore`
+(a shared `MemoryState`) and `PostgresStore` (a schema of the test's own on the real server of
+tests/conftest.py): two handles on one store are two processes on one file. PostgreSQL has no
+lease (docs/durability.md, "PostgreSQL"): the leadership lasts as long as the holder's lock
+session, so where a test lets a lease run out, its PostgreSQL variant ends that session
+(`pg_terminate_backend`), which is what a lease running out stands for. The second part uses
+what only `MemoryStore` has: `pause()` (a stalled disk) and `crash()` (the process dying), to
+check what a new `Scheduler` recovers from what was committed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ from typing import Any
 
 import pytest
 
-from cronoq import Pool, RetryPolicy, Scheduler, SchedulerError, SqliteStore, TaskContext
+from cronoq import (
+    Pool,
+    PostgresStore,
+    RetryPolicy,
+    Scheduler,
+    SchedulerError,
+    SqliteStore,
+    TaskContext,
+)
 from cronoq.runtime import SchedulerState
 from cronoq.store import (
     Batch,
@@ -27,11 +39,16 @@ from cronoq.store import (
     Stored,
 )
 from cronoq.store.base import COLUMN, TASK_COLUMNS, check_store, first_id, to_ns
+from helpers import pgstore
 
 # Leases long enough never to run out by accident; SHORT where a test waits for one to run out
 # (a few tenths of a second). The memory tests freeze the state's clock instead.
 LEASE: dict[str, Any] = {"lease_ttl": 30.0, "lease_renew": 1.0, "lock_poll": 0.02}
 SHORT: dict[str, Any] = {"lease_ttl": 0.3, "lease_renew": 0.1}
+# The rows of these tests ended near 1970: a PostgreSQL leader reloads finished tasks of the
+# last `reload_finished` seconds only (test_store_postgres.py tests that window), so here it
+# covers them all, as the other stores' load() does.
+RELOAD_ALL = 1e10
 WIDTH = len(TASK_COLUMNS.split(", "))
 
 
@@ -79,22 +96,34 @@ def finish(
 class Opener:
     """opener(**options) -> a new handle (a new "process") on the one store of a test."""
 
-    def __init__(self, kind: str, path: Path) -> None:
+    def __init__(self, kind: str, path: Path, pg: pgstore.Where | None = None) -> None:
         self.kind = kind
         self.path = path
         self.state = MemoryState()
+        self.pg = pg
 
     def __call__(self, **options: Any) -> Store:
         options = {**LEASE, **options}
+        if self.kind == "postgres":
+            assert self.pg is not None
+            # (no lease options: the lock lasts as long as its session)
+            kept = {"retention": options["retention"]} if "retention" in options else {}
+            return PostgresStore(
+                self.pg.url, schema=self.pg.schema, reload_finished=RELOAD_ALL, **kept
+            )
         if self.kind == "sqlite":
             return SqliteStore(self.path, full_sync=False, **options)
         return MemoryStore(self.state, **options)
 
-    def steal(self) -> None:
+    async def steal(self) -> None:
         """Another process takes the leadership in the store itself (new epoch, new holder),
         while the handle that led still believes its lease is good."""
         far = to_ns(4e9)
-        if self.kind == "sqlite":
+        if self.kind == "postgres":
+            assert self.pg is not None
+            # (the deposed handle keeps its lock session: only the fencing epoch tells it)
+            await pgstore.execute(self.pg, "UPDATE cronoq_leader SET epoch = epoch + 1")
+        elif self.kind == "sqlite":
             db = sqlite3.connect(self.path)
             with db:
                 db.execute(
@@ -108,10 +137,31 @@ class Opener:
             self.state.holder = "thief"
             self.state.expires = 4e9
 
+    async def end_lease(self) -> None:
+        """PostgreSQL: what a lease running out stands for, the holder's lock session ending
+        (pg_terminate_backend of it) while its process lives on."""
+        assert self.pg is not None
+        await pgstore.end_lock_session(self.pg)
 
-@pytest.fixture(params=["sqlite", "memory"])
+
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    return Opener(request.param, tmp_path / "store.db")
+    # (the PostgreSQL server starts with the first test that needs it)
+    pg = request.getfixturevalue("pg") if request.param == "postgres" else None
+    return Opener(request.param, tmp_path / "store.db", pg)
+
+
+async def deposed(store: Store, timeout: float = 3.0) -> None:
+    """Wait until `store` knows it lost the leadership: renew() raises LeadershipLost."""
+
+    async def lost() -> bool:
+        try:
+            await store.renew()
+        except LeadershipLost:
+            return True
+        return False
+
+    await pgstore.until(lost, timeout, "the leadership to be lost")
 
 
 async def leader(opener: Opener, **options: Any) -> Store:
@@ -124,9 +174,10 @@ async def leader(opener: Opener, **options: Any) -> Store:
 # --- the protocol, with both stores ---------------------------------------------------------------
 
 
-def test_both_stores_implement_the_protocol(tmp_path: Path) -> None:
+def test_every_store_implements_the_protocol(tmp_path: Path) -> None:
     # The static check is in cronoq/store/__init__.py (mypy); this is the runtime one.
-    for store in (SqliteStore(tmp_path / "x.db"), MemoryStore()):
+    pg = PostgresStore("postgresql://nobody@127.0.0.1:1/none")  # (connects at open() only)
+    for store in (SqliteStore(tmp_path / "x.db"), MemoryStore(), pg):
         assert isinstance(store, Store)
         assert check_store(store) is store
     assert not (tmp_path / "x.db").exists()
@@ -212,17 +263,29 @@ async def test_a_standby_leads_after_a_release_and_after_the_lease_runs_out(
     dying = opener(**SHORT)
     await dying.open()
     assert await dying.lead() == 3
-    await dying.close(release=False)
+    if opener.kind == "postgres":
+        # Its lock session ends while it lives on (and believes it leads): a new leader
+        # follows as soon as the session is gone, and the old one learns it lost.
+        await opener.end_lease()
+    else:
+        await dying.close(release=False)
     third = opener()
     await third.open()
     assert await third.lead() == 4
+    if opener.kind == "postgres":
+        await deposed(dying)
+        with pytest.raises(LeadershipLost):
+            await dying.commit_nowait(Batch(inserts=[row(first_id(3))], max_id=first_id(3)))
+        await dying.close()
+    await third.commit_nowait(Batch(inserts=[row(first_id(4))], max_id=first_id(4)))
+    assert [r[COLUMN["id"]] for r in (await third.load()).tasks] == [first_id(4)]
     await third.close()
 
 
 async def test_a_deposed_leader_is_fenced_and_writes_nothing(opener: Opener) -> None:
     old = await leader(opener)
     await old.commit_nowait(Batch(inserts=[row(first_id(1))], max_id=first_id(1)))
-    opener.steal()
+    await opener.steal()
     fenced = Batch(inserts=[row(first_id(1) + 1)], finishes=[finish(first_id(1), "succeeded")])
     with pytest.raises(LeadershipLost, match="fenced: leadership lost"):
         await old.commit_nowait(fenced)
@@ -238,8 +301,11 @@ async def test_a_deposed_leader_is_fenced_and_writes_nothing(opener: Opener) -> 
 
 async def test_a_leader_whose_lease_ran_out_is_fenced(opener: Opener) -> None:
     old = await leader(opener, **SHORT)
-    new = await leader(opener)  # waits until the old lease has run out
-    assert new is not old
+    if opener.kind == "postgres":
+        await opener.end_lease()  # (its lock session ends: the lock is free)
+    new = opener()
+    await new.open()
+    assert await new.lead() == 2  # waits until the old lease has run out
     with pytest.raises(LeadershipLost):
         await old.commit_nowait(Batch(inserts=[row(first_id(1))]))
     await new.commit_nowait(Batch(inserts=[row(first_id(2))], max_id=first_id(2)))

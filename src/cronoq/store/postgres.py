@@ -144,7 +144,7 @@ _SCHEMA = (
         started_unix_ns bigint)""",
     "CREATE UNIQUE INDEX cronoq_tasks_live_key ON cronoq_tasks (key) "
     "WHERE key IS NOT NULL AND NOT terminal",
-    "CREATE INDEX cronoq_tasks_key_id ON cronoq_tasks (key, id)",
+    "CREATE INDEX cronoq_tasks_key_id ON cronoq_tasks (key, id) WHERE key IS NOT NULL",
     "CREATE INDEX cronoq_tasks_live ON cronoq_tasks (id) WHERE NOT terminal",
     "CREATE INDEX cronoq_tasks_done ON cronoq_tasks (updated_unix_ns) WHERE terminal",
     """CREATE TABLE cronoq_recurring (
@@ -239,10 +239,10 @@ CREATE FUNCTION cronoq_commit(
     {_arrays("i_", _INSERTED)},
     {_arrays("s_", _SCHEDULE)},
     r_names text[]
-) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off AS $fn$
 DECLARE
     current_epoch int;
-    v record;
 BEGIN
     IF p_max_id IS NULL THEN
         SELECT epoch INTO current_epoch FROM cronoq_leader WHERE id = 1 FOR SHARE;
@@ -258,19 +258,15 @@ BEGIN
     _FENCED_STATE
 }';
     END IF;
-    -- (row by row: each UPDATE is then an index lookup by id whatever plan is cached, where
-    -- a join with the arrays could keep a plan made while the table was small)
+    -- (the function's settings keep these joins nested loops over the arrays, each row an
+    -- index lookup by id, also in a plan cached while the table was small)
     IF u_id IS NOT NULL THEN
-        FOR v IN SELECT * FROM {_unnest("u_", _LIVE_IDS)} LOOP
-            UPDATE cronoq_tasks SET {", ".join(f"{n} = v.{n}" for n, _ in _LIVE)}
-            WHERE id = v.id;
-        END LOOP;
+        UPDATE cronoq_tasks AS t SET {", ".join(f"{n} = v.{n}" for n, _ in _LIVE)}
+        FROM {_unnest("u_", _LIVE_IDS)} WHERE t.id = v.id;
     END IF;
     IF d_id IS NOT NULL THEN
-        FOR v IN SELECT * FROM {_unnest("d_", _DONE_IDS)} LOOP
-            UPDATE cronoq_tasks SET terminal = true, {", ".join(f"{n} = v.{n}" for n, _ in _DONE)}
-            WHERE id = v.id;
-        END LOOP;
+        UPDATE cronoq_tasks AS t SET terminal = true, {", ".join(f"{n} = v.{n}" for n, _ in _DONE)}
+        FROM {_unnest("d_", _DONE_IDS)} WHERE t.id = v.id;
     END IF;
     IF i_id IS NOT NULL THEN
         INSERT INTO cronoq_tasks ({_COLUMNS})
@@ -297,12 +293,15 @@ _FENCE = "SELECT epoch FROM cronoq_leader WHERE id = 1 FOR SHARE"
 _UNSIGNED_TEXT = (
     "(CASE WHEN t.id < 0 THEN t.id::numeric + 18446744073709551616 ELSE t.id END)::text"
 )
+# A live task's dependency edges ([[id or key, condition], ...]); none when the column holds
+# something else (a corrupt row must not fail every load and prune: recovery fails its task).
+_EDGES = "jsonb_array_elements(CASE jsonb_typeof(c.deps) WHEN 'array' THEN c.deps END)"
 # Finished rows older than $1, at most PRUNE_ROWS, that no live task depends on (by id or key).
 _PRUNE = f"""
 DELETE FROM cronoq_tasks WHERE id IN (
     SELECT t.id FROM cronoq_tasks AS t
     WHERE t.terminal AND t.updated_unix_ns < $1 AND NOT EXISTS (
-        SELECT 1 FROM cronoq_tasks AS c, jsonb_array_elements(c.deps) AS edge
+        SELECT 1 FROM cronoq_tasks AS c, {_EDGES} AS edge
         WHERE NOT c.terminal AND c.deps IS NOT NULL
           AND edge->>0 IN ({_UNSIGNED_TEXT}, t.key))
     LIMIT {PRUNE_ROWS})
@@ -312,22 +311,27 @@ DELETE FROM cronoq_tasks WHERE id IN (
 _LOAD = f"""
 SELECT {_COLUMNS} FROM cronoq_tasks AS t
 WHERE NOT t.terminal OR t.updated_unix_ns >= $1 OR EXISTS (
-    SELECT 1 FROM cronoq_tasks AS c, jsonb_array_elements(c.deps) AS edge
+    SELECT 1 FROM cronoq_tasks AS c, {_EDGES} AS edge
     WHERE NOT c.terminal AND c.deps IS NOT NULL AND edge->>0 IN ({_UNSIGNED_TEXT}, t.key))
 """
 
 T = TypeVar("T")
 
+_SECRETS = ("password", "sslpassword")  # URL parameters that redact() leaves out
+
 
 def redact(url: str) -> str:
-    """The URL without its password (in the user part or a `password=` parameter)."""
+    """The URL without its password (in the user part or a `password=` parameter) or the
+    client key's (`sslpassword=`)."""
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
         if "@" in netloc:
             user, _, host = netloc.rpartition("@")
             netloc = f"{user.partition(':')[0]}@{host}"
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
+        query = urlencode(
+            [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in _SECRETS]
+        )
         return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
     except ValueError:
         return "<unparsable URL>"
@@ -500,25 +504,46 @@ class PostgresStore:
         if self._pool is not None:
             return
         self._order = asyncio.Lock()  # (bound to this loop: a store may be reopened on another)
-        pool = await self._retrying(
-            "connect",
-            lambda: asyncpg.create_pool(
-                self._dsn,
-                min_size=1,
-                max_size=POOL_SIZE,
-                server_settings={"search_path": _quote(self.schema)},
-                reset=_no_reset,
-            ),
-        )
-        try:
-            async with pool.acquire() as conn:
-                await self._prepare_schema(conn)
-                oid = await conn.fetchval(
-                    "SELECT oid::bigint FROM pg_namespace WHERE nspname = $1", self.schema
+        delay = CONNECT_BACKOFF_S[0]
+        while True:
+            pool = await self._retrying(
+                "connect",
+                lambda: asyncpg.create_pool(
+                    self._dsn,
+                    min_size=1,
+                    max_size=POOL_SIZE,
+                    server_settings={"search_path": _quote(self.schema)},
+                    reset=_no_reset,
+                ),
+            )
+            try:
+                async with pool.acquire() as conn:
+                    await self._prepare_schema(conn)
+                    oid = await conn.fetchval(
+                        "SELECT oid::bigint FROM pg_namespace WHERE nspname = $1", self.schema
+                    )
+                break
+            except SchedulerError:
+                pool.terminate()
+                raise
+            except Exception as e:
+                # (a refusal, such as a missing privilege, is a SchedulerError like any other
+                # reason not to use the store; a connection lost meanwhile is retried)
+                pool.terminate()
+                if not _connection_lost(e):
+                    raise self._fail(f"cannot prepare the schema: {_describe(e)}") from None
+                self.status = f"database unreachable: {_describe(e)}"
+                log.warning(
+                    "store %s: cannot prepare the schema (%s); retrying in %.1f s",
+                    self.location,
+                    _describe(e),
+                    delay,
                 )
-        except BaseException:
-            await pool.close()
-            raise
+            except BaseException:
+                pool.terminate()
+                raise
+            await asyncio.sleep(delay)
+            delay = min(CONNECT_BACKOFF_S[1], delay * 2)
         self._lock_key = int(oid) - (1 << 32) if int(oid) >= 1 << 31 else int(oid)
         self._pool = pool
         self.status = "open"
@@ -552,7 +577,12 @@ class PostgresStore:
             await conn.execute(
                 "SELECT pg_advisory_xact_lock($1, hashtext($2))", MIGRATION_CLASS, self.schema
             )
-            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(self.schema)}")
+            # (CREATE SCHEMA needs the database's CREATE privilege even with IF NOT EXISTS: a
+            # role given only an existing schema must not need it)
+            if not await conn.fetchval(
+                "SELECT 1 FROM pg_namespace WHERE nspname = $1", self.schema
+            ):
+                await conn.execute(f"CREATE SCHEMA {_quote(self.schema)}")
             await self._check_owners(conn)
             tables = {
                 r[0]
@@ -650,12 +680,17 @@ class PostgresStore:
         self._lost = None
         self._probed = time.monotonic()
         conn.add_termination_listener(self._on_lock_closed)
-        self._keeper = asyncio.get_running_loop().create_task(self._keep(conn))
+        old, self._keeper = self._keeper, asyncio.get_running_loop().create_task(self._keep(conn))
+        if old is not None:
+            old.cancel()  # (the keeper of a leadership lost before: it ends on its own anyway)
         self.status = "leading"
         return self.epoch
 
     def _on_lock_closed(self, conn: object) -> None:
-        self._lose("the lock connection was closed")
+        # (called soon after, not at once: only the lock connection of the leadership we hold
+        # now counts, not one closed by an earlier loss)
+        if conn is self._lock_conn:
+            self._lose("the lock connection was closed")
 
     def _lose(self, why: str) -> None:
         if self._lost is None and self.epoch:
@@ -667,12 +702,15 @@ class PostgresStore:
             conn.terminate()  # the lock is free for a standby at once
 
     async def _keep(self, conn: asyncpg.Connection) -> None:
-        """The keeper: probe the lock connection every second."""
-        while self._lost is None:
+        """The keeper: probe the lock connection every second, as long as it is the one of
+        the leadership we hold (a keeper that outlives its leadership must not judge the next
+        one by its closed connection)."""
+        while self._lost is None and conn is self._lock_conn:
             try:
                 await conn.fetchval("SELECT 1", timeout=KEEPER_TIMEOUT_S)
             except Exception as e:
-                self._lose(f"the lock connection's probe failed: {_describe(e)}")
+                if conn is self._lock_conn:
+                    self._lose(f"the lock connection's probe failed: {_describe(e)}")
                 return
             if self._stale():
                 return
@@ -806,12 +844,13 @@ class PostgresStore:
         inserts = _columns([_to_pg(r) for r in batch.inserts], len(_INSERTED))
         schedules = _columns(
             [
-                (n, spec, p, t, None if last is None else _signed(last))
+                (_clean_text(n), _clean_json(spec), p, t, None if last is None else _signed(last))
                 for n, spec, p, t, last in batch.schedules
             ],
             len(_SCHEDULE),
         )
-        removed = batch.removed_schedules or None
+        # (a name with NUL was stored with U+FFFD: removed by that name)
+        removed = [_clean_text(n) for n in batch.removed_schedules] or None
         max_id = _signed(batch.max_id) if batch.inserts else None
         try:
             await self._pool_or_fail().execute(
