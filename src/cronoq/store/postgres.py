@@ -399,7 +399,10 @@ def _from_pg(record: asyncpg.Record | Sequence[Any]) -> tuple[Any, ...]:
 def _connection_lost(e: BaseException) -> bool:
     import asyncpg
 
-    return isinstance(e, (OSError, TimeoutError, asyncpg.InterfaceError)) or (
+    # (InternalClientError: a connection whose session was ended under it, seen as a protocol
+    # state it cannot switch from)
+    lost = (OSError, TimeoutError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+    return isinstance(e, lost) or (
         isinstance(e, asyncpg.PostgresError) and _transient_state(e.sqlstate)
     )
 
@@ -476,6 +479,9 @@ class PostgresStore:
         self.epoch = 0
         self.status = "not open"  # what it is doing or waiting for (the server's /readyz)
         self._pool: asyncpg.Pool | None = None
+        # the pool's connection that commits go through, held between commits (no acquire and
+        # release per commit); given back when its state is unknown, and at close
+        self._writer: PoolConnectionProxy[asyncpg.Record] | None = None
         self._lock_conn: asyncpg.Connection | None = None
         self._lock_key = 0  # the schema's OID as a signed 32-bit integer
         self._keeper: asyncio.Task[None] | None = None
@@ -800,7 +806,7 @@ class PostgresStore:
             try:
                 async with asyncio.timeout(COMMIT_TIMEOUT_S):
                     return await write(arg)
-            except LeadershipLost:
+            except SchedulerError:  # fenced, or the store is closed: no retry helps
                 raise
             except Exception as e:
                 now = time.monotonic()
@@ -852,13 +858,23 @@ class PostgresStore:
         # (a name with NUL was stored with U+FFFD: removed by that name)
         removed = [_clean_text(n) for n in batch.removed_schedules] or None
         max_id = _signed(batch.max_id) if batch.inserts else None
+        pool = self._pool_or_fail()
+        conn = self._writer
+        if conn is None:
+            conn = self._writer = await pool.acquire()
         try:
-            await self._pool_or_fail().execute(
+            await conn.execute(
                 _COMMIT, self.epoch, max_id, *updates, *finishes, *inserts, *schedules, removed
             )
-        except asyncpg.PostgresError as e:
+        except asyncpg.PostgresError as e:  # the server's answer: the connection is fine
             if e.sqlstate == _FENCED_STATE:
                 raise self._deposed(str(e)) from None
+            raise
+        except BaseException:
+            # lost, timed out or cancelled during the call: a new connection for the next one
+            self._writer = None
+            conn.terminate()
+            await pool.release(conn)
             raise
 
     async def _prune_some(self, before: int) -> int:
@@ -878,7 +894,10 @@ class PostgresStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
         pool, self._pool = self._pool, None
+        writer, self._writer = self._writer, None
         if pool is not None:
+            if writer is not None:
+                await pool.release(writer)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(pool.close(), COMMIT_TIMEOUT_S)
             pool.terminate()
