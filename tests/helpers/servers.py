@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +33,26 @@ def write(tmp_path: Path, text: str, name: str = "server.toml") -> str:
     return str(path)
 
 
-class Server:
-    """A cronoq-server process whose log lines are collected by a thread as they come."""
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now (for a server that must keep its port across
+    restarts; SO_REUSEADDR lets it bind again while old connections are in TIME_WAIT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
-    def __init__(self, config: str) -> None:
+
+class Server:
+    """A cronoq-server process whose log lines are collected by a thread as they come.
+    `env`: variables set for it on top of this process's (a store URL, say)."""
+
+    def __init__(self, config: str, env: Mapping[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [*COMMAND, "-c", config], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+            [*COMMAND, "-c", config],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=None if env is None else {**os.environ, **env},
         )
         self.lines: list[str] = []
         self._new: queue.Queue[str | None] = queue.Queue()

@@ -18,19 +18,22 @@ from helpers.auth import Stubs, md
 
 
 class EchoWorker:
-    """A worker thread: registers with `slots`, answers each lease with its payload reversed
-    (or fails it once, for payloads starting with b"flaky"), until stopped."""
+    """A worker thread: registers for `pool` with `slots`, answers each lease with its payload
+    reversed (or fails it once, for payloads starting with b"flaky"), until stopped. With
+    `hold`, it answers nothing by itself: each lease waits in `held` until `complete(lease)`."""
 
-    def __init__(self, address: str, slots: int = 2) -> None:
+    def __init__(
+        self, address: str, slots: int = 2, *, pool: str = "default", hold: bool = False
+    ) -> None:
         self.channel = grpc.insecure_channel(address)
         self.outbox: Queue[pb.WorkerMessage | None] = Queue()
         self.outbox.put(
             pb.WorkerMessage(
-                register=pb.Register(
-                    pool="default", slots=slots, worker_name="echo", protocol_version=3
-                )
+                register=pb.Register(pool=pool, slots=slots, worker_name="echo", protocol_version=3)
             )
         )
+        self.hold = hold
+        self.held: Queue[pb.Lease] = Queue()
         self.seen: list[tuple[int, int]] = []  # (task id, attempt)
         self.registered: Queue[pb.Registered] = Queue()
         self.shutdown: pb.Shutdown | None = None
@@ -57,7 +60,9 @@ class EchoWorker:
             elif kind == "lease":
                 lease = msg.lease
                 self.seen.append((lease.task_id, lease.attempt))
-                if lease.payload.startswith(b"flaky") and lease.attempt == 1:
+                if self.hold:
+                    self.held.put(lease)
+                elif lease.payload.startswith(b"flaky") and lease.attempt == 1:
                     self.outbox.put(
                         pb.WorkerMessage(fail=pb.Fail(lease=lease.lease, message="try again"))
                     )
@@ -70,6 +75,10 @@ class EchoWorker:
             elif kind == "shutdown":
                 self.shutdown = msg.shutdown
                 break
+
+    def complete(self, lease: pb.Lease, output: bytes) -> None:
+        """Report a held lease done with `output`."""
+        self.outbox.put(pb.WorkerMessage(complete=pb.Complete(lease=lease.lease, output=output)))
 
     def stop(self) -> None:
         self.outbox.put(None)

@@ -162,14 +162,36 @@ def test_insecure_no_auth_flag(tmp_path: Path) -> None:
     assert run("--check", "-c", config, "--insecure-no-auth").stdout == VALID
 
 
-def test_postgres_is_refused_clearly(tmp_path: Path) -> None:
-    config = write(tmp_path, PORT0 + '[store]\nkind = "postgres"\nurl = "postgres://u@h/db"\n')
-    assert run("--check", "-c", config).returncode == 0  # a valid configuration...
-    r = run("-c", config)
+def test_check_validates_a_postgres_store_without_connecting(tmp_path: Path) -> None:
+    """docs/configuration.md, "[store]": --check reaches no database (this address would hold
+    a connection attempt for minutes), and its warnings never show the URL's password."""
+    url = "postgresql://u:secret-pw@10.255.255.1:5432/db"
+    config = write(tmp_path, PORT0 + f'[store]\nkind = "postgres"\nurl = "{url}"\n')
+    began = time.monotonic()
+    r = run("--check", "-c", config)
+    assert (r.returncode, r.stdout) == (0, VALID)
+    assert time.monotonic() - began < 15  # (run() gives up at 20 s)
+    warnings = [line for line in r.stderr.splitlines() if "level=warning" in line]
+    assert len(warnings) == 2 and "prefer url_env" in warnings[0]
+    assert "sslmode=verify-full" in warnings[1]
+    assert "secret-pw" not in r.stderr and "10.255.255.1" not in r.stderr
+    unset = PORT0 + '[store]\nkind = "postgres"\nurl_env = "CRONOQ_TEST_UNSET_URL"\n'
+    r = run("--check", "-c", write(tmp_path, unset))
     assert (r.returncode, r.stderr) == (
         1,
-        "Error: store.kind: the postgres store is not available yet\n",
+        "Error: store.url_env: environment variable CRONOQ_TEST_UNSET_URL (store URL) is not set\n",
     )
+
+
+def test_a_database_refusal_retrying_cannot_fix_fails_the_start(tmp_path: Path, pg: Any) -> None:
+    """A database that does not exist is not waited for: exit 1 after event=failed."""
+    url = pg.url.rpartition("/")[0] + "/no_such_database"
+    config = write(tmp_path, PORT0 + '[store]\nkind = "postgres"\n')
+    r = run("-c", config, env={"DATABASE_URL": url})
+    assert r.returncode == 1
+    assert "event=listening" in r.stderr and "event=failed" in r.stderr
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("Error: store ") and "no_such_database" in last, last
 
 
 def test_address_in_use_exits_1(tmp_path: Path) -> None:
@@ -308,7 +330,7 @@ def _get_key(address: str, key: str) -> int:
 def test_a_fenced_leader_stands_by_again_and_leads_again(
     tmp_path: Path, servers: list[Server]
 ) -> None:
-    """docs/server.md, "Standby (SQLite store)": a leader that finds the leadership taken stops
+    """docs/server.md, "Standby": a leader that finds the leadership taken stops
     serving at once, stands by, and serves again (new epoch, state recovered from the file) once it
     leads again."""
     db = tmp_path / "q.db"

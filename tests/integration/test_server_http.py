@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,18 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.server import http as http_listener
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
-from cronoq.server.http import ROUTES, HttpError, Route, loopback_host
+from cronoq.server.http import (
+    RECYCLE_S,
+    ROUTES,
+    STANDBY_REASON,
+    HttpError,
+    Route,
+    loopback_host,
+)
 from helpers.workers import Worker
 
 PORTS0 = """
@@ -360,6 +369,62 @@ async def test_a_standby_answers_503_until_it_leads(tmp_path: Path) -> None:
             assert await sc.get("/readyz") == (200, "ready")
             status, info = await sc.get("/v1/tasks/by-key/before")
             assert (status, info["status"]) == (200, "ready")
+
+
+async def test_a_standby_says_why_and_closes_its_connections(tmp_path: Path) -> None:
+    """docs/http.md, "Health and readiness" and "Connections on a standby", on a SQLite
+    standby: /readyz keeps its status and body and says why in a header; a connection is closed
+    once about a second old, used or idle; the leader's are kept."""
+    cfg = load_config(PORTS0 + f'[store]\nkind = "sqlite"\npath = "{tmp_path}/q.db"\n')
+    leader = build(cfg)
+    async with running(leader) as lc:
+        standby = build(cfg)
+        async with running(standby, ready=False) as sc:
+            async with sc.session.get(sc.base + "/readyz") as r:
+                assert (r.status, await r.text()) == (503, "standby")
+                assert r.headers[STANDBY_REASON] == "waiting for the leadership"
+            async with lc.session.get(lc.base + "/readyz") as r:
+                assert r.status == 200 and STANDBY_REASON not in r.headers
+            host, port = str(standby.http_address).rsplit(":", 1)
+            began = asyncio.get_running_loop().time()
+            used = await asyncio.open_connection(host, int(port))
+            idle = await asyncio.open_connection(host, int(port))
+            used[1].write(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer = await asyncio.wait_for(used[0].read(), 3.0)  # all of it, until closed
+            assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"standby")
+            assert await asyncio.wait_for(idle[0].read(), 3.0) == b""
+            assert asyncio.get_running_loop().time() - began >= RECYCLE_S
+            for _, writer in (used, idle):
+                writer.close()
+
+
+async def test_a_server_that_loses_the_leadership_answers_then_closes_its_connections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait in flight when the leadership goes is answered (503), with `Connection: close`
+    on a connection due for recycling (here every one: RECYCLE_S is 0), then closed."""
+    monkeypatch.setattr(http_listener, "RECYCLE_S", 0.0)
+    db = tmp_path / "q.db"
+    store = f'[store]\nkind = "sqlite"\npath = "{db}"\nleader_lease_s = 1\n'
+    app = build(load_config(PORTS0 + store))
+    async with running(app) as c:
+        status, task = await c.post("/v1/tasks", {"key": "waiting"})
+        assert status == 200
+        host, port = str(app.http_address).rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            f"GET /v1/tasks/{task['id']}/result?timeout_s=30 HTTP/1.1\r\n"
+            "Host: 127.0.0.1\r\n\r\n".encode()
+        )
+        await writer.drain()
+        with sqlite3.connect(db) as other:  # another process takes the file over
+            other.execute(
+                "UPDATE cronoq_leader SET epoch = epoch + 1, holder = 'intruder', "
+                "expires_unix_ns = 0"
+            )
+        answer = await asyncio.wait_for(reader.read(), 5.0)  # until closed
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"Connection: close" in answer
+        writer.close()
 
 
 async def test_metrics_exposition() -> None:

@@ -232,7 +232,8 @@ async def test_losing_the_leadership_sends_shutdown_not_leader(tmp_path: Any) ->
             db.close()
             msg = await w.recv(timeout=3.0)
             assert msg.WhichOneof("msg") == "shutdown"
-            assert msg.shutdown.not_leader and msg.shutdown.reason == "fenced: leadership lost"
+            assert msg.shutdown.not_leader
+            assert msg.shutdown.reason == "this server is no longer the leader"
             assert await w.call.read() is grpc.aio.EOF  # and the stream ends
             with pytest.raises(cronoq.SchedulerError, match="fenced"):
                 await sched.submit(b"x")

@@ -436,6 +436,74 @@ def test_webhook_over_plain_http_to_another_host_warns(caplog: pytest.LogCapture
     assert "webhook-token" not in repr(cfg)
 
 
+PG_SECRET = "pg-pass-w0rd"
+
+
+@pytest.mark.parametrize(
+    ("store", "env", "warnings"),
+    [
+        # inline and local: only the url_env advice
+        (
+            f'url = "postgres://u:{PG_SECRET}@127.0.0.1:5432/db"',
+            {},
+            ["store.url: prefer url_env: a URL written in the file may hold a password"],
+        ),
+        # inline, another host, no verified TLS: both warnings
+        (
+            f'url = "postgresql://u:{PG_SECRET}@db.example.com/db?sslmode=require"',
+            {},
+            [
+                "store.url: prefer url_env: a URL written in the file may hold a password",
+                "store.url: reaches a database that is not local without sslmode=verify-full "
+                "or sslmode=verify-ca: the server's certificate is not verified",
+            ],
+        ),
+        # inline, another host, verified TLS
+        (
+            f'url = "postgres://u:{PG_SECRET}@db.example.com/db?sslmode=verify-full"',
+            {},
+            ["store.url: prefer url_env: a URL written in the file may hold a password"],
+        ),
+        # from the environment: local forms (loopback names, Unix sockets) warn of nothing
+        ("", {"DATABASE_URL": f"postgres://u:{PG_SECRET}@localhost/db"}, []),
+        ("", {"DATABASE_URL": f"postgres://u:{PG_SECRET}@[::1]:5432/db"}, []),
+        ("", {"DATABASE_URL": "postgres://u@/db?host=/run/postgresql"}, []),
+        ('url_env = "PG"', {"PG": f"postgres://u:{PG_SECRET}@db/x?sslmode=verify-ca"}, []),
+        # from the environment, another host without verified TLS
+        (
+            'url_env = "PG"',
+            {"PG": f"postgres://u:{PG_SECRET}@10.0.0.5/db"},
+            [
+                "store.url_env: the value of PG reaches a database that is not local without "
+                "sslmode=verify-full or sslmode=verify-ca: the server's certificate is not "
+                "verified"
+            ],
+        ),
+    ],
+)
+def test_postgres_url_warnings_never_show_the_url(
+    caplog: pytest.LogCaptureFixture, store: str, env: dict[str, str], warnings: list[str]
+) -> None:
+    """docs/configuration.md, "[store]": an inline URL is accepted with a warning; a URL to a
+    database that is not local and does not verify the server's certificate warns too. The
+    URL may hold a password, so no warning shows it."""
+    text = f'[store]\nkind = "postgres"\n{store}\n'
+    with caplog.at_level(logging.WARNING, logger="cronoq.server.config"):
+        cfg = load_config(text, env=env)
+    assert [r.getMessage() for r in caplog.records] == warnings
+    assert PG_SECRET not in caplog.text and "@" not in caplog.text
+    assert cfg.store.url is not None and PG_SECRET not in repr(cfg)
+
+
+def test_an_invalid_postgres_store_warns_of_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    text = '[store]\nkind = "postgres"\nurl = "postgres://u@db/x"\nurl_env = "PG"\n'
+    with caplog.at_level(logging.WARNING, logger="cronoq.server.config"):
+        assert errors_of(text, env={"PG": "postgres://u@db/x"}) == [
+            "store: give either url or url_env, not both"
+        ]
+    assert caplog.records == []
+
+
 # --- listeners without credentials (docs/configuration.md, "Listeners and credentials") -----------
 
 PUBLIC = '[server]\ngrpc_addr = "0.0.0.0:0"\nhttp_addr = "127.0.0.1:0"\n'
@@ -671,7 +739,7 @@ POOL = '[[pools]]\nname = "p"\n'
         ('[store]\nkind = "sqlite"', "store.path: is required"),
         (
             '[store]\nkind = "postgres"',
-            'store.url_env: environment variable "DATABASE_URL" is not set',
+            "store.url_env: environment variable DATABASE_URL (store URL) is not set",
         ),
         (
             '[store]\nkind = "postgres"\nurl = "postgres://h/db"\nurl_env = "PG"',

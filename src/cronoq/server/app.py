@@ -13,13 +13,16 @@ keeps each handler in `methods` by its path, so both listeners run one logic wha
 registrars register. `http_authorize` is the HTTP counterpart of the authentication
 interceptors (`cronoq.server.http.Authorize`).
 
-Life cycle (docs/server.md, "Standby (SQLite store)"): `listen()` binds the listeners at once, even
-on a standby; `lead()` starts the scheduler, which with a SQLite store waits there until this
-process holds the leadership, and stands by again whenever the leadership is lost: the same
-scheduler starts a new session once this process leads again, recovering from the file what the
+Life cycle (docs/server.md, "Standby"): `listen()` binds the listeners at once, even on a
+standby; `lead()` starts the scheduler, which with a durable store (SQLite or PostgreSQL) waits
+there until this process holds the leadership, and stands by again whenever the leadership is
+lost: after RECONTEND_S (a standby that was already waiting gets its turn first), the same
+scheduler starts a new session once this process leads again, recovering from the store what the
 leader in between left there. `stop()` is the graceful shutdown. Until `ready`, every gRPC call is
 refused with UNAVAILABLE by the readiness interceptor, whatever method it names, and every HTTP API
-route with 503.
+route with 503; `standby_reason` says why (the `/readyz` header, docs/http.md, "Health and
+readiness"), and the HTTP listener recycles its connections (docs/http.md, "Connections on a
+standby").
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import grpc
 from cronoq._lifecycle import Lifecycle, table
 from cronoq.core.engine import Engine
 from cronoq.runtime import Launcher, Scheduler
-from cronoq.store import SqliteStore
+from cronoq.store import PostgresStore, SqliteStore
 
 from .config import (
     ConfigError,
@@ -63,6 +66,21 @@ DRAIN_S = 5.0  # how long the listener drains calls still open (docs/server.md, 
 # a good part of that, never gets a strike, while a ping flood is still cut off.
 MIN_CLIENT_PING_INTERVAL_MS = 500
 MAX_PING_STRIKES = 2
+# After losing the leadership, how long the server waits before it contends again (docs/server.md,
+# "Standby"): two PostgreSQL lock polls, so that a standby that was already waiting takes over
+# rather than the server that just lost (whose loss may come from a sick connection or a pause).
+RECONTEND_S = 1.0
+# What /readyz says of a standby whose store has nothing to say (docs/http.md, "Health and
+# readiness"), and how the store's own words are shown.
+WAITING = "waiting for the leadership"
+_STORE_STATUS = {
+    "not open": "connecting to the store",
+    "open": "connecting to the store",
+    "closed": "connecting to the store",
+    "leading": "taking over: recovering the store's state",
+}
+
+DurableStore = SqliteStore | PostgresStore
 
 Registrar = Callable[["ServerApp", grpc.aio.Server], None]
 LauncherFactory = Callable[["ServerApp"], Launcher]
@@ -117,10 +135,11 @@ class ServerApp:
         http_authorize: Authorize | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        """ConfigError for a store this server cannot open yet or TLS files it cannot read:
-        both are found before anything is bound. `launcher_factory(app)` is called before the
-        scheduler exists (the scheduler needs the launcher): only `cfg` and `store` are set.
-        `clock`: the scheduler's clock (see `Scheduler`; default `time.time`)."""
+        """ConfigError for TLS files it cannot read, found before anything is bound (the store
+        is only built here: it connects once the listeners are bound, in `lead()`).
+        `launcher_factory(app)` is called before the scheduler exists (the scheduler needs the
+        launcher): only `cfg` and `store` are set. `clock`: the scheduler's clock (see
+        `Scheduler`; default `time.time`)."""
         self.cfg = cfg
         tls = cfg.server.tls
         self._credentials = None if tls is None else _credentials(tls)
@@ -168,6 +187,23 @@ class ServerApp:
     def stopping(self) -> bool:
         """The graceful shutdown has begun (or is over)."""
         return self._life.at(_A.STOPPING, _A.STOPPED)
+
+    @property
+    def standing_by(self) -> bool:
+        """Not serving and not shutting down: waiting for (or taking) the leadership. Its HTTP
+        listener then recycles connections (a leader and a stopping server keep theirs)."""
+        return not self.ready and not self.stopping
+
+    @property
+    def standby_reason(self) -> str:
+        """Why this server does not serve, in a few words (`/readyz` of a standby): what a
+        PostgreSQL store waits for (the database, another server's lock), else a fixed text."""
+        if self.stopping:
+            return "shutting down"
+        status = getattr(self.store, "status", None)
+        if not isinstance(status, str) or not status:
+            return WAITING
+        return _STORE_STATUS.get(status, status)
 
     def on_ready(self, hook: Callable[[], None]) -> None:
         """Call `hook()` each time the app becomes ready (it leads, the scheduler runs): where
@@ -227,7 +263,7 @@ class ServerApp:
         leadership is lost, stand by again and serve once it is regained, until stop()."""
         while True:
             if self.store is not None:
-                event(log, logging.INFO, "awaiting_leadership", store=self.store.path)
+                event(log, logging.INFO, "awaiting_leadership", store=self.store.location)
             self._lost = lost = asyncio.get_running_loop().create_future()
             await self.scheduler.start()
             if not self._life.at(_A.STANDBY):
@@ -243,6 +279,7 @@ class ServerApp:
                 return
             self._life.move(_A.STANDBY)
             event(log, logging.WARNING, "standing_by", reason=reason)
+            await asyncio.sleep(RECONTEND_S)  # a waiting standby's turn first (see RECONTEND_S)
 
     def _on_lost(self, reason: str) -> None:
         if self._lost is not None and not self._lost.done():
@@ -427,18 +464,26 @@ def _grpc_options(limits: LimitsSettings) -> list[tuple[str, int]]:
     ]
 
 
-def _store(cfg: ServerConfig) -> SqliteStore | None:
+def _store(cfg: ServerConfig) -> DurableStore | None:
+    """The configured store; it connects to nothing yet (a PostgreSQL database may be down at
+    start-up: the store retries once the listeners are bound)."""
     store = cfg.store
     if store.kind == "memory":
         return None
+    assert store.keep_finished_s is not None  # validated
     if store.kind == "sqlite":
         lease = store.leader_lease_s
-        assert store.path is not None and store.keep_finished_s is not None  # validated
-        assert lease is not None
+        assert store.path is not None and lease is not None
         return SqliteStore(
             store.path, retention=store.keep_finished_s, lease_ttl=lease, lease_renew=lease / 5
         )
-    raise ConfigError(["store.kind: the postgres store is not available yet"])
+    assert store.kind == "postgres" and store.url is not None and store.schema is not None
+    return PostgresStore(
+        store.url,
+        schema=store.schema,
+        retention=store.keep_finished_s,
+        reload_finished=cfg.limits.key_retention_s,
+    )
 
 
 def _credentials(tls: TlsSettings) -> grpc.ServerCredentials:

@@ -929,18 +929,46 @@ def _store(t: _Table, env: Mapping[str, str]) -> StoreSettings:
         )
     if url is not None and url_env is not None:
         t.error("give either url or url_env, not both")
-    elif url is None and "url" not in t.bad:
+        return _closed(t, StoreSettings(kind, keep_finished_s=keep, schema=schema))
+    if url is None and "url" not in t.bad:
         url_env = url_env or "DATABASE_URL"
         url = env.get(url_env)
         if url is None:
-            t.fail("url_env", f"environment variable {_quote(url_env)} is not set")
+            t.fail("url_env", f"environment variable {url_env} (store URL) is not set")
+    # The URL itself is never shown, in errors or warnings: it may hold a password.
+    key, whose = ("url", "") if url_env is None else ("url_env", f"the value of {url_env} ")
     if url is not None and url.partition("://")[0].lower() not in ("postgres", "postgresql"):
-        # the URL itself is not shown: it may hold a password
-        key, whose = ("url", "") if url_env is None else ("url_env", f"the value of {url_env} ")
         t.fail(key, f"{whose}must be a postgres:// or postgresql:// URL")
+    elif url is not None:
+        if url_env is None:
+            _log.warning(
+                "%s: prefer url_env: a URL written in the file may hold a password", t.path_of(key)
+            )
+        if not (_local_url(url) or _verified_tls(url)):
+            _log.warning(
+                "%s: %sreaches a database that is not local without sslmode=verify-full or "
+                "sslmode=verify-ca: the server's certificate is not verified",
+                t.path_of(key),
+                whose,
+            )
     return _closed(
         t, StoreSettings(kind, keep_finished_s=keep, url=url, url_env=url_env, schema=schema)
     )
+
+
+# docs/configuration.md, "[store]": what makes a PostgreSQL URL local (no TLS warning).
+_LOCAL_MARKS = ("@localhost", "@127.0.0.1", "@[::1]", "@/", "host=/")
+_VERIFYING = ("sslmode=verify-full", "sslmode=verify-ca")
+
+
+def _local_url(url: str) -> bool:
+    """A database on this host: over loopback or a Unix socket."""
+    return any(mark in url for mark in _LOCAL_MARKS)
+
+
+def _verified_tls(url: str) -> bool:
+    """Does the URL ask for TLS with the server's certificate verified?"""
+    return any(mode in url for mode in _VERIFYING)
 
 
 def _closed(t: _Table, value: _T) -> _T:

@@ -16,6 +16,11 @@ stopping), then the body limit (`limits.max_http_body_bytes`, 413). The last mid
 body whole before the route runs. Health and readiness skip them all, and so do the 404 and 405
 of paths and methods that no route serves.
 
+Standby (docs/http.md, "Connections on a standby"): while the app stands by, `_Recycler` closes
+every connection once it is about RECYCLE_S old, so that clients and load balancers pick a server
+again; a request already received still gets its answer (with `Connection: close`). A leader and
+a server in its graceful shutdown keep their connections.
+
 Slow clients (docs/http.md, "Timeouts"): reading a request is bounded by
 `limits.request_timeout_s`, what the route then does (a wait) is not. Headers: aiohttp's keep-alive
 timer (`keepalive_timeout`), armed when a connection opens and again after each response and not
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import grpc
 from aiohttp import hdrs, web
+from aiohttp.web_protocol import RequestHandler
 
 # Untyped for mypy: types-protobuf would type it, but it also makes the generated message
 # classes strict, which the code built before it does not yet satisfy.
@@ -102,6 +108,13 @@ NOT_LOOPBACK = "without auth the API only answers requests for a loopback host"
 # (so that a client still sending sees the answer rather than a reset). Capped at
 # limits.request_timeout_s, so that a 408 closes the connection soon.
 LINGER_S = 10.0
+# A standby's connections (docs/http.md, "Connections on a standby"): closed once this old, as
+# seen by a sweep every RECYCLE_EVERY_S (so between RECYCLE_S and RECYCLE_S + RECYCLE_EVERY_S).
+RECYCLE_S = 1.0
+RECYCLE_EVERY_S = 0.2
+# The /readyz header of a standby: why it does not serve (printable ASCII, at most this long).
+STANDBY_REASON = "Cronoq-Standby-Reason"
+MAX_REASON_LEN = 256
 
 
 class HttpError(Exception):
@@ -237,6 +250,8 @@ class HttpListener:
         self._ssl = ssl_context
         self._drain_s = drain_s
         self._runners: list[web.AppRunner] = []
+        self._recycler = _Recycler(lambda: app.standing_by)
+        self._sweeping: asyncio.Task[None] | None = None
 
     # --- life cycle ---
 
@@ -253,10 +268,17 @@ class HttpListener:
         except BaseException:
             await self.stop()
             raise
+        self._sweeping = asyncio.get_running_loop().create_task(
+            self._recycler.sweep([r.server for r in self._runners if r.server is not None])
+        )
         return http, metrics
 
     async def stop(self) -> None:
         """Close the listeners; requests still open get `drain_s` to finish."""
+        sweeping, self._sweeping = self._sweeping, None
+        if sweeping is not None:
+            sweeping.cancel()
+            await asyncio.wait([sweeping])
         runners, self._runners = self._runners, []
         for runner in runners:
             await runner.cleanup()
@@ -296,7 +318,7 @@ class HttpListener:
     ) -> web.Application:
         """The metrics listener (`metrics_only`) has neither the Host check nor credentials, and
         answers a path it does not serve with a bare 404."""
-        middlewares = [self._bare_404 if metrics_only else self._errors]
+        middlewares = [self._recycler.middleware, self._bare_404 if metrics_only else self._errors]
         cfg = self.app.cfg
         if not (metrics_only or cfg.auth.enabled or cfg.server.insecure_no_auth):
             middlewares.append(self._host_check)
@@ -444,6 +466,66 @@ class HttpListener:
         return cast(pb.SnapshotResponse, snap)
 
 
+class _Recycler:
+    """A standby's connection recycling (docs/http.md, "Connections on a standby").
+
+    `sweep` looks at the listeners' connections every RECYCLE_EVERY_S and notes when it first
+    saw each one (also while leading: a server that becomes a standby then closes its older
+    connections at its first sweep); it forgets those that have gone. While `standing_by()`, a
+    connection at least RECYCLE_S old is closed: at once if no request of it is being answered
+    (an idle one, or one whose request is not complete yet), else once its answer is sent
+    (`RequestHandler.close`, which aiohttp honours after the current request). The middleware
+    counts the requests being answered on each connection, and gives an answer that goes out on
+    a connection due for closing the header `Connection: close`. (A request pipelined behind
+    one just answered may be cut when a sweep falls between the two.)
+    """
+
+    def __init__(self, standing_by: Callable[[], bool]) -> None:
+        self._standing_by = standing_by
+        # (plain dicts: aiohttp's RequestHandler takes no weak references)
+        self._seen: dict[RequestHandler, float] = {}
+        self._busy: dict[RequestHandler, int] = {}
+
+    def _due(self, conn: RequestHandler, now: float) -> bool:
+        return self._standing_by() and now - self._seen.setdefault(conn, now) >= RECYCLE_S
+
+    async def sweep(self, servers: list[web.Server]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self._sweep_once(servers, loop.time())
+            except Exception:  # a bug: logged, and the next sweep tries again
+                log.exception("recycling the standby's HTTP connections failed")
+            await asyncio.sleep(RECYCLE_EVERY_S)
+
+    def _sweep_once(self, servers: list[web.Server], now: float) -> None:
+        conns = [conn for server in servers for conn in server.connections]
+        self._seen = {conn: self._seen.get(conn, now) for conn in conns}
+        for conn in conns:
+            if self._due(conn, now):
+                if self._busy.get(conn, 0):
+                    conn.close()  # after the answer being written
+                else:
+                    conn.force_close()  # idle, or its request not complete yet
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
+        conn = request.protocol
+        if not isinstance(conn, RequestHandler):  # (always one, for aiohttp's web server)
+            return await handler(request)
+        self._busy[conn] = self._busy.get(conn, 0) + 1
+        try:
+            response = await handler(request)
+        finally:
+            if self._busy[conn] > 1:
+                self._busy[conn] -= 1
+            else:
+                del self._busy[conn]
+        if self._due(conn, asyncio.get_running_loop().time()) and not response.prepared:
+            response.force_close()
+        return response
+
+
 def _route_of(request: web.Request) -> Route | None:
     """The request's route; None for aiohttp's 404 and 405 of unserved paths and methods."""
     return getattr(request.match_info.handler, "route", None)
@@ -505,7 +587,23 @@ async def healthz(gw: HttpListener, request: web.Request) -> web.Response:
 
 
 async def readyz(gw: HttpListener, request: web.Request) -> web.Response:
-    return _text("ready") if gw.app.ready else _text("standby", 503)
+    """`ready`, or 503 `standby` with the reason in a header (the body stays as scripts grep)."""
+    if gw.app.ready:
+        return _text("ready")
+    response = _text("standby", 503)
+    response.headers[STANDBY_REASON] = header_text(gw.app.standby_reason)
+    return response
+
+
+def header_text(text: str) -> str:
+    """`text` fit for a header value: printable ASCII (anything else becomes `?`, line breaks
+    and tabs a space), at most MAX_REASON_LEN characters."""
+    cleaned = "".join(
+        c if " " <= c <= "~" else (" " if c in "\t\r\n" else "?") for c in text
+    ).strip()
+    if len(cleaned) > MAX_REASON_LEN:
+        cleaned = cleaned[: MAX_REASON_LEN - 3] + "..."
+    return cleaned
 
 
 async def metrics(gw: HttpListener, request: web.Request) -> web.Response:

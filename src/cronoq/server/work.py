@@ -37,6 +37,10 @@ log = logging.getLogger("cronoq.server")
 
 
 REGISTER_TIMEOUT = 10.0
+# What workers are told when this server loses the leadership, and how long their streams stay
+# open after it.
+NOT_LEADER = "this server is no longer the leader"
+NOT_LEADER_LINGER_S = 1.0
 MAX_FAIL_MESSAGE = 8192
 # Durations from clients: at most 100 years (docs/reference/limits.md, "Fixed limits").
 MAX_DURATION = 100 * 365 * 86400.0
@@ -138,14 +142,21 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             self._send(w, pb.ServerMessage(abort=pb.Abort(lease=att.lease, reason=reason)))
 
     def lost(self, reason: str) -> None:
-        """Leadership lost (or the store failed): workers reconnect at once, to the new leader."""
-        self.shutdown(reason, not_leader=True)
+        """Leadership lost (or the store failed): workers reconnect at once, to the new leader
+        (docs/server.md, "Standby"). They get the one reason of a lost leadership (why it was
+        lost is in the server's log) and a second to read it before their streams end."""
+        self.shutdown(NOT_LEADER, not_leader=True, linger=NOT_LEADER_LINGER_S)
 
-    def shutdown(self, reason: str, *, not_leader: bool) -> None:
-        """Tell every worker the server goes away, then end their streams."""
+    def shutdown(self, reason: str, *, not_leader: bool, linger: float = 0.0) -> None:
+        """Tell every worker the server goes away, then end their streams (`linger` seconds
+        later: they leave this server's set at once either way)."""
         for st in list(self._streams.values()):
             st.send(pb.ServerMessage(shutdown=pb.Shutdown(reason=reason, not_leader=not_leader)))
-            self._close(st)
+            if linger:
+                self._streams.pop(st.worker.id, None)
+                asyncio.get_running_loop().call_later(linger, self._close, st)
+            else:
+                self._close(st)
 
     def worker_infos(self, pool: str | None = None) -> list[pb.WorkerInfo]:
         """The connected workers (Admin.ListWorkers), oldest first."""

@@ -13,6 +13,7 @@ it never interprets a payload or an output (bytes the scheduler's codec made).
 from __future__ import annotations
 
 import asyncio
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -305,7 +306,10 @@ class QueuedStore(ABC):
         await self._call(self._commit, Batch())
 
     async def prune(self, now: float) -> int:
-        """Delete terminal rows that ended more than `retention` seconds ago."""
+        """Delete terminal rows that ended more than `retention` seconds ago (none when it is
+        infinite)."""
+        if math.isinf(self.retention):
+            return 0
         return await self._call(self._prune, to_ns(now - self.retention))
 
     async def finished(self, task_id: int) -> Finished | None:

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ..core.model import check_seconds
 from ..errors import SchedulerError
 from .base import COLUMN, FENCED, TASK_COLUMNS, Batch, Finished, LeadershipLost, Stored, to_ns
 
@@ -424,15 +425,6 @@ def _transient_state(state: str | None) -> bool:
     )
 
 
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds (got {value!r})")
-    v = float(value)
-    if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be a finite number of seconds > 0 (got {value!r})")
-    return v
-
-
 def _quote(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
@@ -473,8 +465,8 @@ class PostgresStore:
             )
         self._dsn = dsn
         self.schema = schema
-        self.retention = _positive("retention", retention)
-        self.reload_finished = _positive("reload_finished", reload_finished)
+        self.retention = check_seconds("retention", retention, allow_inf=True)
+        self.reload_finished = check_seconds("reload_finished", reload_finished, allow_inf=True)
         self.lease_renew = KEEPER_INTERVAL_S  # the driver's renewals check the keeper's verdict
         self.epoch = 0
         self.status = "not open"  # what it is doing or waiting for (the server's /readyz)
@@ -741,7 +733,9 @@ class PostgresStore:
 
     async def load(self) -> Stored:
         pool = self._pool_or_fail()
-        since = time.time_ns() - to_ns(self.reload_finished)
+        since = (
+            0 if math.isinf(self.reload_finished) else time.time_ns() - to_ns(self.reload_finished)
+        )
         async with pool.acquire() as conn:
             records = await conn.fetch(_LOAD, since)
             schedules = await conn.fetch(
@@ -784,6 +778,8 @@ class PostgresStore:
     async def prune(self, now: float) -> int:
         """Delete finished rows that ended more than `retention` seconds ago, PRUNE_ROWS per
         fenced transaction, never a finished task a live task depends on."""
+        if math.isinf(self.retention):
+            return 0  # finished rows are kept for ever
         before = to_ns(now - self.retention)
         total = 0
         while True:

@@ -213,6 +213,11 @@ class SqliteStore(QueuedStore):
         # lead() then waits for that lock in a thread, to take over the moment it is freed.
         self._lock_busy = False
 
+    @property
+    def location(self) -> str:
+        """Where the store is, for logs: the file's path (as PostgresStore.location)."""
+        return self.path
+
     def __repr__(self) -> str:
         return (
             f"SqliteStore({self.path!r}, lease_ttl={self.lease_ttl}, "
