@@ -7,11 +7,9 @@ with `pg_terminate_backend` as an operator (or a failing network) would.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -115,19 +113,3 @@ def address(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
     assert parts.hostname is not None, url
     return parts.hostname, parts.port or 5432
-
-
-async def until(
-    check: Callable[[], Any | Awaitable[Any]], timeout: float = 3.0, what: str = "condition"
-) -> Any:
-    """Poll `check` (sync or async) every 10 ms until it returns something truthy."""
-    give_up = time.monotonic() + timeout
-    while True:
-        got = check()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return got
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.01)

@@ -40,6 +40,7 @@ from cronoq import (
     TaskFailed,
 )
 from cronoq.store.sqlite import _SCHEMA_V1
+from helpers.waiting import until
 
 LEASE: dict[str, Any] = {"lease_ttl": 2.0, "lease_renew": 0.5, "lock_poll": 0.05}
 MSG_LOST = "attempt lost in failover; retries exhausted"
@@ -120,20 +121,6 @@ def execute(path: Path, *statements: str | tuple[str, tuple[Any, ...]]) -> None:
             sql, params = (st, ()) if isinstance(st, str) else st
             db.execute(sql, params)
         db.commit()
-
-
-async def until(check: Callable[[], Any], timeout: float = 3.0, what: str = "condition") -> Any:
-    """Poll `check` (sync or async) every 10 ms until it returns something truthy."""
-    give_up = time.monotonic() + timeout
-    while True:
-        got = check()
-        if asyncio.iscoroutine(got):
-            got = await got
-        if got:
-            return got
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def failure(awaitable: Awaitable[Any]) -> TaskFailed:

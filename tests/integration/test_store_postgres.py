@@ -36,7 +36,8 @@ from cronoq.runtime import SchedulerState
 from cronoq.store import Batch, LeadershipLost, Stored
 from cronoq.store.base import COLUMN, TASK_COLUMNS, first_id, to_ns
 from helpers import pgstore
-from helpers.pgstore import Where, execute, fetch, free_port, until
+from helpers.pgstore import Where, execute, fetch, free_port
+from helpers.waiting import deposed, until
 
 WIDTH = len(TASK_COLUMNS.split(", "))
 JSON_COLUMNS = ("retry", "deps", "resources", "tags", "labels")
@@ -114,19 +115,6 @@ async def leading(where: Where, **options: Any) -> AsyncIterator[PostgresStore]:
     async with opened(where, **options) as store:
         await store.lead()
         yield store
-
-
-async def deposed(store: PostgresStore, timeout: float = 3.0) -> None:
-    """Wait until the store knows it lost the leadership: renew() raises LeadershipLost."""
-
-    async def lost() -> bool:
-        try:
-            await store.renew()
-        except LeadershipLost:
-            return True
-        return False
-
-    await until(lost, timeout, "the leadership to be lost")
 
 
 async def snapshot(where: Where) -> dict[str, Any]:

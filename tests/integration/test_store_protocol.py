@@ -40,6 +40,7 @@ from cronoq.store import (
 )
 from cronoq.store.base import COLUMN, TASK_COLUMNS, check_store, first_id, to_ns
 from helpers import pgstore
+from helpers.waiting import deposed
 
 # Leases long enough never to run out by accident; SHORT where a test waits for one to run out
 # (a few tenths of a second). The memory tests freeze the state's clock instead.
@@ -149,19 +150,6 @@ def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     # (the PostgreSQL server starts with the first test that needs it)
     pg = request.getfixturevalue("pg") if request.param == "postgres" else None
     return Opener(request.param, tmp_path / "store.db", pg)
-
-
-async def deposed(store: Store, timeout: float = 3.0) -> None:
-    """Wait until `store` knows it lost the leadership: renew() raises LeadershipLost."""
-
-    async def lost() -> bool:
-        try:
-            await store.renew()
-        except LeadershipLost:
-            return True
-        return False
-
-    await pgstore.until(lost, timeout, "the leadership to be lost")
 
 
 async def leader(opener: Opener, **options: Any) -> Store:
