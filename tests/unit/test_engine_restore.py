@@ -15,8 +15,10 @@ from cronoq.core.model import (
     RUNNING,
     STATUS_NAMES,
     SUCCEEDED,
+    Extras,
     IllegalTransition,
     PoolConfig,
+    RetryPolicy,
     TaskRecord,
     check_transition,
 )
@@ -64,3 +66,38 @@ def test_restore_fails_broken_and_orphaned_tasks_and_retries_a_lost_attempt() ->
     assert set(journal.changed) == {1, 2, 3}  # the retry time is written back too
     eng.advance(running.ready_at)
     assert running.status_name == "ready"
+
+
+@pytest.mark.parametrize(
+    ("on_miss", "tolerance", "expected"),
+    [("skip", 1.0, "missed"), ("fail", 1.0, "failed"), ("run_late", 1.0, "ready")],
+)
+def test_a_lost_fixed_start_goes_back_under_its_fixed_start_rules(
+    on_miss: str, tolerance: float, expected: str
+) -> None:
+    # started at 5.0 and lost; restored at 10.0, past its tolerance: on_miss decides
+    eng = Engine([PoolConfig("p", capacity=0)], 10.0, journal=True)
+    rec = stored(RUNNING, 1, attempt=1)
+    rec.extra = Extras(start_at=5.0, tolerance=tolerance, on_miss=on_miss)
+    eng.restore([rec], 10.0)
+    assert rec.status_name == expected
+    assert rec.attempt == 1  # a next attempt is attempt 2
+
+
+def test_a_lost_fixed_start_within_its_tolerance_runs_late() -> None:
+    eng = Engine([PoolConfig("p", capacity=0)], 10.0, journal=True)
+    rec = stored(RUNNING, 1, attempt=1)
+    rec.extra = Extras(start_at=9.5, tolerance=2.0, on_miss="skip")
+    eng.restore([rec], 10.0)
+    assert rec.status_name == "ready"
+
+
+def test_a_lost_last_attempt_of_a_fixed_start_is_dead_lettered() -> None:
+    eng = Engine([PoolConfig("p", capacity=0, retry=RetryPolicy.none())], 10.0, journal=True)
+    rec = stored(RUNNING, 1, attempt=1)
+    rec.extra = Extras(start_at=9.5, tolerance=2.0, on_miss="skip")
+    eng.restore([rec], 10.0)
+    assert (rec.status_name, rec.message) == (
+        "dead_lettered",
+        "attempt lost in failover; retries exhausted",
+    )

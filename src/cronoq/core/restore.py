@@ -100,13 +100,21 @@ def _readmit(eng: Engine, rec: TaskRecord, now: float) -> str | None:
             return f"cannot resume: {e.message}"
         if status != BLOCKED:
             extra.deps = None  # satisfied before it was stored
-        if rec.attempt > 0:
-            extra.start_at = None  # its fixed start happened: it runs as any task
     lost = status == RUNNING
-    if lost:
+    policy = rec.retry or pool.retry or DEFAULT_RETRY
+    # A fixed start lost with its attempt goes back under its fixed-start rules (its time has
+    # passed: it runs late within its tolerance, else follows on_miss), attempts permitting.
+    fixed_again = (
+        lost
+        and extra is not None
+        and extra.start_at is not None
+        and rec.attempt < policy.max_attempts
+    )
+    if extra is not None and rec.attempt > 0 and not fixed_again:
+        extra.start_at = None  # its fixed start happened: it runs as any task
+    if lost and not fixed_again:
         if extra is not None and extra.is_empty():
             rec.extra = None
-        policy = rec.retry or pool.retry or DEFAULT_RETRY
         if rec.attempt >= policy.max_attempts:
             # its last attempt is lost: restore() dead-letters it once it is admitted
             rec.extra = rec.extra or Extras()
