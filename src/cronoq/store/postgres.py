@@ -530,13 +530,7 @@ class PostgresStore:
                 pool.terminate()
                 if not _connection_lost(e):
                     raise self._fail(f"cannot prepare the schema: {_describe(e)}") from None
-                self.status = f"database unreachable: {_describe(e)}"
-                log.warning(
-                    "store %s: cannot prepare the schema (%s); retrying in %.1f s",
-                    self.location,
-                    _describe(e),
-                    delay,
-                )
+                self._unreachable("prepare the schema", e, delay)
             except BaseException:
                 pool.terminate()
                 raise
@@ -556,16 +550,16 @@ class PostgresStore:
             except Exception as e:
                 if not _connection_lost(e):
                     raise self._fail(f"cannot {what}: {_describe(e)}") from None
-                self.status = f"database unreachable: {_describe(e)}"
-                log.warning(
-                    "store %s: cannot %s (%s); retrying in %.1f s",
-                    self.location,
-                    what,
-                    _describe(e),
-                    delay,
-                )
+                self._unreachable(what, e, delay)
             await asyncio.sleep(delay)
             delay = min(cap, delay * 2)
+
+    def _unreachable(self, what: str, e: Exception, delay: float) -> None:
+        """The database cannot be reached (yet): say so (`status`, the log) before a retry."""
+        self.status = f"database unreachable: {_describe(e)}"
+        log.warning(
+            "store %s: cannot %s (%s); retrying in %.1f s", self.location, what, _describe(e), delay
+        )
 
     def _fail(self, reason: str) -> SchedulerError:
         return SchedulerError(f"store {self.location}: {reason}")
