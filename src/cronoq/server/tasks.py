@@ -268,12 +268,6 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         if engine.pending() + fresh > self._limits.max_pending_total:
             raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
 
-    def _find(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
-        rec = self._lookup(engine, ref)
-        if rec is None:
-            raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
-        return rec
-
     def _lookup(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord | None:
         """The task, or None when there is none the caller may see (another pool's task is
         NOT_FOUND for a pool-restricted caller, never None)."""
@@ -282,9 +276,10 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
         return rec
 
-    async def _find_any(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
-        """_find, and by id also a finished task that only the store still keeps (its rows
-        outlive limits.key_retention_s: docs/configuration.md, "[store]")."""
+    async def _find(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
+        """The task the caller may see (else NOT_FOUND "unknown task"); by id also a finished
+        task that only the store still keeps (its rows outlive limits.key_retention_s:
+        docs/configuration.md, "[store]")."""
         rec = self._lookup(engine, ref)
         if rec is None and ref.WhichOneof("target") == "id":
             rec = await self._sched.stored(ref.id)
@@ -375,7 +370,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
     @_rpc
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.TaskInfo:
         engine = self._engine()
-        rec = await self._find_any(engine, request.task)
+        rec = await self._find(engine, request.task)
         config = engine.configs.get(rec.pool)
         return convert.task_info(rec, None if config is None else config.retry)
 
@@ -410,7 +405,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         engine = self._engine()
         requested = request.timeout_s if request.HasField("timeout_s") else None
         budget = self._budget(requested, "timeout_s", context)
-        rec = await self._find_any(engine, request.task)
+        rec = await self._find(engine, request.task)
         return await self._wait(rec, budget)
 
     async def Watch(

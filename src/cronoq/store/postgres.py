@@ -42,7 +42,18 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..core.model import check_seconds
 from ..errors import SchedulerError
-from .base import COLUMN, FENCED, TASK_COLUMNS, Batch, Finished, LeadershipLost, Stored, to_ns
+from .base import (
+    COLUMN,
+    DONE_CHANGE,
+    FENCED,
+    LIVE_CHANGE,
+    TASK_COLUMNS,
+    Batch,
+    Finished,
+    LeadershipLost,
+    Stored,
+    to_ns,
+)
 
 if TYPE_CHECKING:
     import asyncpg
@@ -101,6 +112,9 @@ _COLUMNS = ", ".join(_PG_COLUMN.get(n, n) for n in _NAMES)
 _SECONDS = tuple(COLUMN[n] for n in ("tolerance", "duration_hint", "timeout"))
 _TEXT = tuple(COLUMN[n] for n in ("pool", "kind", "key", "on_miss", "tenant", "status", "message"))
 _JSON = tuple(COLUMN[n] for n in ("retry", "deps", "resources", "tags", "labels"))
+# The text columns of Batch.updates and Batch.finishes rows, by place.
+_LIVE_TEXT = tuple(i for i, c in enumerate(LIVE_CHANGE) if c in ("status", "message"))
+_DONE_TEXT = tuple(i for i, c in enumerate(DONE_CHANGE) if c in ("status", "message", "key"))
 _ID = COLUMN["id"]
 _TERMINAL = COLUMN["terminal"]
 
@@ -835,8 +849,8 @@ class PostgresStore:
     async def _write(self, batch: Batch) -> None:
         """One call of cronoq_commit: one round trip, one transaction."""
         asyncpg = _asyncpg()
-        updates = _columns([_change(r, 2) for r in batch.updates], len(_LIVE_IDS))
-        finishes = _columns([_change(r, 3) for r in batch.finishes], len(_DONE_IDS))
+        updates = _columns([_change(r, _LIVE_TEXT) for r in batch.updates], len(_LIVE_IDS))
+        finishes = _columns([_change(r, _DONE_TEXT) for r in batch.finishes], len(_DONE_IDS))
         inserts = _columns([_to_pg(r) for r in batch.inserts], len(_INSERTED))
         schedules = _columns(
             [
@@ -906,14 +920,12 @@ def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any] | None
     return [list(column) for column in zip(*rows, strict=True)]
 
 
-def _change(row: tuple[Any, ...], message: int) -> tuple[Any, ...]:
-    """A Batch change row (LIVE_CHANGE or DONE_CHANGE columns, then the id) for the table: the
-    message (and a finished row's key) without NUL, the id signed."""
+def _change(row: tuple[Any, ...], text: tuple[int, ...]) -> tuple[Any, ...]:
+    """A Batch change row (LIVE_CHANGE or DONE_CHANGE columns, then the id) for the table: its
+    text columns (`text`: their places) without NUL, the id signed."""
     out = list(row)
-    out[0] = _clean_text(out[0])
-    out[message] = _clean_text(out[message])
-    if message == 3:  # DONE_CHANGE: the key is the sixth column
-        out[5] = _clean_text(out[5])
+    for i in text:
+        out[i] = _clean_text(out[i])
     out[-1] = _signed(out[-1])
     return tuple(out)
 
