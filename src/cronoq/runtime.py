@@ -46,7 +46,7 @@ from .errors import (
     SubmitError,
     TaskFailed,
 )
-from .store.base import Store, check_store, first_id
+from .store.base import SHARD_SHIFT, Store, Stored, check_store, first_id
 from .store.codec import Codec, JsonCodec, check_codec
 from .store.rows import record_from_row
 
@@ -178,6 +178,20 @@ class _Session:
             return False
         d = self.durable
         return d is None or d.written(rec)
+
+
+def _own_ids(stored: Stored, shard: int) -> None:
+    """Refuse a store holding ids of another shard than `shard` (its highest id included):
+    two shards on one store would issue each other's ids."""
+    ids = [row[0] for row in stored.tasks]
+    if stored.max_id:
+        ids.append(stored.max_id)
+    foreign = next((i for i in ids if i >> SHARD_SHIFT != shard), None)
+    if foreign is not None:
+        raise SchedulerError(
+            f"the store holds task id {foreign} of shard number {foreign >> SHARD_SHIFT}, not"
+            f" {shard}: a sharded server needs a store (schema or file) of its own"
+        )
 
 
 def _outcome(rec: TaskRecord) -> Any:
@@ -370,9 +384,14 @@ class Scheduler:
         retention_max: int = _engine.DEFAULT_RETENTION_MAX,
         launcher: Launcher | None = None,
         clock: Callable[[], float] | None = None,
+        shard: int | None = None,
     ) -> None:
         """`launcher` (for the server): attempts go to it instead of the pools' executors, and
         every pool starts with no slots (the launcher's workers bring them).
+
+        `shard` (for a sharded server, 0-255): the number every task id carries in its top 8
+        bits (docs/sharding.md, "Task ids"). A store that holds another number's ids is
+        refused at start: each shard needs a store of its own.
 
         `clock` (default `time.time`): the scheduler's wall clock in Unix seconds, read for
         every decision (deadlines, backoffs, leases, timestamps). Its seconds must pass as fast
@@ -419,6 +438,11 @@ class Scheduler:
         # A lost session closes its store in the background; the next start waits for it.
         self._closing: asyncio.Task[None] | None = None
         self._launcher = launcher
+        if shard is not None and (
+            isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= 255
+        ):
+            raise ValueError(f"shard must be an int from 0 to 255 (got {shard!r})")
+        self._shard = shard
         self._resources = [r.core_config() for r in resources or ()]
         self._pool_names = [p.name for p in pools]
         self._default_pool = "default" if "default" in by_name else pools[0].name
@@ -472,7 +496,7 @@ class Scheduler:
     async def _begin(self, loop: asyncio.AbstractEventLoop) -> None:
         store = self._store
         stored = None
-        first = 1
+        first = first_id(0, self._shard)  # without a store: epoch 0
         closing, self._closing = self._closing, None
         if closing is not None and closing.get_loop() is loop:
             try:
@@ -483,8 +507,10 @@ class Scheduler:
             await store.open()
             try:
                 # A standby waits here until the file's leader stops or its lease runs out.
-                first = first_id(await store.lead())
+                first = first_id(await store.lead(), self._shard)
                 stored = await store.load()
+                if self._shard is not None:
+                    _own_ids(stored, self._shard)
                 # (after the epoch wrapped, its first id is below those issued before)
                 first = max(first, stored.max_id + 1)
             except BaseException:

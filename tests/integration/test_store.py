@@ -334,6 +334,38 @@ async def test_each_run_leads_a_new_epoch(tmp_path: Path) -> None:
     assert (epoch, max_id, holder) == (3, epoch_id(3), None)  # released at the clean stop
 
 
+async def test_a_shard_numbers_its_ids_and_refuses_another_shards_store(tmp_path: Path) -> None:
+    """docs/sharding.md, "Task ids": shard S issues S << 56 | epoch << 40 | 1 on, in memory
+    (epoch 0) and on a file (epoch 1, then 2); a scheduler of another shard number refuses that
+    file at start, released for the next leader, and writes nothing to it."""
+    pool = Pool("default", Recorder(), max=1, initial=1, autoscale=False)
+    async with running(Scheduler([pool], shard=200, shutdown_grace=0.1)) as s:
+        assert (await s.submit(1)).id == 200 << 56 | 1
+    path = tmp_path / "a.db"
+    sharded = Scheduler([pool], store=SqliteStore(path, **LEASE), shard=7, shutdown_grace=0.1)
+    ids = []
+    for _ in range(2):
+        async with running(sharded) as s:
+            h = await s.submit(1)
+            assert await h == 1
+            ids.append(h.id)
+    assert ids == [7 << 56 | 1 << 40 | 1, 7 << 56 | 2 << 40 | 1]
+    assert all(i >> 56 == 7 for i in ids)
+    stranger = Scheduler([pool], store=SqliteStore(path, **LEASE), shard=8)
+    with pytest.raises(SchedulerError) as info:
+        await stranger.start()
+    assert str(info.value).endswith("a sharded server needs a store (schema or file) of its own")
+    assert f"task id {ids[0]} of shard number 7, not 8" in str(info.value)
+    assert not stranger.started
+    ((holder,),) = query(path, "SELECT holder FROM cronoq_leader")
+    assert holder is None  # given up at once, for the next leader
+    async with running(make(path, Recorder())) as s:  # unsharded: reads the file as it is
+        assert await s.status(ids[0]) == "succeeded"
+    for bad in (256, -1, True, "1"):
+        with pytest.raises(ValueError, match="shard must be an int from 0 to 255"):
+            Scheduler([pool], shard=bad)  # type: ignore[arg-type]
+
+
 async def test_recurring_schedule_survives_restart_and_removal_is_durable(tmp_path: Path) -> None:
     path = tmp_path / "cronoq.db"
     rec1 = Recorder()

@@ -261,6 +261,7 @@ kind = "token_bucket"
 name = "api"
 rate = 2.5
 burst = 10
+shard = "gpu"
 
 [outputs]
 cache_entries = 0
@@ -330,7 +331,7 @@ def test_full_configuration(pem: Path) -> None:
 
     assert cfg.resources == (
         SemaphoreSettings("db", 4, "cpu"),
-        TokenBucketSettings("api", 2.5, 10),
+        TokenBucketSettings("api", 2.5, 10, "gpu"),
     )
     assert (cfg.outputs.cache_entries, cfg.outputs.cache_bytes) == (0, 1_048_576)
     assert [(s.name, s.number, s.pools, s.endpoint) for s in cfg.shards] == [
@@ -1102,16 +1103,65 @@ def test_shard_must_name_a_shard() -> None:
     assert errors_of(SHARDS, env={}, shard="tpu") == [
         'server.shard: must name one of the [[shards]] (got "tpu")'
     ]
-    assert errors_of("", env={}, shard="cpu") == [
-        'server.shard: must name one of the [[shards]] (got "cpu")'
-    ]
+
+
+SHARD_WITHOUT_SHARDS = (
+    'server.shard: is set but no [[shards]] is configured (got "cpu", from the file, --shard '
+    "or CRONOQ_SHARD)"
+)
+
+
+def test_a_shard_without_shards_is_an_error() -> None:
+    """Set in the file, or by --shard / CRONOQ_SHARD (written into [server] before validation):
+    either way there is nothing to pick the shard from."""
+    assert errors_of("", env={}, shard="cpu") == [SHARD_WITHOUT_SHARDS]
+    assert errors_of('[server]\nshard = "cpu"\n', env={}) == [SHARD_WITHOUT_SHARDS]
+    assert errors_of("shards = []\n", env={}, shard="cpu") == [SHARD_WITHOUT_SHARDS]
 
 
 @pytest.mark.parametrize(
     ("edit", "errors"),
     [
         (("number = 2", "number = 1"), ["shards[1].number: 1 is already the number of shards[0]"]),
-        (("number = 2", "number = 256"), ["shards[1].number: must be from 1 to 255 (got 256)"]),
+        (("number = 2", "number = 256"), ["shards[1].number: must be from 0 to 255 (got 256)"]),
+        (("number = 2", "number = -1"), ["shards[1].number: must be from 0 to 255 (got -1)"]),
+        (
+            ("number = 2", 'number = "2"'),
+            ["shards[1].number: must be an integer (got a string)"],
+        ),
+        (("number = 1", "number = 0"), []),  # 0 is a number like any other
+        (("number = 2", "number = 255"), []),
+        (
+            ('name = "gpu"', 'name = "GPU"'),
+            [
+                "shards[1].name: must be 1-32 characters of a-z, 0-9 and '_', starting with a "
+                'letter (got "GPU")'
+            ],
+        ),
+        (
+            ('name = "gpu"', 'name = "2gpu"'),
+            [
+                "shards[1].name: must be 1-32 characters of a-z, 0-9 and '_', starting with a "
+                'letter (got "2gpu")'
+            ],
+        ),
+        (
+            ('name = "gpu"', 'name = "gpu-a"'),
+            [
+                "shards[1].name: must be 1-32 characters of a-z, 0-9 and '_', starting with a "
+                'letter (got "gpu-a")'
+            ],
+        ),
+        (
+            ('name = "gpu"', f'name = "g{"x" * 32}"'),
+            [
+                "shards[1].name: must be 1-32 characters of a-z, 0-9 and '_', starting with a "
+                f'letter (got "g{"x" * 32}")'
+            ],
+        ),
+        (('name = "gpu"', f'name = "g{"_" * 30}9"'), []),  # 32 characters
+        (('name = "gpu"', 'name = "g"'), []),
+        (('name = "gpu"', ""), ["shards[1].name: is required"]),
         (
             ('name = "gpu"', 'name = "cpu"'),
             ['shards[1].name: duplicate shard name "cpu" (see shards[0])'],
@@ -1119,6 +1169,14 @@ def test_shard_must_name_a_shard() -> None:
         (
             ('pools = ["llm"]', 'pools = ["llm", "default"]'),
             ['shards[1].pools: pool "default" is already served by shards[0]'],
+        ),
+        (
+            ('pools = ["llm"]', 'pools = ["llm", "llm"]'),
+            ['shards[1].pools: lists pool "llm" twice'],
+        ),
+        (
+            ('pools = ["llm"]', ""),
+            ["shards[1].pools: is required", 'pools[1].name: pool "llm" is in no [[shards]] entry'],
         ),
         (
             ('pools = ["llm"]', "pools = []"),
@@ -1134,9 +1192,109 @@ def test_shard_must_name_a_shard() -> None:
                 "is not configured in [[pools]]"
             ],
         ),
+        # a port is optional: 80 for http, 443 for https
+        (("http://gpu.internal:7070", "http://gpu.internal"), []),
+        (("http://gpu.internal:7070", "https://gpu.internal"), []),
+        (("http://gpu.internal:7070", "https://10.0.0.2:8443"), []),
+        (("http://gpu.internal:7070", "http://[fd00::2]:7070"), []),
         (
-            ("http://gpu.internal:7070", "http://gpu.internal"),
-            ['shards[1].endpoint: must include a port (got "http://gpu.internal")'],
+            ("http://gpu.internal:7070", "http://gpu.internal:0"),
+            [
+                "shards[1].endpoint: must have a port from 1 to 65535, or none "
+                '(got "http://gpu.internal:0")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal:"),
+            [
+                "shards[1].endpoint: must have a port from 1 to 65535, or none "
+                '(got "http://gpu.internal:")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal:70700"),
+            ['shards[1].endpoint: not a valid URL (got "http://gpu.internal:70700")'],
+        ),
+        (
+            ("http://gpu.internal:7070", "grpc://gpu.internal:7070"),
+            [
+                "shards[1].endpoint: must be an http:// or https:// URL "
+                '(got "grpc://gpu.internal:7070")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "gpu.internal:7070"),
+            ['shards[1].endpoint: must be an http:// or https:// URL (got "gpu.internal:7070")'],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://:7070"),
+            ['shards[1].endpoint: must name a host (got "http://:7070")'],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal:7070/"),
+            [
+                "shards[1].endpoint: must not have a path, query or fragment "
+                '(got "http://gpu.internal:7070/")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal:7070?a=1"),
+            [
+                "shards[1].endpoint: must not have a path, query or fragment "
+                '(got "http://gpu.internal:7070?a=1")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal:7070#top"),
+            [
+                "shards[1].endpoint: must not have a path, query or fragment "
+                '(got "http://gpu.internal:7070#top")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://u@gpu.internal:7070"),
+            [
+                "shards[1].endpoint: must not contain a user name or password "
+                '(got "http://u@gpu.internal:7070")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.inter nal:7070"),
+            [
+                "shards[1].endpoint: must not contain whitespace or control characters "
+                '(got "http://gpu.inter nal:7070")'
+            ],
+        ),
+        (
+            # urlsplit would drop the tab and accept what is left
+            ("http://gpu.internal:7070", "http://gpu.inter\\tnal:7070"),
+            [
+                "shards[1].endpoint: must not contain whitespace or control characters "
+                '(got "http://gpu.inter\\tnal:7070")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://gpu.internal:7070\\u0000"),
+            [
+                "shards[1].endpoint: must not contain whitespace or control characters "
+                '(got "http://gpu.internal:7070\\u0000")'
+            ],
+        ),
+        (
+            ("http://gpu.internal:7070", f"http://{'g' * 235}.internal:7070"),  # 256 characters
+            [],
+        ),
+        (
+            ("http://gpu.internal:7070", f"http://{'g' * 236}.internal:7070"),
+            ["shards[1].endpoint: must be at most 256 characters (got 257)"],
+        ),
+        (
+            ("http://gpu.internal:7070", "http://cpu.internal:7070"),
+            ['shards[1].endpoint: "http://cpu.internal:7070" is already the endpoint of shards[0]'],
+        ),
+        (
+            ("http://gpu.internal:7070", "https://cpu.internal:7070"),
+            [],  # another scheme: another endpoint
         ),
         (
             ("http://gpu.internal:7070", "http://gpu.internal:7070/v1"),
@@ -1154,8 +1312,38 @@ def test_shard_must_name_a_shard() -> None:
     ],
 )
 def test_shard_rules(edit: tuple[str, str], errors: list[str]) -> None:
+    """Each edit of a valid plan and its errors; none: the edited plan is valid too."""
     text = SHARDS.replace(*edit)
-    assert errors_of(text, env={}, shard="cpu") == errors
+    if errors:
+        assert errors_of(text, env={}, shard="cpu") == errors
+    else:
+        assert load_config(text, env={}, shard="cpu").own_shard is not None
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("http://cpu.internal:7070", "http://CPU.Internal:7070"),  # host names ignore case
+        ("http://cpu.internal", "http://cpu.internal:80"),  # the default ports
+        ("https://cpu.internal:443", "https://cpu.internal"),
+    ],
+)
+def test_two_shards_at_one_endpoint_however_spelled(first: str, second: str) -> None:
+    text = SHARDS.replace("http://cpu.internal:7070", first)
+    text = text.replace("http://gpu.internal:7070", second)
+    assert errors_of(text, env={}, shard="cpu") == [
+        f'shards[1].endpoint: "{second}" is already the endpoint of shards[0]'
+    ]
+
+
+def test_a_shard_plan_and_this_servers_own_shard() -> None:
+    cfg = load_config(SHARDS.replace("number = 1", "number = 0"), env={}, shard="gpu")
+    assert [(s.name, s.number, s.pools) for s in cfg.shards] == [
+        ("cpu", 0, ("default",)),
+        ("gpu", 2, ("llm",)),
+    ]
+    assert cfg.own_shard is cfg.shards[1]
+    assert load_config(None, env={}).own_shard is None
 
 
 def test_a_pool_of_another_shard_need_not_be_configured_here() -> None:
@@ -1171,6 +1359,229 @@ def test_a_resource_belongs_to_a_known_shard() -> None:
     assert errors_of(SHARDS + resource, env={}, shard="cpu") == [
         'resources[0].shard: must name one of the [[shards]] (got "tpu")'
     ]
+
+
+def semaphore(name: str, shard: str | None = None) -> str:
+    pinned = "" if shard is None else f'shard = "{shard}"\n'
+    return f'[[resources]]\nkind = "semaphore"\nname = "{name}"\npermits = 1\n{pinned}'
+
+
+def test_with_shards_every_resource_names_its_shard() -> None:
+    text = SHARDS + semaphore("db", "cpu") + semaphore("api")
+    assert errors_of(text, env={}, shard="cpu") == [
+        "resources[1].shard: is required with [[shards]]: each shard counts its resources "
+        "separately"
+    ]
+    bucket = '[[resources]]\nkind = "token_bucket"\nname = "t"\nrate = 1\nburst = 1\n'
+    assert errors_of(SHARDS + bucket, env={}, shard="cpu") == [
+        "resources[0].shard: is required with [[shards]]: each shard counts its resources "
+        "separately"
+    ]
+    # a shard of the wrong type is reported as that, not as missing too
+    wrong = semaphore("db") + "shard = 1\n"
+    assert errors_of(SHARDS + wrong, env={}, shard="cpu") == [
+        "resources[0].shard: must be a string (got an integer)"
+    ]
+
+
+def test_without_shards_a_resource_names_no_shard() -> None:
+    assert errors_of(semaphore("db", "cpu"), env={}) == [
+        'resources[0].shard: is set but no [[shards]] is configured (got "cpu")'
+    ]
+    assert load_config(semaphore("db"), env={}).resources == (SemaphoreSettings("db", 1),)
+
+
+SHARDED = SHARDS + semaphore("db", "cpu") + semaphore("gpu_mem", "gpu")
+
+
+def test_the_engine_gets_only_its_own_shards_pools_and_resources() -> None:
+    """Both shards' pools are configured (the same file serves both), but each server's
+    engine holds only its own shard's pools and resources."""
+    cpu = load_config(SHARDED, env={}, shard="cpu")
+    assert [p.name for p in cpu.pools] == ["default", "llm"]  # the whole plan is kept
+    assert [p.name for p in library_pools(cpu)] == ["default"]
+    assert [p.name for p in core_pools(cpu)] == ["default"]
+    assert [r.name for r in library_resources(cpu)] == ["db"]
+    assert [r.name for r in core_resources(cpu)] == ["db"]
+    gpu = load_config(SHARDED, env={}, shard="gpu")
+    assert [p.name for p in library_pools(gpu)] == ["llm"]
+    assert [(p.name, p.max) for p in core_pools(gpu)] == [("llm", 10)]
+    assert [r.name for r in library_resources(gpu)] == ["gpu_mem"]
+    # without shards, every pool and resource
+    plain = load_config(CONVERT, env={})
+    assert plain.own_shard is None
+    assert [p.name for p in library_pools(plain)] == ["llm", "batch"]
+    assert [r.name for r in library_resources(plain)] == ["db", "api"]
+
+
+def test_an_own_shard_in_file_order_with_another_shards_pools_between() -> None:
+    text = (
+        '[[pools]]\nname = "a"\n[[pools]]\nname = "x"\n[[pools]]\nname = "b"\n'
+        '[[shards]]\nname = "one"\nnumber = 0\npools = ["b", "a"]\nendpoint = "http://one"\n'
+        '[[shards]]\nname = "two"\nnumber = 1\npools = ["x"]\nendpoint = "http://two"\n'
+    )
+    cfg = load_config(text, env={}, shard="one")
+    assert [p.name for p in library_pools(cfg)] == ["a", "b"]  # [[pools]] order
+    assert [p.name for p in core_pools(cfg)] == ["a", "b"]
+
+
+# --- [server.peer_tls] and insecure_peer_http (docs/configuration.md, "[server]") ----------------
+
+TOKEN = f'[[auth.tokens]]\ntoken = "{ADMIN}"\nrole = "admin"\n'
+
+
+def peer_tls(pem: Path, *keys: str) -> str:
+    files = {"ca": "ca.pem", "cert": "cert.pem", "key": "key.pem"}
+    return "[server.peer_tls]\n" + "".join(f'{k} = "{pem}/{files[k]}"\n' for k in keys)
+
+
+def test_peer_tls_cert_and_key_go_together(pem: Path) -> None:
+    rule = "the two are this server's client identity for mTLS with other shards"
+    assert errors_of(peer_tls(pem, "cert") + TOKEN, env={}) == [
+        f"server.peer_tls.key: is required with cert: {rule}"
+    ]
+    assert errors_of(peer_tls(pem, "ca", "key") + TOKEN, env={}) == [
+        f"server.peer_tls.cert: is required with key: {rule}"
+    ]
+    both = load_config(peer_tls(pem, "cert", "key") + TOKEN, env={}).server.peer_tls
+    assert both is not None and (both.ca, both.cert, both.key) == (
+        None,
+        f"{pem}/cert.pem",
+        f"{pem}/key.pem",
+    )
+
+
+PEER_CERT_NEEDS_CREDENTIALS = (
+    "server.peer_tls.cert: needs credentials on this server ([[auth.tokens]] or [[auth.certs]]): "
+    "a forwarded call must never act with the server's own certificate"
+)
+
+
+def test_a_peer_certificate_needs_credentials_on_this_server(pem: Path) -> None:
+    assert errors_of(peer_tls(pem, "cert", "key"), env={}) == [PEER_CERT_NEEDS_CREDENTIALS]
+    # a token that is itself wrong leaves the server without credentials: both are said
+    short = '[[auth.tokens]]\ntoken = "short"\nrole = "admin"\n'
+    assert errors_of(peer_tls(pem, "cert", "key") + short, env={}) == [
+        "auth.tokens[0].token: must be at least 16 characters",
+        PEER_CERT_NEEDS_CREDENTIALS,
+    ]
+    # client certificates are credentials too
+    mtls = (
+        f'[server.tls]\ncert = "{pem}/cert.pem"\nkey = "{pem}/key.pem"\n'
+        f'client_ca = "{pem}/ca.pem"\n'
+    )
+    certs = '[[auth.certs]]\ndns_name = "ops.internal"\nrole = "admin"\n'
+    cfg = load_config(mtls + peer_tls(pem, "cert", "key") + certs, env={})
+    assert cfg.server.peer_tls is not None and cfg.auth.enabled
+
+
+def test_peer_tls_without_a_client_identity_needs_no_credentials(pem: Path) -> None:
+    """Only `ca` (or nothing: the system roots verify the peers) identifies nobody."""
+    assert load_config(peer_tls(pem, "ca"), env={}).server.peer_tls is not None
+    empty = load_config("[server.peer_tls]\n", env={}).server.peer_tls
+    assert empty is not None and (empty.ca, empty.cert, empty.key) == (None, None, None)
+    assert errors_of('[server.peer_tls]\nca = "/nonexistent/ca.pem"\n', env={}) == [
+        'server.peer_tls.ca: no such file ("/nonexistent/ca.pem")'
+    ]
+
+
+def test_insecure_peer_http() -> None:
+    assert not load_config(None, env={}).server.insecure_peer_http
+    assert load_config("[server]\ninsecure_peer_http = true\n", env={}).server.insecure_peer_http
+    assert errors_of('[server]\ninsecure_peer_http = "yes"\n', env={}) == [
+        "server.insecure_peer_http: must be a boolean (got a string)"
+    ]
+
+
+# --- the store of a shard (docs/configuration.md, "[store]") -------------------------------------
+
+PG = '[store]\nkind = "postgres"\nurl_env = "PG_URL"\n'
+PG_ENV = {"PG_URL": "postgres://u@localhost/db"}
+
+
+def test_a_sharded_postgres_schema_defaults_to_one_per_shard() -> None:
+    assert load_config(SHARDS + PG, env=PG_ENV, shard="cpu").store.schema == "cronoq_cpu"
+    assert load_config(SHARDS + PG, env=PG_ENV, shard="gpu").store.schema == "cronoq_gpu"
+    assert load_config(PG, env=PG_ENV).store.schema == "public"  # unsharded
+
+
+@pytest.mark.parametrize(
+    ("schema", "shard", "result"),
+    [
+        ("q_{shard}", "cpu", "q_cpu"),
+        ("{shard}", "gpu", "gpu"),
+        ("{shard}_{shard}", "cpu", "cpu_cpu"),
+        ("Tasks_{shard}_V2", "gpu", "Tasks_gpu_V2"),
+    ],
+)
+def test_shard_in_the_postgres_schema_is_replaced(schema: str, shard: str, result: str) -> None:
+    text = SHARDS + PG + f'schema = "{schema}"\n'
+    assert load_config(text, env=PG_ENV, shard=shard).store.schema == result
+
+
+def test_a_sharded_postgres_schema_must_contain_shard() -> None:
+    text = SHARDS + PG + 'schema = "cronoq"\n'
+    assert errors_of(text, env=PG_ENV, shard="cpu") == [
+        "store.schema: must contain {shard} with [[shards]], so that each shard has a schema of "
+        'its own (got "cronoq")'
+    ]
+
+
+def test_a_sharded_schema_must_stay_a_plain_identifier() -> None:
+    rule = (
+        "store.schema: must be a plain SQL identifier of 1-63 characters once {shard} is replaced"
+    )
+    text = SHARDS + PG + 'schema = "q-{shard}"\n'
+    assert errors_of(text, env=PG_ENV, shard="cpu") == [
+        f'{rule} (got "q-{{shard}}", giving "q-cpu")'
+    ]
+    # 31 characters and a 32-character shard name: 63 characters are fine, 64 are not
+    long_shard = "s" * 32
+    plan = SHARDS.replace('name = "gpu"', f'name = "{long_shard}"')
+    ok = plan + PG + f'schema = "{"q" * 31}{{shard}}"\n'
+    assert load_config(ok, env=PG_ENV, shard=long_shard).store.schema == "q" * 31 + long_shard
+    too_long = plan + PG + f'schema = "{"q" * 32}{{shard}}"\n'
+    (error,) = errors_of(too_long, env=PG_ENV, shard=long_shard)
+    assert error.startswith(f'{rule} (got "{"q" * 32}{{shard}}", giving "')
+
+
+def test_an_unknown_shard_is_reported_once_not_again_by_the_store() -> None:
+    text = SHARDS + PG + 'schema = "q_{shard}"\n'
+    assert errors_of(text, env=PG_ENV) == [
+        "server.shard: is required when [[shards]] is configured (or --shard)"
+    ]
+    assert errors_of(text, env=PG_ENV, shard="TPU") == [
+        'server.shard: must name one of the [[shards]] (got "TPU")'
+    ]
+    # but a schema that no shard name could make valid is said at once
+    bad = SHARDS + PG + 'schema = "9{shard}"\n'
+    assert errors_of(bad, env=PG_ENV) == [
+        "store.schema: must be a plain SQL identifier of 1-63 characters once {shard} is "
+        'replaced (got "9{shard}")',
+        "server.shard: is required when [[shards]] is configured (or --shard)",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["postgres", "sqlite"])
+def test_shard_in_the_store_without_shards_is_an_error(kind: str) -> None:
+    key, store = (
+        ("schema", PG + 'schema = "q_{shard}"\n')
+        if kind == "postgres"
+        else ("path", '[store]\nkind = "sqlite"\npath = "/var/lib/q-{shard}.db"\n')
+    )
+    value = "q_{shard}" if kind == "postgres" else "/var/lib/q-{shard}.db"
+    assert errors_of(store, env=PG_ENV) == [
+        f'store.{key}: contains {{shard}} but no [[shards]] is configured (got "{value}")'
+    ]
+
+
+def test_shard_in_the_sqlite_path_is_replaced() -> None:
+    store = '[store]\nkind = "sqlite"\npath = "/var/lib/cronoq/{shard}/q-{shard}.db"\n'
+    cfg = load_config(SHARDS + store, env={}, shard="gpu")
+    assert cfg.store.path == "/var/lib/cronoq/gpu/q-gpu.db"
+    # {shard} is not required in a path: each shard's servers may be given a file of their own
+    plain = '[store]\nkind = "sqlite"\npath = "/var/lib/cronoq/q.db"\n'
+    assert load_config(SHARDS + plain, env={}, shard="gpu").store.path == "/var/lib/cronoq/q.db"
 
 
 # --- reading and overriding (docs/configuration.md, "Loading order and errors") -------------------

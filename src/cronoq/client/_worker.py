@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 from collections import deque
@@ -28,6 +27,7 @@ import grpc
 import grpc.aio
 
 from cronoq._lifecycle import Lifecycle, table
+from cronoq._net import loopback
 from cronoq.errors import Permanent, Retryable
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 
@@ -235,15 +235,6 @@ class _LoopState:
     def stopping(self) -> bool:
         """stop()'s grace is over: what still runs is abandoned."""
         return self.life.at(_W.STOPPING)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _shard_endpoint(md: grpc.aio.Metadata | None) -> str | None:
@@ -626,7 +617,7 @@ class Worker:
         if to.startswith("http://"):
             if is_secure(endpoint, self._tls, self._credentials):
                 raise refuse(f"refusing to leave TLS for the plaintext shard endpoint {to!r}")
-            if self._token and not _loopback(host):
+            if self._token and not loopback(host):
                 if not self.insecure_redirect_http:
                     raise refuse(
                         f"refusing to send the token in plaintext to shard endpoint {to!r}"

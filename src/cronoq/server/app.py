@@ -165,6 +165,7 @@ class ServerApp:
             retention_max=cfg.limits.key_retention_max,
             launcher=self.launcher,
             clock=clock,
+            shard=None if cfg.own_shard is None else cfg.own_shard.number,
         )
         self.grpc_address: SocketAddress | None = None  # with the bound port, once listening
         self.http_address: SocketAddress | None = None

@@ -19,6 +19,7 @@ from .decode import DecodeGuard
 from .holds import bound_request
 from .http import HttpError, Route
 from .scaler import WebhookScaler
+from .shards import Peers, Router, ShardPlan
 from .tasks import AdminService, TasksService
 from .work import WorkService
 
@@ -31,6 +32,8 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
     """A ServerApp whose pools are served by remote workers over Workers/Work; `clock` is the
     scheduler's clock (default `time.time`), which the workers' service reads too."""
     clock = time.time if clock is None else clock
+    plan = ShardPlan.of(cfg)
+    router = None if plan is None else Router(plan, Peers(cfg), cfg.limits)
     work = WorkService(
         pool_max={p.name: p.max for p in cfg.pools},
         pool_slot_caps={p.name: p.max_slots_per_worker for p in cfg.pools},
@@ -39,15 +42,20 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
         max_tags=cfg.limits.max_tags,
         max_tag_len=cfg.limits.max_tag_len,
         clock=clock,
+        redirect=None if router is None else router.pool_elsewhere,
     )
 
     def register(app: ServerApp, server: grpc.aio.Server) -> None:
         # (the generated registration functions carry no annotations)
         add = cronoq_pb2_grpc
         add.add_WorkersServicer_to_server(work, server)  # type: ignore[no-untyped-call]
-        tasks = TasksService(app.scheduler, cfg.limits)
+        local_tasks = TasksService(app.scheduler, cfg.limits)
+        local_admin = AdminService(app.scheduler, cfg.limits, work.worker_infos)
+        tasks: cronoq_pb2_grpc.TasksServicer = local_tasks
+        admin: cronoq_pb2_grpc.AdminServicer = local_admin
+        if router is not None:  # docs/sharding.md: calls for other shards are routed
+            tasks, admin = router.wrap(local_tasks, local_admin)
         add.add_TasksServicer_to_server(tasks, server)  # type: ignore[no-untyped-call]
-        admin = AdminService(app.scheduler, cfg.limits, work.worker_infos)
         add.add_AdminServicer_to_server(admin, server)  # type: ignore[no-untyped-call]
 
     # Without credentials every caller is the unrestricted admin, the services' default.
@@ -70,9 +78,11 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
         work.shutdown(SHUTDOWN_REASON, not_leader=False)
 
     app.on_stop(tell_workers)
+    if router is not None:
+        app.on_stop(router.peers.close)
     # docs/autoscaling.md, "Webhook scaler": the pools this server serves (with [[shards]], its
     # own shard's; another shard's server posts for the others)
-    own = next((set(s.pools) for s in cfg.shards if s.name == cfg.server.shard), None)
+    own = None if cfg.own_shard is None else set(cfg.own_shard.pools)
     scaler = WebhookScaler(app, [p for p in cfg.pools if own is None or p.name in own])
     app.on_ready(scaler.lead)
     app.on_stop(scaler.stop)

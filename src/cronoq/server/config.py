@@ -98,9 +98,14 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 STORE_KINDS = ("memory", "sqlite", "postgres")
 SCALER_KINDS = ("external", "webhook")
 RESOURCE_KINDS = ("semaphore", "token_bucket")
-# Pool and shard names travel in metrics labels and gRPC metadata: keep them plain.
+# Pool names travel in metrics labels and gRPC metadata: keep them plain.
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _NAME_RULE = "must be 1-64 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-'"
+# Shard names are plainer still: they also go into schema names and file paths ({shard}).
+_SHARD_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_SHARD_NAME_RULE = "must be 1-32 characters of a-z, 0-9 and '_', starting with a letter"
+MAX_ENDPOINT_LEN = 256  # shards[].endpoint
+SHARD_MARK = "{shard}"  # replaced by this server's shard name in store.schema and store.path
 # The schema name is put into SQL statements, so only a plain identifier will do.
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -383,6 +388,12 @@ class ServerConfig:
     outputs: OutputsSettings = OutputsSettings()
     shards: tuple[ShardSettings, ...] = ()
 
+    @property
+    def own_shard(self) -> ShardSettings | None:
+        """The `[[shards]]` entry this server serves (named by `server.shard`); None without
+        shards."""
+        return next((s for s in self.shards if s.name == self.server.shard), None)
+
 
 # --- loading -----------------------------------------------------------------------------------
 
@@ -449,7 +460,12 @@ def validate(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> 
     errors: list[str] = []
     top = _Table(errors, "", raw)
     server = _server(top.table("server"))
-    store = _store(top.table("store"), env)
+    # The store's {shard} is this server's shard (docs/configuration.md, "The store of a
+    # shard"); whether that names one of the [[shards]] is for _shards to say.
+    plan = raw.get("shards")
+    sharded = isinstance(plan, list) and bool(plan)
+    own = server.shard if server.shard and _SHARD_NAME.fullmatch(server.shard) else None
+    store = _store(top.table("store"), env, sharded=sharded, shard=own)
     limits = _counts(top.table("limits"), LimitsSettings)
     pools = _pools(top, limits, env)
     shards = _shards(top.tables("shards"), pools, server.shard, errors)
@@ -459,6 +475,7 @@ def validate(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> 
     auth = _auth(top.table("auth"), env, known_pools, server)
     top.close()
     _check_listeners(errors, server, auth)
+    _check_peer_identity(errors, server, auth)
     if errors:
         raise ConfigError(errors)
     return ServerConfig(server, auth, store, limits, pools, resources, outputs, shards)
@@ -483,7 +500,7 @@ def core_pools(cfg: ServerConfig) -> list[PoolConfig]:
             max=p.max,
             cost_per_worker_second=p.cost_per_worker_second,
         )
-        for p, pool in zip(cfg.pools, library_pools(cfg), strict=True)
+        for p, pool in zip(_own_pools(cfg), library_pools(cfg), strict=True)
     ]
 
 
@@ -493,13 +510,24 @@ def core_resources(cfg: ServerConfig) -> list[ResourceConfig]:
 
 
 def library_pools(cfg: ServerConfig) -> list[Pool]:
-    """Each pool as the library's Pool, for a Scheduler whose attempts go to remote workers."""
-    return [_library_pool(p) for p in cfg.pools]
+    """Each pool this server serves as the library's Pool, for a Scheduler whose attempts go to
+    remote workers: with [[shards]], only its own shard's."""
+    return [_library_pool(p) for p in _own_pools(cfg)]
 
 
 def library_resources(cfg: ServerConfig) -> list[Resource]:
-    """Each resource as the library's Resource."""
-    return [_library_resource(r) for r in cfg.resources]
+    """Each resource this server counts as the library's Resource: with [[shards]], only its
+    own shard's (each shard counts its resources separately)."""
+    own = cfg.own_shard
+    return [_library_resource(r) for r in cfg.resources if own is None or r.shard == own.name]
+
+
+def _own_pools(cfg: ServerConfig) -> list[PoolSettings]:
+    """The configured pools of this server's shard, in the file's order; every pool without
+    [[shards]]. Other shards' pools may be configured too (the same file for every shard),
+    but their servers run them (docs/configuration.md, "[[shards]]")."""
+    own = cfg.own_shard
+    return [p for p in cfg.pools if own is None or p.name in own.pools]
 
 
 def _remote(ctx: object, payload: object) -> NoReturn:
@@ -794,12 +822,12 @@ def _address(t: _Table, key: str, default: _T) -> SocketAddress | _T:
     return address
 
 
-def _url_problem(text: str, *, bare: bool = False, needs_port: bool = False) -> str | None:
+def _url_problem(text: str, *, bare: bool = False) -> str | None:
     """Why `text` is not a usable http(s) URL, or None; `bare` forbids a path, query and
     fragment (origins, endpoints)."""
     try:
         parts = urlsplit(text)
-        port = parts.port
+        parts.port  # noqa: B018  (a ValueError for a port that is no number or above 65535)
     except ValueError:
         return "not a valid URL"
     if parts.scheme not in ("http", "https"):
@@ -810,9 +838,30 @@ def _url_problem(text: str, *, bare: bool = False, needs_port: bool = False) -> 
         return "must not contain a user name or password"
     if bare and (parts.path or parts.query or parts.fragment):
         return "must not have a path, query or fragment"
-    if needs_port and port is None:
-        return "must include a port"
     return None
+
+
+def _endpoint_problem(text: str) -> str | None:
+    """Why `text` is no shard endpoint (docs/configuration.md, "[[shards]]"), or None: a bare
+    http(s) URL, its port optional (80 and 443 by default), that workers can follow."""
+    if len(text) > MAX_ENDPOINT_LEN:
+        return f"must be at most {MAX_ENDPOINT_LEN} characters (got {len(text)})"
+    # checked first: urlsplit quietly drops tabs and newlines, and a space would pass it
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return f"must not contain whitespace or control characters (got {_quote(text)})"
+    problem = _url_problem(text, bare=True)
+    if problem is None and (_endpoint_key(text)[2] == 0 or urlsplit(text).netloc.endswith(":")):
+        problem = "must have a port from 1 to 65535, or none"
+    return None if problem is None else f"{problem} (got {_quote(text)})"
+
+
+def _endpoint_key(text: str) -> tuple[str, str, int]:
+    """What an endpoint reaches, to find two shards at one endpoint however each is spelled:
+    the scheme, the host (in lower case) and the port (the scheme's default when absent)."""
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    default = 443 if scheme == "https" else 80
+    return scheme, (parts.hostname or "").lower(), default if parts.port is None else parts.port
 
 
 def _file(t: _Table, key: str) -> str | None:
@@ -857,9 +906,15 @@ def _server(t: _Table) -> ServerSettings:
     peer_tls = None
     sub = t.optional_table("peer_tls")
     if sub is not None:
+        # without ca, the system roots verify the peers: nothing to check
         peer_tls = PeerTlsSettings(_file(sub, "ca"), _file(sub, "cert"), _file(sub, "key"))
-        if sub.has("cert") != sub.has("key"):
-            sub.error("give both cert and key (the client identity for mTLS), or neither")
+        for given, missing in (("cert", "key"), ("key", "cert")):
+            if sub.has(given) and not sub.has(missing):
+                sub.fail(
+                    missing,
+                    f"is required with {given}: the two are this server's client identity "
+                    "for mTLS with other shards",
+                )
         sub.close()
 
     settings = ServerSettings(
@@ -903,10 +958,24 @@ def _check_listeners(errors: list[str], server: ServerSettings, auth: AuthSettin
             )
 
 
+def _check_peer_identity(errors: list[str], server: ServerSettings, auth: AuthSettings) -> None:
+    """A client certificate for other shards needs credentials on this server: a call is
+    forwarded with its caller's own credentials, and without any it would act with the
+    server's certificate instead (docs/configuration.md, "[server]")."""
+    peer_tls = server.peer_tls
+    if peer_tls is not None and peer_tls.cert is not None and not auth.enabled:
+        errors.append(
+            "server.peer_tls.cert: needs credentials on this server ([[auth.tokens]] or "
+            "[[auth.certs]]): a forwarded call must never act with the server's own certificate"
+        )
+
+
 # --- [store], [limits], [outputs] --------------------------------------------------------------
 
 
-def _store(t: _Table, env: Mapping[str, str]) -> StoreSettings:
+def _store(t: _Table, env: Mapping[str, str], *, sharded: bool, shard: str | None) -> StoreSettings:
+    """`[store]`; with [[shards]] (`sharded`), its `{shard}` becomes `shard`, this server's shard
+    name, or stays when that is unknown or wrong (reported under server.shard or [[shards]])."""
     kind = t.string("kind", "memory", choices=STORE_KINDS)
     if "kind" in t.bad:
         return StoreSettings()  # the other keys depend on the kind: report only the kind
@@ -916,17 +985,18 @@ def _store(t: _Table, env: Mapping[str, str]) -> StoreSettings:
     if kind == "sqlite":
         t.require("path")
         path = t.string("path", "")
+        if SHARD_MARK in path and not sharded:
+            rule = f"contains {SHARD_MARK} but no [[shards]] is configured"
+            t.fail("path", f"{rule} (got {_quote(path)})")
+        elif shard is not None:
+            path = path.replace(SHARD_MARK, shard)
         lease = t.duration("leader_lease_s", LEADER_LEASE_S, least=MIN_LEADER_LEASE_S)
         settings = StoreSettings(kind, path=path, keep_finished_s=keep, leader_lease_s=lease)
         return _closed(t, settings)
 
     url = t.string("url", None)
     url_env = t.string("url_env", None)
-    schema = t.string("schema", "public")
-    if not _SQL_IDENTIFIER.fullmatch(schema):
-        t.fail(
-            "schema", f"must be a plain SQL identifier of 1-63 characters (got {_quote(schema)})"
-        )
+    schema = _schema(t, sharded, shard)
     if url is not None and url_env is not None:
         t.error("give either url or url_env, not both")
         return _closed(t, StoreSettings(kind, keep_finished_s=keep, schema=schema))
@@ -954,6 +1024,36 @@ def _store(t: _Table, env: Mapping[str, str]) -> StoreSettings:
     return _closed(
         t, StoreSettings(kind, keep_finished_s=keep, url=url, url_env=url_env, schema=schema)
     )
+
+
+def _schema(t: _Table, sharded: bool, shard: str | None) -> str:
+    """`store.schema`, with `{shard}` replaced (docs/configuration.md, "The store of a shard"):
+    each shard has a schema of its own, so with [[shards]] the name must contain `{shard}`."""
+    schema = t.string("schema", f"cronoq_{SHARD_MARK}" if sharded else "public")
+    if "schema" in t.bad:
+        return schema
+    if not sharded:
+        if SHARD_MARK in schema:
+            rule = f"contains {SHARD_MARK} but no [[shards]] is configured"
+            t.fail("schema", f"{rule} (got {_quote(schema)})")
+        elif not _SQL_IDENTIFIER.fullmatch(schema):
+            rule = "must be a plain SQL identifier of 1-63 characters"
+            t.fail("schema", f"{rule} (got {_quote(schema)})")
+        return schema
+    if SHARD_MARK not in schema:
+        t.fail(
+            "schema",
+            f"must contain {SHARD_MARK} with [[shards]], so that each shard has a schema of its "
+            f"own (got {_quote(schema)})",
+        )
+        return schema
+    # an unknown shard is reported elsewhere: the shortest shard name stands in for it
+    named = schema.replace(SHARD_MARK, shard or "s")
+    if not _SQL_IDENTIFIER.fullmatch(named):
+        rule = f"must be a plain SQL identifier of 1-63 characters once {SHARD_MARK} is replaced"
+        giving = "" if shard is None else f", giving {_quote(named)}"
+        t.fail("schema", f"{rule} (got {_quote(schema)}{giving})")
+    return schema if shard is None else named
 
 
 # docs/configuration.md, "[store]": what makes a PostgreSQL URL local (no TLS warning).
@@ -1157,31 +1257,43 @@ def _shards(
     shards: list[ShardSettings] = []
     by_name: dict[str, str] = {}
     by_number: dict[int, str] = {}
+    by_endpoint: dict[tuple[str, str, int], str] = {}
     serving: dict[str, str] = {}  # pool -> path of the shard that serves it
     for t in tables or []:
         t.require("name", "number", "pools", "endpoint")
         name = t.string("name", "")
-        if name and not _NAME.fullmatch(name):
-            t.fail("name", f"{_NAME_RULE} (got {_quote(name)})")
+        if name and not _SHARD_NAME.fullmatch(name):
+            t.fail("name", f"{_SHARD_NAME_RULE} (got {_quote(name)})")
         elif name in by_name:
             t.fail("name", f"duplicate shard name {_quote(name)} (see {by_name[name]})")
         by_name.setdefault(name, t.path)
-        number = t.integer("number", 0, low=1, high=255)
-        if number in by_number:
-            t.fail("number", f"{number} is already the number of {by_number[number]}")
-        by_number.setdefault(number, t.path)
+        number = t.integer("number", None, low=0, high=255)
+        if number is not None:
+            if number in by_number:
+                t.fail("number", f"{number} is already the number of {by_number[number]}")
+            by_number.setdefault(number, t.path)
         served = t.strings("pools") or ()
         if t.has("pools") and not served and "pools" not in t.bad:
             t.fail("pools", "must not be empty")
         for pool in served:
-            if pool in serving:
+            if serving.get(pool) == t.path:
+                t.fail("pools", f"lists pool {_quote(pool)} twice")
+            elif pool in serving:
                 t.fail("pools", f"pool {_quote(pool)} is already served by {serving[pool]}")
             serving.setdefault(pool, t.path)
         endpoint = t.string("endpoint", "")
-        problem = _url_problem(endpoint, bare=True, needs_port=True) if endpoint else None
+        problem = _endpoint_problem(endpoint) if endpoint else None
         if problem is not None:
-            t.fail("endpoint", f"{problem} (got {_quote(endpoint)})")
-        shards.append(ShardSettings(name, number, served, endpoint))
+            t.fail("endpoint", problem)
+        elif endpoint:
+            key = _endpoint_key(endpoint)
+            if key in by_endpoint:
+                t.fail(
+                    "endpoint",
+                    f"{_quote(endpoint)} is already the endpoint of {by_endpoint[key]}",
+                )
+            by_endpoint.setdefault(key, t.path)
+        shards.append(ShardSettings(name, 0 if number is None else number, served, endpoint))
         t.close()
 
     configured = {p.name for p in pools}
@@ -1192,6 +1304,11 @@ def _shards(
     if shard is None:
         if shards:
             errors.append("server.shard: is required when [[shards]] is configured (or --shard)")
+    elif not shards:
+        errors.append(
+            f"server.shard: is set but no [[shards]] is configured (got {_quote(shard)}, from "
+            "the file, --shard or CRONOQ_SHARD)"
+        )
     elif shard not in by_name:
         errors.append(f"server.shard: must name one of the [[shards]] (got {_quote(shard)})")
     else:
@@ -1222,8 +1339,16 @@ def _resources(
         if name in first:
             t.fail("name", f"duplicate resource name {_quote(name)} (see {first[name]})")
         first.setdefault(name, t.path)
+        # docs/configuration.md, "[[resources]]": each shard counts its resources separately,
+        # so with [[shards]] every resource names the one shard that counts it
         shard = t.string("shard", None)
-        if shard is not None and shard not in shard_names:
+        if shards and shard is None and "shard" not in t.bad:
+            t.fail(
+                "shard", "is required with [[shards]]: each shard counts its resources separately"
+            )
+        elif not shards and shard is not None:
+            t.fail("shard", f"is set but no [[shards]] is configured (got {_quote(shard)})")
+        elif shard is not None and shard not in shard_names:
             t.fail("shard", f"must name one of the [[shards]] (got {_quote(shard)})")
         resource: ResourceSettings
         if kind == "semaphore":

@@ -17,12 +17,16 @@ FIRST_MESSAGE_WAIT = 1.0
 
 
 class Refused(Exception):
-    """An RPC ends with this status code (not found, deadline, unavailable, denied...)."""
+    """An RPC ends with this status code (not found, deadline, unavailable, denied...) and
+    these trailers (a shard refusal's name and endpoint)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, message: str, trailers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.trailers = trailers
 
 
 def refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler[Any, Any]:

@@ -53,6 +53,7 @@ from . import httpjson
 from .config import ConfigError, SocketAddress, TlsSettings
 from .hosts import loopback_host
 from .metrics import CONTENT_TYPE, ServerMetrics
+from .shards import FORWARDED
 
 if TYPE_CHECKING:
     from .app import ServerApp
@@ -195,8 +196,11 @@ class _Call:
     `call` gives it (docs/http.md, "Timeouts"), and an `abort` that raises
     what the route answers."""
 
-    def __init__(self, request: web.Request, bound_s: float) -> None:
-        self._metadata = tuple((k.lower(), v) for k, v in request.headers.items())
+    def __init__(self, request: web.Request, bound_s: float, *, own_shard: bool = False) -> None:
+        metadata = [(k.lower(), v) for k, v in request.headers.items()]
+        if own_shard:  # answered by this server's shard alone (docs/sharding.md)
+            metadata.append((FORWARDED, "1"))
+        self._metadata = tuple(metadata)
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._deadline = loop.time() + bound_s
@@ -208,6 +212,9 @@ class _Call:
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
+
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        """HTTP answers carry no shard headers (docs/sharding.md, "HTTP")."""
 
     def time_remaining(self) -> float:
         return max(0.0, self._deadline - self._loop.time())
@@ -426,8 +433,11 @@ class HttpListener:
 
     # --- for the routes ---
 
-    async def call(self, request: web.Request, method: str, message: Message) -> Message:
-        """Run the gRPC handler of `method` on `message`; a refusal becomes an HttpError."""
+    async def call(
+        self, request: web.Request, method: str, message: Message, *, own_shard: bool = False
+    ) -> Message:
+        """Run the gRPC handler of `method` on `message`; a refusal becomes an HttpError.
+        `own_shard`: answered from this server's shard only, as a forwarded call is."""
         handler = self.app.methods.get(method)
         if handler is None or handler.unary_unary is None:
             raise HttpError.of_grpc(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served")
@@ -437,7 +447,7 @@ class HttpListener:
         timer = asyncio.timeout(bound)
         try:
             async with timer:
-                return await run(message, _Call(request, bound))
+                return await run(message, _Call(request, bound, own_shard=own_shard))
         except _Aborted as e:
             raise HttpError.of_grpc(e.code, e.details) from None
         except TimeoutError:
@@ -456,11 +466,12 @@ class HttpListener:
         return json_answer(shape(await self.call(request, method, message)))
 
     async def snapshot(self, request: web.Request) -> pb.SnapshotResponse | None:
-        """The Admin snapshot; None unless serving (a standby, or a stop racing the scrape)."""
+        """The Admin snapshot of this server's own pools (a sharded server's metrics do not ask
+        the other shards); None unless serving (a standby, or a stop racing the scrape)."""
         if not self.app.ready:
             return None
         try:
-            snap = await self.call(request, "/cronoq.v1.Admin/Snapshot", pb.Empty())
+            snap = await self.call(request, "/cronoq.v1.Admin/Snapshot", pb.Empty(), own_shard=True)
         except HttpError:
             return None
         return cast(pb.SnapshotResponse, snap)

@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -44,7 +44,7 @@ from cronoq.server.convert import InvalidArgument, TooLarge
 from cronoq.server.errors import Refused
 from cronoq.server.holds import Holds, exempt_request
 
-__all__ = ["AdminService", "TasksService"]
+__all__ = ["AdminService", "TasksService", "check_pool", "pool_filter"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -100,7 +100,7 @@ def _rpc(
             return await fn(self, request, context)
         except Exception as e:
             code, message = _status(e)
-            await context.abort(code, message)
+            await context.abort(code, message, trailing_metadata=getattr(e, "trailers", ()))
 
     return call
 
@@ -154,14 +154,19 @@ class _Base:
             raise Refused(grpc.StatusCode.NOT_FOUND, f"unknown pool {unknown[0]!r}")
 
 
+def check_pool(pool: str, field: str, caller: Principal) -> None:
+    """PERMISSION_DENIED unless the caller may use `pool` (`field` names it in the request)."""
+    if not caller.sees(pool):
+        raise Refused(
+            grpc.StatusCode.PERMISSION_DENIED, f"{field}: {pool!r} is not allowed for you"
+        )
+
+
 def _scope(options: dict[str, Any], field: str, caller: Principal) -> None:
     """The caller's pools and tenant applied to one task's options (docs/server.md,
     "Authentication"); a task without a pool gets DEFAULT_POOL."""
     pool = options.setdefault("pool", DEFAULT_POOL)
-    if not caller.sees(pool):
-        raise Refused(
-            grpc.StatusCode.PERMISSION_DENIED, f"{field}.pool: {pool!r} is not allowed for you"
-        )
+    check_pool(pool, f"{field}.pool", caller)
     if caller.tenant is not None:
         tenant = options.setdefault("tenant", caller.tenant)
         if tenant != caller.tenant:
@@ -171,7 +176,7 @@ def _scope(options: dict[str, Any], field: str, caller: Principal) -> None:
             )
 
 
-def _pool_filter(pools: set[str], caller: Principal) -> set[str] | None:
+def pool_filter(pools: set[str], caller: Principal) -> set[str] | None:
     """A listing's `pools` filter for this caller: the pools to list, or None for every pool.
     An empty request filter means every pool the caller sees, and so none at all for a
     credential allowed no pool (`pools = []`); naming one it may not see is PERMISSION_DENIED
@@ -275,6 +280,12 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         if rec is not None and not current_principal().sees(rec.pool):
             raise Refused(grpc.StatusCode.NOT_FOUND, "unknown task")
         return rec
+
+    def visible(self, ref: pb.TaskRef) -> TaskRecord | None:
+        """The own shard's task `ref` names, if the caller may see it (lookups by key across
+        shards, docs/sharding.md, "Keys across shards")."""
+        rec = self._engine().lookup(convert.task_ref(ref, self._limits))
+        return rec if rec is not None and current_principal().sees(rec.pool) else None
 
     async def _find(self, engine: Engine, ref: pb.TaskRef) -> TaskRecord:
         """The task the caller may see (else NOT_FOUND "unknown task"); by id also a finished
@@ -381,7 +392,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         """Ascending ids after `after`, from the engine's id index (Engine.page)."""
         engine = self._engine()
         named = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
-        pools = _pool_filter(named, current_principal())
+        pools = pool_filter(named, current_principal())
         self._known_pools(engine, named)
         statuses = {
             convert.status_from_pb(s, f"statuses[{i}]") for i, s in enumerate(request.statuses)
@@ -410,14 +421,14 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
 
     async def Watch(
         self, request: pb.WatchRequest, context: Context
-    ) -> AsyncIterator[pb.StatusEvent]:
+    ) -> AsyncGenerator[pb.StatusEvent, None]:
         """Events from now on, filtered; DATA_LOSS when the stream overflows, UNAVAILABLE when
         the scheduler stops. A client that goes away simply ends it."""
         try:
             engine = self._engine()
             limits = self._limits
             named = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(request.pools)}
-            pools = _pool_filter(named, current_principal())
+            pools = pool_filter(named, current_principal())
             self._known_pools(engine, named)
             keys = {
                 convert.check_name(f"keys[{i}]", k, limits.max_key_len)

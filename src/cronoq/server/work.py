@@ -94,11 +94,14 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         max_tags: int = 32,
         max_tag_len: int = 256,
         clock: Callable[[], float] = time.time,
+        redirect: Callable[[str], Refused | None] | None = None,
     ) -> None:
         """`max_tags`/`max_tag_len`: limits.max_tags and max_tag_len, which bound the labels and
         the name a worker registers with, as they bound a task's tags. `clock`: the scheduler's
-        clock (`Scheduler.clock`), read for every report to the engine."""
+        clock (`Scheduler.clock`), read for every report to the engine. `redirect(pool)`: the
+        refusal of a Register for a pool another shard serves (docs/sharding.md, "Workers")."""
         self._clock = clock
+        self._redirect = redirect
         self._pool_max = dict(pool_max)
         self._pool_caps = dict(pool_slot_caps)
         self._slot_cap = slot_cap
@@ -233,7 +236,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         try:
             st = self._register(first, caller)
         except Refused as cut:
-            await context.abort(cut.code, cut.message)
+            await context.abort(cut.code, cut.message, trailing_metadata=cut.trailers)
         reader = asyncio.ensure_future(self._read(st, request_iterator, context))
         try:
             while True:
@@ -289,6 +292,9 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 "register.labels: claims labels your credential does not allow",
             )
+        elsewhere = None if self._redirect is None else self._redirect(reg.pool)
+        if elsewhere is not None:
+            raise elsewhere
         assert self.workers is not None
         try:
             w = self.workers.register(

@@ -32,6 +32,7 @@ __all__ = [
     "LeadershipLost",
     "QueuedStore",
     "Store",
+    "SHARD_SHIFT",
     "Stored",
     "check_store",
     "first_id",
@@ -242,9 +243,15 @@ def from_ns(ns: int) -> float:
     return ns / 1e9
 
 
-def first_id(epoch: int) -> int:
-    """The first task id of a leadership epoch (unsharded): epoch << 48 | 1."""
-    return epoch << 48 | 1
+def first_id(epoch: int, shard: int | None = None) -> int:
+    """The first task id of a leadership epoch (docs/sharding.md, "Task ids"): epoch << 48 | 1,
+    or with a shard number S, S << 56 | epoch << 40 | 1 (`id >> 56` names the shard)."""
+    if shard is None:
+        return epoch << 48 | 1
+    return shard << SHARD_SHIFT | epoch << 40 | 1
+
+
+SHARD_SHIFT = 56  # a sharded task id's top 8 bits are its shard's number
 
 
 T = TypeVar("T")
