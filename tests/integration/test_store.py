@@ -39,6 +39,7 @@ from cronoq import (
     TaskContext,
     TaskFailed,
 )
+from cronoq.store.base import signed
 from cronoq.store.sqlite import _SCHEMA_V1
 from helpers.waiting import until
 
@@ -93,11 +94,12 @@ def make(
     *,
     slots: int = 2,
     codec: Any = None,
+    shard: int | None = None,
     **store_options: Any,
 ) -> Scheduler:
     store = SqliteStore(path, **{**LEASE, **store_options})
     pool = Pool("default", executor, max=slots, initial=slots, autoscale=False)
-    return Scheduler([pool], store=store, codec=codec, shutdown_grace=0.1)
+    return Scheduler([pool], store=store, codec=codec, shutdown_grace=0.1, shard=shard)
 
 
 @contextlib.asynccontextmanager
@@ -1232,12 +1234,21 @@ async def test_unreadable_schedule_is_dropped_and_others_resume(
         assert await s3.remove_recurring("yearly") is True
 
 
-async def test_finished_parent_of_a_blocked_task_outlives_retention(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shard", [None, 200])
+async def test_finished_parent_of_a_blocked_task_outlives_retention(
+    tmp_path: Path, shard: int | None
+) -> None:
     """A blocked task waits for two parents; one has finished. Retention prunes finished rows,
     but not a parent a blocked task names (by key or id): after a restart the task must still
-    wait for the other parent and then run. Once nothing waits for it the row goes."""
+    wait for the other parent and then run. Once nothing waits for it the row goes. Shard 200's
+    ids are 2^63 and more, which the file keeps in their signed form (docs/sharding.md, "Task
+    ids")."""
     path = tmp_path / "cronoq.db"
-    async with running(make(path, Recorder(), retention=0.0)) as s1:
+
+    def row(task_id: int, column: str = "1") -> list[tuple[Any, ...]]:
+        return query(path, f"SELECT {column} FROM cronoq_tasks WHERE id = ?", (signed(task_id),))
+
+    async with running(make(path, Recorder(), retention=0.0, shard=shard)) as s1:
         a = await s1.submit("a", key="a")
         assert await a == "a"
         gone = await s1.submit("gone")  # finished, nobody depends on it: pruned
@@ -1248,15 +1259,14 @@ async def test_finished_parent_of_a_blocked_task_outlives_retention(tmp_path: Pa
         by_id = await s1.submit("by-id", deps=[Dep(a.id), Dep(b.id)])
         assert await s1.status(by_key.id) == "blocked"
         await until(
-            lambda: not query(path, "SELECT 1 FROM cronoq_tasks WHERE id = ?", (gone.id,)),
+            lambda: not row(gone.id),
             3.0,
             "a finished row nobody depends on to be pruned",
         )
-        assert query(path, "SELECT status FROM cronoq_tasks WHERE id = ?", (a.id,)) == [
-            ("succeeded",)
-        ]
+        assert row(a.id, "status") == [("succeeded",)]
+        assert (a.id >> 56, by_id.id >> 56) == (shard or 0, shard or 0)
     rec = Recorder()
-    async with running(make(path, rec, retention=0.0)) as s2:
+    async with running(make(path, rec, retention=0.0, shard=shard)) as s2:
         for child in (by_key, by_id):
             h = await s2.handle(child.id)
             assert h is not None
@@ -1264,7 +1274,7 @@ async def test_finished_parent_of_a_blocked_task_outlives_retention(tmp_path: Pa
                 "by-key" if child is by_key else "by-id"
             )
         await until(
-            lambda: not query(path, "SELECT 1 FROM cronoq_tasks WHERE id = ?", (a.id,)),
+            lambda: not row(a.id),
             3.0,
             "the parent's row to be pruned once its dependents ended",
         )

@@ -439,7 +439,7 @@ class Router:
 
 
 class ShardedTasks(cronoq_pb2_grpc.TasksServicer):
-    """`cronoq.v1.Tasks` across shards (docs/sharding.md, "Routing")."""
+    """`cronoq.v1.Tasks` across shards (docs/sharding.md, "Forwarding")."""
 
     def __init__(self, local: TasksService, router: Router) -> None:
         self._local = local

@@ -33,11 +33,14 @@ __all__ = [
     "QueuedStore",
     "Store",
     "SHARD_SHIFT",
+    "SIGN",
     "Stored",
     "check_store",
     "first_id",
     "from_ns",
+    "signed",
     "to_ns",
+    "unsigned",
 ]
 
 FENCED = "fenced: leadership lost"
@@ -252,6 +255,19 @@ def first_id(epoch: int, shard: int | None = None) -> int:
 
 
 SHARD_SHIFT = 56  # a sharded task id's top 8 bits are its shard's number
+SIGN = 1 << 63  # ids are unsigned 64-bit; shards numbered 128-255 issue ids from here on
+_WRAP = 1 << 64
+
+
+def signed(task_id: int) -> int:
+    """An unsigned 64-bit id as a signed 64-bit integer column keeps it (two's complement):
+    ids below SIGN, every unsharded one included, are stored as themselves."""
+    return task_id - _WRAP if task_id >= SIGN else task_id
+
+
+def unsigned(value: int) -> int:
+    """The id a signed 64-bit column value stands for (`signed`'s inverse)."""
+    return value + _WRAP if value < 0 else value
 
 
 T = TypeVar("T")

@@ -52,7 +52,9 @@ from .base import (
     Finished,
     LeadershipLost,
     Stored,
+    signed,
     to_ns,
+    unsigned,
 )
 
 if TYPE_CHECKING:
@@ -88,8 +90,6 @@ LOCK_SESSION = {
     "tcp_keepalives_count": "3",
 }
 
-_SIGN = 1 << 63
-_WRAP = 1 << 64
 _FENCED_STATE = "CQ001"  # the SQLSTATE cronoq_commit raises when the epoch is not ours
 
 # TASK_COLUMNS (the row tuples' order) -> the table's columns. Times are Unix ns; durations that
@@ -352,14 +352,6 @@ def redact(url: str) -> str:
         return "<unparsable URL>"
 
 
-def _signed(v: int) -> int:
-    return v - _WRAP if v >= _SIGN else v
-
-
-def _unsigned(v: int) -> int:
-    return v + _WRAP if v < 0 else v
-
-
 def _clean_text(v: str | None) -> str | None:
     """PostgreSQL text has no NUL: it is stored as U+FFFD."""
     return v if v is None or "\0" not in v else v.replace("\0", "\ufffd")
@@ -389,7 +381,7 @@ def _ns(seconds: float | None) -> int | None:
 def _to_pg(row: Sequence[Any]) -> list[Any]:
     """A task row (TASK_COLUMNS order) as the table stores it."""
     out = list(row)
-    out[_ID] = _signed(out[_ID])
+    out[_ID] = signed(out[_ID])
     for i in _SECONDS:
         out[i] = _ns(out[i])
     for i in _TEXT:
@@ -403,7 +395,7 @@ def _to_pg(row: Sequence[Any]) -> list[Any]:
 def _from_pg(record: asyncpg.Record | Sequence[Any]) -> tuple[Any, ...]:
     """A table row back in TASK_COLUMNS order, as every store gives it."""
     out = list(record)
-    out[_ID] = _unsigned(out[_ID])
+    out[_ID] = unsigned(out[_ID])
     for i in _SECONDS:
         if out[i] is not None:
             out[i] = out[i] / 1e9
@@ -757,16 +749,16 @@ class PostgresStore:
             )
         tasks = sorted((_from_pg(r) for r in records), key=lambda r: r[_ID])
         rows = [
-            (name, spec, payload, next_ns, None if last is None else _unsigned(last))
+            (name, spec, payload, next_ns, None if last is None else unsigned(last))
             for name, spec, payload, next_ns, last in schedules
         ]
-        highest = max(_unsigned(max_id or 0), 0 if top is None else _unsigned(top))
+        highest = max(unsigned(max_id or 0), 0 if top is None else unsigned(top))
         return Stored(tasks, rows, highest)
 
     async def finished(self, task_id: int) -> Finished | None:
         """The stored row of a finished task, output included (None: unknown, live, pruned)."""
         record = await self._pool_or_fail().fetchrow(
-            f"SELECT {_COLUMNS} FROM cronoq_tasks WHERE id = $1 AND terminal", _signed(task_id)
+            f"SELECT {_COLUMNS} FROM cronoq_tasks WHERE id = $1 AND terminal", signed(task_id)
         )
         return None if record is None else Finished(_from_pg(record))
 
@@ -854,14 +846,14 @@ class PostgresStore:
         inserts = _columns([_to_pg(r) for r in batch.inserts], len(_INSERTED))
         schedules = _columns(
             [
-                (_clean_text(n), _clean_json(spec), p, t, None if last is None else _signed(last))
+                (_clean_text(n), _clean_json(spec), p, t, None if last is None else signed(last))
                 for n, spec, p, t, last in batch.schedules
             ],
             len(_SCHEDULE),
         )
         # (a name with NUL was stored with U+FFFD: removed by that name)
         removed = [_clean_text(n) for n in batch.removed_schedules] or None
-        max_id = _signed(batch.max_id) if batch.inserts else None
+        max_id = signed(batch.max_id) if batch.inserts else None
         pool = self._pool_or_fail()
         conn = self._writer
         if conn is None:
@@ -926,7 +918,7 @@ def _change(row: tuple[Any, ...], text: tuple[int, ...]) -> tuple[Any, ...]:
     out = list(row)
     for i in text:
         out[i] = _clean_text(out[i])
-    out[-1] = _signed(out[-1])
+    out[-1] = signed(out[-1])
     return tuple(out)
 
 

@@ -47,13 +47,16 @@ from .base import (
     COLUMN,
     DONE_CHANGE,
     LIVE_CHANGE,
+    SIGN,
     TASK_COLUMNS,
     Batch,
     Finished,
     LeadershipLost,
     QueuedStore,
     Stored,
+    signed,
     to_ns,
+    unsigned,
 )
 
 if sys.platform != "win32":
@@ -143,11 +146,13 @@ _UPDATE_DONE = (
 )
 # Terminal rows that ended before a time, except parents of blocked tasks: restoring a blocked
 # task resolves its dependencies again, by id or key (deps are [[target, on], ...]).
+# The parent's id as JSON text against the edge's first element as JSON text: an id from 2^63
+# on (shards 128-255) is stored signed, and JSON reads it as a float (`signed`).
 _PRUNE = """
 DELETE FROM cronoq_tasks WHERE terminal = 1 AND updated < ?1 AND NOT EXISTS (
     SELECT 1 FROM cronoq_tasks AS child, json_each(child.deps) AS edge
     WHERE child.status = 'blocked'
-      AND json_extract(edge.value, '$[0]') IN (cronoq_tasks.id, cronoq_tasks.key))
+      AND (edge.value -> 0 = printf('%u', cronoq_tasks.id) OR edge.value ->> 0 = cronoq_tasks.key))
 """
 _UPSERT_RECURRING = (
     "INSERT INTO cronoq_recurring (name, spec, template_payload, next_unix_ns, last_task_id) "
@@ -156,7 +161,29 @@ _UPSERT_RECURRING = (
     "last_task_id = excluded.last_task_id"
 )
 
+# The lease renewal that fences every commit, raising the highest id issued: compared unsigned
+# (two signed values of one sign compare as their ids do; a negative one is the larger id).
+_RENEW = """
+UPDATE cronoq_leader SET expires_unix_ns = ?1, lock_holder = ?3,
+    max_id = CASE WHEN (max_id < 0) = (?2 < 0) THEN max(max_id, ?2)
+                  WHEN max_id < 0 THEN max_id ELSE ?2 END
+WHERE id = 1 AND epoch = ?4 AND holder = ?5
+"""
+
 T = TypeVar("T")
+
+
+def _ids(rows: list[Any], at: int, convert: Callable[[int], int]) -> list[Any]:
+    """Rows with `convert` applied to the id at place `at` (negative: from the end; None
+    stays): `signed` for what is written, `unsigned` for what is read back."""
+    out = []
+    for row in rows:
+        v = row[at]
+        if v is not None and (c := convert(v)) != v:
+            i = at % len(row)
+            row = (*row[:i], c, *row[i + 1 :])
+        out.append(row)
+    return out
 
 
 def _positive(name: str, value: object) -> float:
@@ -453,7 +480,7 @@ class SqliteStore(QueuedStore):
             "SELECT name, spec, template_payload, next_unix_ns, last_task_id FROM cronoq_recurring"
         ).fetchall()
         max_id = db.execute("SELECT max_id FROM cronoq_leader WHERE id = 1").fetchone()[0]
-        return Stored(tasks, schedules, int(max_id))
+        return Stored(_ids(tasks, 0, unsigned), _ids(schedules, 4, unsigned), unsigned(int(max_id)))
 
     def _commit(self, batch: Batch) -> None:
         db = self._conn()
@@ -466,11 +493,10 @@ class SqliteStore(QueuedStore):
             # did. Writers are serialized, so a takeover and this renewal cannot both win.
             expires = time.time_ns() + to_ns(self.lease_ttl)
             cur = db.execute(
-                "UPDATE cronoq_leader SET expires_unix_ns = ?, max_id = max(max_id, ?), "
-                "lock_holder = ? WHERE id = 1 AND epoch = ? AND holder = ?",
+                _RENEW,
                 (
                     expires,
-                    batch.max_id,
+                    signed(batch.max_id),
                     self.holder if locked else None,
                     self.epoch,
                     self.holder,
@@ -478,14 +504,23 @@ class SqliteStore(QueuedStore):
             )
             if cur.rowcount != 1:
                 raise self._fenced()
+            wide = batch.max_id >= SIGN  # some id needs its signed form (else none does)
             if batch.inserts:
-                db.executemany(_INSERT_TASK, batch.inserts)
+                db.executemany(
+                    _INSERT_TASK, _ids(batch.inserts, 0, signed) if wide else batch.inserts
+                )
             if batch.updates:
-                db.executemany(_UPDATE_LIVE, batch.updates)
+                db.executemany(
+                    _UPDATE_LIVE, _ids(batch.updates, -1, signed) if wide else batch.updates
+                )
             if batch.finishes:
-                db.executemany(_UPDATE_DONE, batch.finishes)
+                db.executemany(
+                    _UPDATE_DONE, _ids(batch.finishes, -1, signed) if wide else batch.finishes
+                )
             if batch.schedules:
-                db.executemany(_UPSERT_RECURRING, batch.schedules)
+                db.executemany(
+                    _UPSERT_RECURRING, _ids(batch.schedules, 4, signed) if wide else batch.schedules
+                )
             if batch.removed_schedules:
                 db.executemany(
                     "DELETE FROM cronoq_recurring WHERE name = ?",
@@ -528,11 +563,12 @@ class SqliteStore(QueuedStore):
         row = (
             self._conn()
             .execute(
-                f"SELECT {TASK_COLUMNS} FROM cronoq_tasks WHERE id = ? AND terminal = 1", (task_id,)
+                f"SELECT {TASK_COLUMNS} FROM cronoq_tasks WHERE id = ? AND terminal = 1",
+                (signed(task_id),),
             )
             .fetchone()
         )
-        return None if row is None else Finished(tuple(row))
+        return None if row is None else Finished(_ids([row], 0, unsigned)[0])
 
     def _close(self, release: bool) -> None:
         db, self._db = self._db, None
