@@ -31,7 +31,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
@@ -43,12 +43,21 @@ from .._net import loopback
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from ..store.base import SHARD_SHIFT
+from . import convert
 from .auth import Principal, current_principal
 from .config import LimitsSettings, ServerConfig, ShardSettings
 from .convert import InvalidArgument
 from .errors import Refused
 from .holds import exempt_request
-from .tasks import DEFAULT_PAGE, DEFAULT_POOL, AdminService, TasksService, check_pool, pool_filter
+from .tasks import (
+    DEFAULT_PAGE,
+    DEFAULT_POOL,
+    AdminService,
+    TasksService,
+    check_pool,
+    known_pools,
+    pool_filter,
+)
 
 __all__ = [
     "CONNECT_S",
@@ -76,8 +85,15 @@ RECONNECT_MS = 2_000  # the longest wait between connection attempts to a peer
 # Peer errors that mean "that shard cannot answer now" (docs/sharding.md, "Peer errors").
 _DOWN = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN}
 # What a gathered part may fail with and still leave the call served, the shard named in
-# `unavailable_shards`: unreachable, or not forwardable for this caller.
-_MISSING = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION}
+# `unavailable_shards`: unreachable, not forwardable for this caller, or too slow.
+_MISSING = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+# A gathered part's share of the call's own bound (limits.request_timeout_s), so that a shard
+# that does not answer is named in time rather than failing the whole call.
+GATHER_SHARE = 0.5
 
 _T = "/cronoq.v1.Tasks/"
 _A = "/cronoq.v1.Admin/"
@@ -148,6 +164,7 @@ class Peers:
         tls = cfg.server.peer_tls
         self._tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Future[None]] = set()
 
     def may_forward(self, caller: Principal, shard: ShardSettings) -> bool:
         """Whether this caller's credential may be sent to `shard`: always without auth;
@@ -220,9 +237,11 @@ class Peers:
         )
         return md
 
-    def _timeout(self, context: Context) -> float:
-        """limits.max_wait_s + request_timeout_s, or what is left of the caller's deadline."""
-        bound = self._limits.max_wait_s + self._limits.request_timeout_s
+    def _timeout(self, context: Context, bound: float | None) -> float:
+        """`bound` (default limits.max_wait_s + request_timeout_s), or what is left of the
+        caller's deadline."""
+        if bound is None:
+            bound = self._limits.max_wait_s + self._limits.request_timeout_s
         remaining: float | None = context.time_remaining()
         if remaining is not None and math.isfinite(remaining):
             bound = min(bound, max(remaining, 0.0))
@@ -236,8 +255,11 @@ class Peers:
         reply: type[_M],
         caller: Principal,
         context: Context,
+        *,
+        bound: float | None = None,
     ) -> _M:
-        """One unary call to `shard`; its errors as docs/sharding.md, "Peer errors" says."""
+        """One unary call to `shard` within `bound` seconds (see `_timeout`); its errors as
+        docs/sharding.md, "Peer errors" says."""
         ch = self._channel(shard)
         await self._connected(shard, ch)
         stub = ch.unary_unary(
@@ -247,11 +269,28 @@ class Peers:
         )
         try:
             result: _M = await stub(
-                request, metadata=self._metadata(caller, context), timeout=self._timeout(context)
+                request,
+                metadata=self._metadata(caller, context),
+                timeout=self._timeout(context, bound),
             )
         except grpc.aio.AioRpcError as e:
-            raise _peer_error(shard, e) from None
+            raise self._failed(shard, e) from None
         return result
+
+    def _failed(self, shard: ShardSettings, e: grpc.aio.AioRpcError) -> Refused:
+        """The error of a call to `shard`. A shard that answered UNAVAILABLE itself (a standby,
+        or a leader stepping down) loses its connection, so that the next call connects
+        afresh and may reach the shard's new leader behind the same endpoint."""
+        ch = self._channels.get(shard.name)
+        if (
+            e.code() == grpc.StatusCode.UNAVAILABLE
+            and ch is not None
+            and ch.get_state() == grpc.ChannelConnectivity.READY  # (not: no connection)
+        ):
+            del self._channels[shard.name]
+            self._closing.add(task := asyncio.ensure_future(ch.close()))
+            task.add_done_callback(self._closing.discard)
+        return _peer_error(shard, e)
 
     async def stream(
         self,
@@ -274,7 +313,7 @@ class Peers:
             async for message in call:
                 yield message
         except grpc.aio.AioRpcError as e:
-            raise _peer_error(shard, e) from None
+            raise self._failed(shard, e) from None
         finally:
             call.cancel()
         raise Refused(
@@ -285,6 +324,7 @@ class Peers:
         channels, self._channels = list(self._channels.values()), {}
         for ch in channels:
             await ch.close()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 def _down(shard: ShardSettings, detail: str) -> Refused:
@@ -313,12 +353,16 @@ def _routed(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def call(self: Any, request: Any, context: Context) -> Any:
         try:
             return await fn(self, request, context)
-        except Refused as e:
-            await context.abort(e.code, e.message, trailing_metadata=e.trailers)
-        except InvalidArgument as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except (Refused, InvalidArgument) as e:
+            await _abort(context, e)
 
     return call
+
+
+async def _abort(context: Context, e: Refused | InvalidArgument) -> NoReturn:
+    if isinstance(e, InvalidArgument):
+        e = Refused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+    await context.abort(e.code, e.message, trailing_metadata=e.trailers)
 
 
 class Router:
@@ -411,7 +455,9 @@ class Router:
     ) -> tuple[dict[str, _M | None], list[str]]:
         """Ask each shard named in `requests` at once: the replies by shard name (None for a
         reply whose error is in `absent`, NOT_FOUND for a lookup), and the shards that
-        could not be asked. Any other error fails the call."""
+        could not be asked, or did not answer within GATHER_SHARE of limits.request_timeout_s
+        (a paused or overloaded shard is named, and the call still answers in time). Any other
+        error fails the call."""
         caller = current_principal()
         by_name = self.by_name
         missing: list[str] = []
@@ -423,7 +469,10 @@ class Router:
                 missing.append(name)
                 continue
             names.append(name)
-            calls.append(self.peers.call(shard, method, request, reply, caller, context))
+            bound = self.limits.request_timeout_s * GATHER_SHARE
+            calls.append(
+                self.peers.call(shard, method, request, reply, caller, context, bound=bound)
+            )
         replies: dict[str, _M | None] = {}
         results = await asyncio.gather(*calls, return_exceptions=True)
         for name, result in zip(names, results, strict=True):
@@ -568,21 +617,20 @@ class ShardedTasks(cronoq_pb2_grpc.TasksServicer):
         self, pools: Sequence[str], caller: Principal, context: Context
     ) -> dict[str, list[str]] | None:
         """A filter's pools by shard name (an empty list: every pool the caller may see
-        there), after the caller's permission; None when only the own shard answers (a
-        forwarded call, or pools no shard serves, which the own shard refuses)."""
+        there), after the caller's permission (and NOT_FOUND for a pool no shard serves);
+        None when only the own shard answers (a forwarded call)."""
         if _forwarded(context):
             return None
-        pool_filter(set(pools), caller)
+        named = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(pools)}
+        pool_filter(named, caller)
+        known_pools(named, self._r.plan.by_pool)
         if not pools:
             parts: dict[str, list[str]] = {self._r.plan.own.name: []}
             parts.update((s.name, []) for s in self._r.asked(caller))
             return parts
         parts = {}
         for p in pools:
-            shard = self._r.plan.by_pool.get(p)
-            if shard is None:
-                return None
-            parts.setdefault(shard.name, []).append(p)
+            parts.setdefault(self._r.plan.by_pool[p].name, []).append(p)
         return parts
 
     @_routed
@@ -635,8 +683,8 @@ class ShardedTasks(cronoq_pb2_grpc.TasksServicer):
         caller = current_principal()
         try:
             parts = self._split(request.pools, caller, context)
-        except Refused as e:
-            await context.abort(e.code, e.message)
+        except (Refused, InvalidArgument) as e:
+            await _abort(context, e)
         if parts is None:
             async with contextlib.aclosing(self._local.Watch(request, context)) as events:
                 async for ev in events:
@@ -657,6 +705,9 @@ class ShardedTasks(cronoq_pb2_grpc.TasksServicer):
                         by_name[name], _T + "Watch", part, pb.StatusEvent, caller, context
                     )
                 )
+        if not sources:  # only pools of shards this caller's credential may not go to
+            name, pools = next(iter(parts.items()))
+            await _abort(context, self._r.refusal(f"pool '{pools[0]}'", by_name[name]))
         queue: asyncio.Queue[pb.StatusEvent | BaseException] = asyncio.Queue()
 
         async def pump(source: AsyncGenerator[pb.StatusEvent, None]) -> None:
@@ -674,7 +725,7 @@ class ShardedTasks(cronoq_pb2_grpc.TasksServicer):
             while True:
                 item = await queue.get()
                 if isinstance(item, Refused):
-                    await context.abort(item.code, item.message, trailing_metadata=item.trailers)
+                    await _abort(context, item)
                 if isinstance(item, BaseException):
                     raise item
                 yield item

@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import logging
 import math
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -44,7 +44,7 @@ from cronoq.server.convert import InvalidArgument, TooLarge
 from cronoq.server.errors import Refused
 from cronoq.server.holds import Holds, exempt_request
 
-__all__ = ["AdminService", "TasksService", "check_pool", "pool_filter"]
+__all__ = ["AdminService", "TasksService", "check_pool", "known_pools", "pool_filter"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -147,18 +147,14 @@ class _Base:
         return out
 
     def _known_pools(self, engine: Engine, pools: set[str]) -> None:
-        """The pools a listing's filter named are configured ones, else NOT_FOUND (checked
-        after the caller's restriction, which is told first)."""
-        unknown = sorted(pools - engine.configs.keys())
-        if unknown:
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"unknown pool {unknown[0]!r}")
+        known_pools(pools, engine.configs.keys())
 
 
 def check_pool(pool: str, field: str, caller: Principal) -> None:
     """PERMISSION_DENIED unless the caller may use `pool` (`field` names it in the request)."""
     if not caller.sees(pool):
         raise Refused(
-            grpc.StatusCode.PERMISSION_DENIED, f"{field}: {pool!r} is not allowed for you"
+            grpc.StatusCode.PERMISSION_DENIED, f"{field}: credentials do not allow pool {pool!r}"
         )
 
 
@@ -186,9 +182,17 @@ def pool_filter(pools: set[str], caller: Principal) -> set[str] | None:
     hidden = sorted(pools - caller.pools)
     if hidden:
         raise Refused(
-            grpc.StatusCode.PERMISSION_DENIED, f"pools: {hidden[0]!r} is not allowed for you"
+            grpc.StatusCode.PERMISSION_DENIED, f"pools: credentials do not allow pool {hidden[0]!r}"
         )
     return pools or set(caller.pools)
+
+
+def known_pools(pools: set[str], known: Collection[str]) -> None:
+    """The pools a listing's filter named are known ones, else NOT_FOUND (checked after the
+    caller's restriction, which is told first)."""
+    unknown = sorted(pools.difference(known))
+    if unknown:
+        raise Refused(grpc.StatusCode.NOT_FOUND, f"unknown pool {unknown[0]!r}")
 
 
 def _traceparent(context: Context, limits: LimitsSettings) -> str | None:

@@ -285,7 +285,8 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             )
         if not caller.sees(reg.pool):
             raise Refused(
-                grpc.StatusCode.PERMISSION_DENIED, f"register.pool: {reg.pool!r} is not allowed"
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"register.pool: credentials do not allow pool {reg.pool!r}",
             )
         if not caller.may_claim(reg.labels):
             raise Refused(
