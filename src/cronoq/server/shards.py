@@ -833,10 +833,9 @@ class ShardedAdmin(cronoq_pb2_grpc.AdminServicer):
 
     @_routed
     async def AddRecurring(self, request: pb.RecurringRequest, context: Context) -> pb.Empty:
-        pool = request.template.pool or DEFAULT_POOL
-        shard = self._r.plan.by_pool.get(pool)
-        if shard is not None and shard is not self._r.plan.own:
-            check_pool(pool, "template.pool", current_principal())
+        shard = self._r.task_shard("template", request.template, current_principal())
+        if shard is not self._r.plan.own:
+            pool = request.template.pool or DEFAULT_POOL
             return await self._r.forward(
                 shard, f"pool '{pool}'", _A + "AddRecurring", request, pb.Empty, context
             )
