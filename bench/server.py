@@ -186,15 +186,15 @@ async def echo_main(n: int) -> None:
     await server.wait_for_termination()
 
 
-async def worker_main(target: str, slots: int) -> None:
-    """A raw protocol-v3 worker: registers, completes every lease at once, and prints the
-    CPU it spent from its registration to the end of the stream."""
+async def worker_main(target: str, slots: int, pool: str = POOL) -> None:
+    """A raw protocol-v3 worker of `pool`: registers, completes every lease at once, and prints
+    the CPU it spent from its registration to the end of the stream."""
     async with grpc.aio.insecure_channel(target) as channel:
         call = cronoq_pb2_grpc.WorkersStub(channel).Work()
         await call.write(
             pb.WorkerMessage(
                 register=pb.Register(
-                    pool=POOL, slots=slots, worker_name="bench", protocol_version=3
+                    pool=pool, slots=slots, worker_name="bench", protocol_version=3
                 )
             )
         )
@@ -259,8 +259,11 @@ def _me(role: str, *args: str) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--role", role, *args]
 
 
-def start_worker(target: str, role: str = "worker") -> Proc:
-    w = Proc(_me(role, "--target", target), role)
+def start_worker(target: str, role: str = "worker", pool: str = POOL) -> Proc:
+    """A worker process of `pool` (the raw one unless told) connected to `target`, once it
+    has registered."""
+    extra = () if pool == POOL else ("--pool", pool)  # --pool: the raw worker role only
+    w = Proc(_me(role, "--target", target, *extra), role)
     slots = int(w.expect(r"^registered slots=(\d+)").group(1))
     assert slots == SLOTS, slots
     return w
@@ -579,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     # The helper processes: this file is also the echo servicer of [a] and the worker.
     ap.add_argument("--role", choices=("echo", "worker", "client-worker"), help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
+    ap.add_argument("--pool", default=POOL, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     base = QUICK if args.quick else FULL
     sz = Sizes(**{**base.__dict__, **({"n": args.n} if args.n is not None else {})})
@@ -588,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(echo_main(sz.n))
         return 0
     if args.role == "worker":
-        asyncio.run(worker_main(args.target, SLOTS))
+        asyncio.run(worker_main(args.target, SLOTS, args.pool))
         return 0
     if args.role == "client-worker":
         asyncio.run(client_worker_main(args.target, SLOTS))
