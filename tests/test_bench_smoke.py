@@ -1,4 +1,4 @@
-"""bench/library.py, bench/server.py, bench/store.py and bench/takeover.py --quick run to the end
+"""bench/library.py, server.py, store.py, takeover.py and shards.py --quick run to the end
 and print every figure (targets are not checked)."""
 
 from __future__ import annotations
@@ -127,3 +127,19 @@ TAKEOVER_FIGURES = {
 
 def test_quick_takeover_benchmark_prints_every_figure() -> None:
     _run(TAKEOVER_BENCH, ["--quick"], TAKEOVER_FIGURES, timeout=300)
+
+
+SHARDS_BENCH = BENCH.parent / "shards.py"
+SHARDS_FIGURES = {
+    "s1": r"^\[s1\] one server, 2 pools .*[\d,]+ tasks/s .*baseline",
+    "s2": r"^\[s2\] 2 shards, direct .*[\d,]+ tasks/s .*[\d.]+x \[s1\] .*(PASS|MISS)",
+    "s3": r"^\[s3\] 2 shards, all through a .*[\d,]+ tasks/s .*[\d.]+x \[s2\] .*(PASS|MISS)",
+    "cpu": r"^     CPU per 1k tasks: server a [\d,]+ ms, server b [\d,]+ ms",
+    "s4-submit": r"^\[s4\] Submit of 1 task .*forward overhead p50 [+-][\d,]+ us per call",
+    "s4-get": r"^\[s4\] Get by id .*forward overhead p50 [+-][\d,]+ us per call",
+    "summary": r"^targets:  \d/2 met",
+}
+
+
+def test_quick_shards_benchmark_prints_every_figure() -> None:
+    _run(SHARDS_BENCH, ["--quick"], SHARDS_FIGURES, timeout=300)

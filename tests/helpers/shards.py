@@ -19,6 +19,15 @@ from .servers import free_port
 
 __all__ = ["Shard", "config", "plan"]
 
+_given: set[int] = set()  # ports handed out in this process (free_port may repeat one)
+
+
+def _port() -> int:
+    while (port := free_port()) in _given:
+        pass
+    _given.add(port)
+    return port
+
 
 @dataclass
 class Shard:
@@ -29,8 +38,8 @@ class Shard:
     number: int
     pools: list[str]
     store: str = ""
-    grpc_port: int = field(default_factory=free_port)
-    http_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=_port)
+    http_port: int = field(default_factory=_port)
     host: str = "127.0.0.1"  # the endpoint's host (another than the listener's: never served)
     scheme: str = "http"  # https: the shard's servers listen with TLS
     pool_keys: str = "max = 64\n"
