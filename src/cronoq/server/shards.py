@@ -778,7 +778,9 @@ class ShardedAdmin(cronoq_pb2_grpc.AdminServicer):
         mine, (replies, missing) = await asyncio.gather(
             local(), self._r.gather(requests, method, reply, context)
         )
-        return [mine, *(r for r in replies.values() if r is not None)], missing
+        parts = [mine, *(r for r in replies.values() if r is not None)]
+        missing.extend(n for p in parts for n in p.unavailable_shards)
+        return parts, missing
 
     @_routed
     async def Snapshot(self, request: pb.Empty, context: Context) -> pb.SnapshotResponse:
@@ -800,7 +802,6 @@ class ShardedAdmin(cronoq_pb2_grpc.AdminServicer):
                 setattr(
                     out.totals, f.name, getattr(out.totals, f.name) + getattr(snap.totals, f.name)
                 )
-            missing.extend(snap.unavailable_shards)
         out.unavailable_shards.extend(_unavailable(missing))
         return out
 
@@ -812,7 +813,6 @@ class ShardedAdmin(cronoq_pb2_grpc.AdminServicer):
             pb.ListWorkersResponse,
             context,
         )
-        missing.extend(n for p in parts for n in p.unavailable_shards)
         return pb.ListWorkersResponse(
             workers=[w for p in parts for w in p.workers], unavailable_shards=_unavailable(missing)
         )
@@ -825,7 +825,6 @@ class ShardedAdmin(cronoq_pb2_grpc.AdminServicer):
             pb.ListRecurringResponse,
             context,
         )
-        missing.extend(n for p in parts for n in p.unavailable_shards)
         schedules = sorted((s for p in parts for s in p.schedules), key=lambda s: s.name)
         return pb.ListRecurringResponse(
             schedules=schedules, unavailable_shards=_unavailable(missing)
