@@ -9,6 +9,11 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# The dashboard's browser tests drive Debian's Chromium; its TypeScript build must match the
+# committed output in src/cronoq/server/ui.
+command -v chromium >/dev/null || apt-get install -y -q chromium \
+	|| { apt-get update -q && apt-get install -y -q chromium; }
+(cd dashboard && npm ci --no-audit --no-fund --loglevel=error && npm run check)
 .venv/bin/pytest -q
 # The Go SDK: vet, formatting and its tests, which start the server from this .venv.
 (

@@ -1230,3 +1230,17 @@ def test_a_batch_duplicate_takes_no_room() -> None:
     sub(eng, 0.0, key="a")
     admitted = eng.submit_batch([task(key="a"), task(key="b")], 1.0)
     assert [(r.id, dup) for r, dup in admitted] == [(1, True), (2, False)]
+
+
+def test_dependents_lists_every_child_by_id_or_key_even_once_resolved() -> None:
+    eng = make_engine(pool(capacity=0))
+    parent = sub(eng, 0.0, key="root")
+    by_id = sub(eng, 0.0, deps=[(parent.id, "complete")])
+    sub(eng, 0.0)  # no dependency
+    by_key = sub(eng, 0.0, after=["root"])
+    both = sub(eng, 0.0, deps=[(parent.id, "failure"), ("root", "success")])
+    expected = [(by_id, "complete"), (by_key, "success"), (both, "failure")]
+    assert eng.dependents(parent) == expected
+    assert eng.dependents(by_id) == []
+    assert eng.cancel(parent.id, 1.0)  # the waiting edges resolve; the spec edges stay
+    assert eng.dependents(parent) == expected

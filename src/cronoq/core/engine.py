@@ -214,6 +214,24 @@ class Engine:
             return self.keys.get(ref)
         return self.tasks.get(ref)
 
+    def dependents(self, rec: TaskRecord) -> list[tuple[TaskRecord, str]]:
+        """The live or retained tasks submitted with a dependency on `rec` (by its id, or by
+        its key while it holds it), each with the edge's condition, in id order. A scan of
+        every held task, for readers (the dashboard): `Extras.children` only lists the
+        dependents still waiting, and keeping a full index would cost every submit."""
+        key = rec.key
+        out = []
+        for child in self.tasks.values():
+            extra = child.extra
+            if extra is None or extra.deps is None:
+                continue
+            for target, cond in extra.deps:
+                if target == rec.id or (key is not None and target == key):
+                    out.append((child, cond))
+                    break
+        out.sort(key=lambda pair: pair[0].id)
+        return out
+
     def live_tasks(self) -> Iterable[TaskRecord]:
         return (r for r in self.tasks.values() if r.status < FIRST_TERMINAL)
 
@@ -784,7 +802,8 @@ class Engine:
         self._move(rec, status, now, message)
         rec.message = message
         rec.finished_at = now
-        rec.payload = None
+        if status == SUCCEEDED:  # an ended task that did not succeed keeps it, to submit again
+            rec.payload = None
         self.live -= 1
         self.totals[STATUS_NAMES[status]] += 1
         self.out.finished.append(rec)

@@ -51,6 +51,7 @@ from .config import (
 )
 from .decode import receive_limit, size_checked
 from .errors import refusal
+from .grpcweb import GrpcWebFront
 from .http import Authorize, HttpListener, ssl_context
 from .logs import event
 from .ports import ensure_free
@@ -175,6 +176,7 @@ class ServerApp:
         self._registrars = tuple(registrars)
         self._interceptors = tuple(interceptors)
         self._server: grpc.aio.Server | None = None
+        self._front: GrpcWebFront | None = None  # the public gRPC port with gRPC-Web on
         self._on_stop: list[StopHook] = []
         self._on_ready: list[Callable[[], None]] = []
         self._life = Lifecycle("ServerApp", _A.STANDBY, APP_TRANSITIONS)
@@ -237,20 +239,40 @@ class ServerApp:
         for register in self._registrars:
             register(self, cast(grpc.aio.Server, table))
         self.methods = table.handlers
+        # gRPC-Web (docs/grpc-web.md): grpcio on an internal loopback port, the public one
+        # served by the front, which relays HTTP/2 to grpcio and answers HTTP/1.1 itself. Not
+        # with TLS yet (docs/grpc-web.md, "TLS"): grpcio then keeps the port, native gRPC alone.
+        grpc_web = self.cfg.server.grpc_web
+        if grpc_web is not None and self._credentials is not None:
+            event(log, logging.WARNING, "grpc_web_not_served", reason="not supported with TLS")
+            grpc_web = None
+        bind = address if grpc_web is None else SocketAddress("127.0.0.1", 0)
         try:
             if self._credentials is None:
-                port = server.add_insecure_port(str(address))
+                port = server.add_insecure_port(str(bind))
             else:
-                port = server.add_secure_port(str(address), self._credentials)
+                port = server.add_secure_port(str(bind), self._credentials)
         except RuntimeError as exc:  # grpcio's way of saying the address is taken or invalid
-            raise OSError(f"cannot listen on {address}: {exc}") from None
+            raise OSError(f"cannot listen on {bind}: {exc}") from None
         await server.start()
+        front = None
         try:
+            if grpc_web is not None:
+                front = GrpcWebFront(
+                    self,
+                    [*self._interceptors, _ReadyGate(self)],
+                    SocketAddress("127.0.0.1", port),
+                    grpc_web.allowed_origins,
+                )
+                port = await front.start(address)
             self.http_address, self.metrics_address = await self._http.start()
         except BaseException:  # (taken since the check): nothing stays bound, nothing is logged
+            if front is not None:
+                await front.stop()
             await server.stop(None)
             raise
         self._server = server
+        self._front = front
         self.grpc_address = SocketAddress(address.host, port)
         tls = self._credentials is not None
         event(log, logging.INFO, "listening", grpc=self.grpc_address, tls=tls)
@@ -303,7 +325,11 @@ class ServerApp:
             except Exception:
                 log.exception("a stop hook failed")
         if self._server is not None:
+            if self._front is not None:  # no new connections; relays carry the drain
+                self._front.stop_listening()
             await self._server.stop(DRAIN_S)
+            if self._front is not None:
+                await self._front.stop()
         await self._http.stop()
         self._life.move(_A.STOPPED)
         event(log, logging.INFO, "stopped")

@@ -188,6 +188,7 @@ class ServerSettings:
     peer_tls: PeerTlsSettings | None = None
     insecure_peer_http: bool = False
     log_level: str = "info"
+    dashboard: bool = True
 
 
 @dataclass(frozen=True)
@@ -929,6 +930,7 @@ def _server(t: _Table) -> ServerSettings:
         peer_tls=peer_tls,
         insecure_peer_http=t.boolean("insecure_peer_http", default.insecure_peer_http),
         log_level=t.string("log_level", default.log_level, choices=LOG_LEVELS),
+        dashboard=t.boolean("dashboard", default.dashboard),
     )
     listeners = {"grpc_addr": grpc_addr, "http_addr": http_addr, "metrics_addr": metrics_addr}
     taken: dict[SocketAddress, str] = {}

@@ -184,39 +184,57 @@ class Route:
 
 
 class _Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(
+        self, code: grpc.StatusCode, details: str, trailers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(details)
         self.code = code
         self.details = details
+        self.trailers = trailers
 
 
 class _Call:
-    """The servicer context of a call from HTTP: the request's headers as metadata (so a
-    `traceparent` header reaches the task, as over gRPC), a deadline only for the routes of
-    `call` gives it (docs/http.md, "Timeouts"), and an `abort` that raises
-    what the route answers."""
+    """The servicer context of a call that does not come over HTTP/2 gRPC (an HTTP API route,
+    a gRPC-Web request): the request's headers as metadata (so a `traceparent` header reaches
+    the task, as over gRPC), a deadline of `bound_s` (None: none), an `abort` that raises
+    `_Aborted` for the caller to answer, and the initial metadata the handler sends, kept for
+    gRPC-Web (the HTTP API answers none: docs/sharding.md, "HTTP")."""
 
-    def __init__(self, request: web.Request, bound_s: float, *, own_shard: bool = False) -> None:
-        metadata = [(k.lower(), v) for k, v in request.headers.items()]
+    def __init__(
+        self,
+        headers: Iterable[tuple[str, str]],
+        bound_s: float | None,
+        *,
+        own_shard: bool = False,
+    ) -> None:
+        metadata = [(k.lower(), v) for k, v in headers]
         if own_shard:  # answered by this server's shard alone (docs/sharding.md)
             metadata.append((FORWARDED, "1"))
         self._metadata = tuple(metadata)
+        self.initial_metadata: list[tuple[str, str]] = []
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._deadline = loop.time() + bound_s
+        self._deadline = None if bound_s is None else loop.time() + bound_s
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
     ) -> NoReturn:
-        raise _Aborted(code, details)
+        raise _Aborted(code, details, tuple(trailing_metadata or ()))
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
 
-    async def send_initial_metadata(self, metadata: Any) -> None:
-        """HTTP answers carry no shard headers (docs/sharding.md, "HTTP")."""
+    def auth_context(self) -> dict[str, list[bytes]]:
+        """No client certificate: these calls do not come over TLS gRPC (certificate
+        authentication then finds no names and answers UNAUTHENTICATED, as grpcio would)."""
+        return {}
 
-    def time_remaining(self) -> float:
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        self.initial_metadata.extend(metadata)
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
         return max(0.0, self._deadline - self._loop.time())
 
 
@@ -268,7 +286,9 @@ class HttpListener:
         nothing left listening."""
         server = self.app.cfg.server
         try:
-            http = await self._bind(ROUTES, server.http_addr, ssl_context=self._ssl)
+            http = await self._bind(
+                served_routes(server.dashboard), server.http_addr, ssl_context=self._ssl
+            )
             metrics = None
             if server.metrics_addr is not None:
                 metrics = await self._bind(METRICS_ROUTES, server.metrics_addr, metrics_only=True)
@@ -447,7 +467,9 @@ class HttpListener:
         timer = asyncio.timeout(bound)
         try:
             async with timer:
-                return await run(message, _Call(request, bound, own_shard=own_shard))
+                return await run(
+                    message, _Call(request.headers.items(), bound, own_shard=own_shard)
+                )
         except _Aborted as e:
             raise HttpError.of_grpc(e.code, e.details) from None
         except TimeoutError:
@@ -749,6 +771,18 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/tasks/{id}/cancel", cancel_task, _T + "Cancel"),
     Route("GET", "/v1/tasks/{id}/wait", wait_task, _T + "Wait"),
 )
+
+
+def served_routes(dashboard: bool) -> tuple[Route, ...]:
+    """ROUTES, and the dashboard's after them when `[server] dashboard` is on (docs/dashboard.md,
+    "The dashboard's API"); those stay out of the OpenAPI document."""
+    if not dashboard:
+        return ROUTES
+    from . import dashboard as ui  # it builds on this module
+
+    return ROUTES + ui.ROUTES
+
+
 # The metrics listener's (docs/http.md, "Metrics listener").
 METRICS_ROUTES = tuple(r for r in ROUTES if r.path in ("/metrics", "/healthz", "/readyz"))
 

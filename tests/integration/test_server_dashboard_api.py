@@ -1,0 +1,291 @@
+"""The dashboard's routes over a real listener (docs/dashboard.md, "The dashboard's API")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, cast
+
+import aiohttp
+import grpc
+import pytest
+from test_server_http import PORTS0, b64, running
+
+from cronoq.core.engine import EVENTS_NONE
+from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
+from cronoq.server import app as app_module
+from cronoq.server import dashboard
+from cronoq.server.assemble import build
+from cronoq.server.config import ConfigError, load_config
+from helpers.auth import CONFIG as AUTH_CONFIG
+from helpers.auth import token
+from helpers.waiting import until
+from helpers.workers import Worker
+
+OCTET = "application/octet-stream"
+
+
+async def test_static_files_carry_the_security_headers() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        async with c.session.get(c.base + "/") as r:
+            assert r.status == 200 and r.content_type == "text/html"
+            assert r.headers["Cache-Control"] == "no-cache"
+            assert r.headers["X-Content-Type-Options"] == "nosniff"
+            assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+            assert r.headers["Referrer-Policy"] == "no-referrer"
+        for path in ("/ui/missing.js", "/ui/__init__.py", "/ui/..%2Fhttp.py", "/ui/.x.js"):
+            status, _ = await c.get(path)
+            assert status == 404, path
+        status, _ = await c.get("/ui/index.html", headers={"Host": "evil.example"})
+        assert status == 403
+
+
+async def test_info_and_shards_without_sharding() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        status, body = await c.get("/ui/api/info")
+        assert status == 200 and body["auth"] is False and body["dashboard"] is True
+        assert await c.get("/ui/api/shards") == (200, {"shard": None, "shards": []})
+
+
+async def test_dashboard_off_answers_404() -> None:
+    off = PORTS0.replace("[server]\n", "[server]\ndashboard = false\n")
+    async with running(build(load_config(off))) as c:
+        for path in ("/", "/ui/index.html", "/ui/api/info"):
+            status, _ = await c.get(path)
+            assert status == 404, path
+
+
+def test_dashboard_must_be_a_boolean() -> None:
+    bad = PORTS0.replace("[server]\n", '[server]\ndashboard = "yes"\n')
+    with pytest.raises(ConfigError, match="dashboard"):
+        load_config(bad)
+
+
+async def test_tasks_filter_by_kind_and_page_past_the_scan_budget(monkeypatch: Any) -> None:
+    monkeypatch.setattr(dashboard, "MAX_PAGE", 10)
+    async with running(build(load_config(PORTS0))) as c:
+        for i in range(300):
+            status, _ = await c.post(
+                "/v1/tasks",
+                {"pool": "default", "kind": "b" if i % 150 == 149 else "a", "payload": {}},
+            )
+            assert status == 200
+        kinds: list[str] = []
+        answers: list[dict[str, Any]] = []
+        query = "/ui/api/tasks?kind=b&limit=5"
+        while True:
+            status, body = await c.get(query)
+            assert status == 200
+            answers.append(body)
+            kinds += [t["kind"] for t in body["tasks"]]
+            if "next_after" not in body:
+                break
+            query = f"/ui/api/tasks?kind=b&limit=5&after={body['next_after']}"
+        # 300 rows at 100 scanned per request: the first answer is empty but continues
+        assert kinds == ["b", "b"]
+        assert answers[0] == {"tasks": [], "next_after": "100"}
+        status, plain = await c.get("/ui/api/tasks?limit=3")
+        assert status == 200 and len(plain["tasks"]) == 3
+
+
+# --- task detail --------------------------------------------------------------------------------
+
+
+async def test_detail_previews_json_text_and_bytes_payloads() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        _, j = await c.post("/v1/tasks", {"payload": {"a": [1, 2]}, "kind": "k"})
+        _, t = await c.post("/v1/tasks", {"payload_b64": b64(b"hi"), "content_type": "text/plain"})
+        raw = bytes(range(256)) * 3
+        _, b = await c.post("/v1/tasks", {"payload_b64": b64(raw)})
+        status, detail = await c.get(f"/ui/api/tasks/{j['id']}")
+        assert status == 200
+        assert detail["task"] == (await c.get(f"/v1/tasks/{j['id']}"))[1]
+        assert detail["payload"] == {
+            "size": 11,
+            "content_type": "application/json",
+            "json": {"a": [1, 2]},
+            "hex": b'{"a":[1,2]}'.hex(),
+            "truncated": False,
+        }
+        assert detail["output"] is None and detail["attempts"] == []
+        assert detail["parents"] == [] and detail["children"] == []
+        assert detail["spec"]["content_type"] == "application/json"
+        assert detail["spec"]["priority"] == "normal" and detail["spec"]["retry"] is None
+        _, text = await c.get(f"/ui/api/tasks/{t['id']}")
+        assert text["payload"]["text"] == "hi" and "json" not in text["payload"]
+        _, data = await c.get(f"/ui/api/tasks/{b['id']}")
+        preview = data["payload"]
+        assert preview["size"] == 768 and preview["truncated"] is True
+        assert preview["hex"] == raw[:512].hex() and preview["content_type"] == OCTET
+        assert "text" not in preview and "json" not in preview
+        assert (await c.get("/ui/api/tasks/987654"))[0] == 404
+        assert (await c.get("/ui/api/tasks/nope"))[0] == 400
+
+
+async def test_detail_of_dependencies_outputs_and_attempts() -> None:
+    app = build(load_config(PORTS0))
+    async with running(app) as c, grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
+        _, parent = await c.post("/v1/tasks", {"key": "p", "payload": 1})
+        _, child = await c.post(
+            "/v1/tasks", {"key": "c", "payload": 2, "deps": [{"key": "p", "cond": "on_complete"}]}
+        )
+        _, up = await c.get(f"/ui/api/tasks/{parent['id']}")
+        assert up["children"] == [
+            {"id": child["id"], "key": "c", "condition": "on_complete", "status": "blocked"}
+        ]
+        _, down = await c.get(f"/ui/api/tasks/{child['id']}")
+        assert down["parents"] == [
+            {"id": parent["id"], "key": "p", "condition": "on_complete", "status": "ready"}
+        ]
+        assert down["spec"]["depends_on"] == [{"key": "p", "cond": "on_complete"}]
+        worker = Worker(channel)
+        await worker.register("default")
+        lease = await worker.lease()
+        assert lease.task_id == int(parent["id"])
+        worker.send(complete=pb.Complete(lease=lease.lease, output=b'{"r":2}'))
+        assert (await c.get(f"/v1/tasks/{parent['id']}/wait"))[0] == 200
+        _, done = await c.get(f"/ui/api/tasks/{parent['id']}")
+        assert done["output"]["json"] == {"r": 2} and done["output"]["size"] == 7
+        assert done["payload"] is None and done["resubmit"] is None
+        [attempt] = done["attempts"]
+        assert attempt["attempt"] == 1 and attempt["status"] == "succeeded"
+        assert attempt["finished_unix_ns"] == done["task"]["finished_unix_ns"]
+        lease = await worker.lease()  # the child, now ready
+        worker.send(complete=pb.Complete(lease=lease.lease))
+        retry = {"max_attempts": 2, "initial_backoff_s": 0.001, "max_backoff_s": 0.001}
+        _, flaky = await c.post("/v1/tasks", {"payload": 3, "retry": retry})
+        for _ in range(2):
+            lease = await worker.lease()
+            assert lease.task_id == int(flaky["id"])
+            worker.send(fail=pb.Fail(lease=lease.lease, message="boom"))
+        assert (await c.get(f"/v1/tasks/{flaky['id']}/wait"))[0] == 200
+        _, dead = await c.get(f"/ui/api/tasks/{flaky['id']}")
+        [attempt] = dead["attempts"]
+        assert (attempt["attempt"], attempt["status"]) == (2, "dead_lettered")
+        assert attempt["message"] == "boom" and dead["output"] is None
+        # a dead-lettered task keeps its payload, so that it can be submitted again
+        assert dead["payload"]["json"] == 3 and dead["resubmit"]["payload_b64"] == "Mw=="
+        worker.close()
+
+
+async def test_resubmit_creates_a_task_with_the_same_spec() -> None:
+    async with running(build(load_config(PORTS0))) as c:
+        _, parent = await c.post("/v1/tasks", {"key": "first", "payload": 0})
+        original = {
+            "payload": {"x": [1, 2]},
+            "kind": "k",
+            "key": "orig",
+            "priority": "high",
+            "tenant": "t",
+            "tags": {"a": "b"},
+            "deadline_in_s": 3600,
+            "timeout_s": 5,
+            "start_in_s": 3600,
+            "tolerance_s": 2,
+            "on_miss": "skip",
+            "duration_hint_s": 3,
+            "retry": {"max_attempts": 4, "initial_backoff_s": 0.5, "jitter": False},
+            "deps": [{"id": parent["id"], "cond": "on_failure"}],
+        }
+        _, sent = await c.post("/v1/tasks", original)
+        _, detail = await c.get(f"/ui/api/tasks/{sent['id']}")
+        spec = detail["spec"]
+        assert spec["on_miss"] == "skip" and spec["timeout_s"] == 5 and spec["tenant"] == "t"
+        assert spec["retry"]["max_attempts"] == 4 and spec["retry"]["jitter"] is False
+        assert spec["depends_on"] == [{"id": parent["id"], "cond": "on_failure"}]
+        assert "key" not in detail["resubmit"]
+        status, again = await c.post("/v1/tasks", detail["resubmit"])
+        assert status == 200 and again["id"] != sent["id"]
+        _, copy = await c.get(f"/ui/api/tasks/{again['id']}")
+        assert copy["spec"] == spec and copy["payload"] == detail["payload"]
+        assert copy["resubmit"] == detail["resubmit"]
+        same = ("kind", "pool", "priority", "tenant", "max_attempts")
+        assert {k: copy["task"][k] for k in same} == {k: detail["task"][k] for k in same}
+        assert "key" not in copy["task"]
+
+
+# --- the event stream ---------------------------------------------------------------------------
+
+
+async def _data(r: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The next event of a stream (skipping comments and blank lines)."""
+    while True:
+        line = await asyncio.wait_for(r.content.readline(), 10)
+        assert line, "the stream ended"
+        if line.startswith(b"data: "):
+            assert (await r.content.readline()) == b"\n"
+            return cast(dict[str, Any], json.loads(line[6:]))
+
+
+async def _opened(r: aiohttp.ClientResponse) -> None:
+    """Past the first comment: the Watch behind the stream is registered by then."""
+    assert r.status == 200
+    assert r.headers["Content-Type"] == "text/event-stream"
+    assert r.headers["Cache-Control"] == "no-cache"
+    assert await asyncio.wait_for(r.content.readline(), 10) == b": ping\n"
+    assert await asyncio.wait_for(r.content.readline(), 10) == b"\n"
+
+
+async def test_events_filter_by_status_and_kind_and_clean_up_on_disconnect() -> None:
+    app = build(load_config(PORTS0))
+    async with running(app) as c:
+        engine = app.scheduler.serving()
+        url = c.base + "/ui/api/events?status=ready&kind=b,c&pool=default"
+        async with c.session.get(url) as r:
+            await _opened(r)
+            assert engine.event_level != EVENTS_NONE
+            await c.post("/v1/tasks", {"kind": "a", "payload": 1})
+            _, b = await c.post("/v1/tasks", {"kind": "b", "payload": 2, "key": "kb"})
+            _, cancelled = await c.post("/v1/tasks", {"kind": "c", "payload": 3})
+            await c.post(f"/v1/tasks/{cancelled['id']}/cancel")
+            _, last = await c.post("/v1/tasks", {"kind": "c", "payload": 4})
+            first = await _data(r)
+            assert first == {
+                "id": b["id"],
+                "pool": "default",
+                "key": "kb",
+                "kind": "b",
+                "status": "ready",
+                "attempt": 0,
+                "at_unix_ns": first["at_unix_ns"],
+                "message": "",
+            }
+            assert (await _data(r))["id"] == cancelled["id"]
+            assert (await _data(r))["id"] == last["id"]  # not the cancellation
+        await until(lambda: engine.event_level == EVENTS_NONE, 10, "the Watch to close")
+        status, error = await c.get("/ui/api/events?status=nope")
+        assert status == 400 and "nope" in error["error"]
+        status, error = await c.get("/ui/api/events?pool=nope")
+        assert status == 404
+        assert engine.event_level == EVENTS_NONE
+
+
+async def test_events_end_when_the_server_stops(monkeypatch: Any) -> None:
+    monkeypatch.setattr(app_module, "DRAIN_S", 3600.0)  # a held stream would hold the stop
+    app = build(load_config(PORTS0))
+    async with running(app) as c, c.session.get(c.base + "/ui/api/events") as r:
+        await _opened(r)
+        await app.stop()
+        assert await asyncio.wait_for(r.content.read(), 10) == b""
+
+
+# --- credentials --------------------------------------------------------------------------------
+
+
+async def test_detail_and_events_need_the_roles_of_get_and_watch() -> None:
+    async with running(build(load_config(AUTH_CONFIG))) as c:
+
+        def bearer(who: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {token(who)}"}
+
+        status, sent = await c.post("/v1/tasks", {"pool": "a"}, headers=bearer("client"))
+        assert status == 200
+        detail = f"/ui/api/tasks/{sent['id']}"
+        assert (await c.get(detail))[0] == 401
+        assert (await c.get(detail, headers=bearer("metrics")))[0] == 403
+        assert (await c.get(detail, headers=bearer("client")))[0] == 200
+        assert (await c.get("/ui/api/tasks/987654", headers=bearer("client")))[0] == 404
+        assert (await c.get("/ui/api/events"))[0] == 401
+        assert (await c.get("/ui/api/events", headers=bearer("metrics")))[0] == 403
+        async with c.session.get(c.base + "/ui/api/events", headers=bearer("client")) as r:
+            await _opened(r)

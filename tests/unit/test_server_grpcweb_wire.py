@@ -1,0 +1,77 @@
+"""The gRPC-Web wire format of cronoq.server.grpcweb (docs/grpc-web.md)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from cronoq.server import grpcweb
+
+
+@pytest.mark.parametrize(
+    ("content_type", "mode"),
+    [
+        ("application/grpc-web", "binary"),
+        ("application/grpc-web+proto", "binary"),
+        ("Application/GRPC-Web+proto; charset=utf-8", "binary"),
+        ("application/grpc-web-text", "text"),
+        ("application/grpc-web-text+proto", "text"),
+        ("application/grpc", None),
+        ("application/json", None),
+        (None, None),
+    ],
+)
+def test_modes(content_type: str | None, mode: str | None) -> None:
+    assert grpcweb.grpc_web_mode(content_type) == mode
+
+
+def test_answer_types() -> None:
+    assert grpcweb.answer_type("binary") == "application/grpc-web+proto"
+    assert grpcweb.answer_type("text") == "application/grpc-web-text+proto"
+
+
+def test_frames_round_trip() -> None:
+    body = grpcweb.frame(b"abc") + grpcweb.frame(b"")
+    assert body[:5] == b"\x00\x00\x00\x00\x03"
+    assert grpcweb.split_frames(body) == [(0, b"abc"), (0, b"")]
+    with pytest.raises(ValueError):
+        grpcweb.split_frames(body[:-1] + b"\x00\x00")
+    with pytest.raises(ValueError):
+        grpcweb.split_frames(grpcweb.frame(b"abc")[:-1])
+
+
+def test_trailer_frame() -> None:
+    raw = grpcweb.trailer_frame(5, "no task 100% «x»", {"cronoq-shard": "b"})
+    [(flag, text)] = grpcweb.split_frames(raw)
+    assert flag == grpcweb.TRAILER
+    assert (
+        text == b"grpc-status:5\r\ngrpc-message:no task 100%25 %C2%ABx%C2%BB\r\ncronoq-shard:b\r\n"
+    )
+    [(_, ok)] = grpcweb.split_frames(grpcweb.trailer_frame(0))
+    assert ok == b"grpc-status:0\r\n"
+
+
+def test_text_chunks_decode_on_their_own() -> None:
+    chunks = [grpcweb.text_chunk(grpcweb.frame(b"x")), grpcweb.text_chunk(grpcweb.trailer_frame(0))]
+    assert all(len(c) % 4 == 0 for c in chunks)
+    decoded = b"".join(base64.b64decode(c) for c in chunks)
+    assert [f for f, _ in grpcweb.split_frames(decoded)] == [0, grpcweb.TRAILER]
+
+
+def test_cors_headers() -> None:
+    allowed = ("https://app.example",)
+    listed = grpcweb.cors_headers("https://app.example", allowed)
+    assert listed == {
+        "access-control-allow-origin": "https://app.example",
+        "access-control-allow-methods": "POST",
+        "access-control-allow-headers": (
+            "authorization, content-type, x-grpc-web, x-user-agent, grpc-timeout"
+        ),
+        "access-control-expose-headers": "grpc-status, grpc-message, grpc-status-details-bin",
+        "access-control-max-age": "600",
+    }
+    for origin in ("https://evil.example", None):
+        unlisted = grpcweb.cors_headers(origin, allowed)
+        assert "access-control-allow-origin" not in unlisted
+        assert "access-control-allow-credentials" not in unlisted
