@@ -12,13 +12,11 @@ import asyncio
 import base64
 import contextlib
 import json
-import math
 import re
 from collections.abc import AsyncGenerator
 from importlib import resources
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
-import grpc
 from aiohttp import web
 from multidict import MultiDict
 
@@ -29,7 +27,7 @@ from ..errors import SchedulerError
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from . import httpjson
 from .convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
-from .http import HTTP_STATUS, HttpError, HttpListener, Route, json_answer
+from .http import HttpError, HttpListener, Route, _Aborted, _Call, json_answer
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TYPES = {
@@ -346,28 +344,6 @@ async def task_detail(gw: HttpListener, request: web.Request) -> web.Response:
 # --- the event stream ----------------------------------------------------------------------------
 
 
-class _StreamCall:
-    """The servicer context of the Watch behind /ui/api/events: no deadline, and an abort
-    that ends the stream with the HTTP status of its code."""
-
-    def __init__(self, request: web.Request) -> None:
-        self._metadata = tuple((k.lower(), v) for k, v in request.headers.items())
-
-    async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
-    ) -> NoReturn:
-        raise HttpError(HTTP_STATUS.get(code, 500), details)
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
-
-    async def send_initial_metadata(self, metadata: Any) -> None:
-        """No shard headers over HTTP."""
-
-    def time_remaining(self) -> float:
-        return math.inf
-
-
 def _names(query: MultiDict[str], name: str) -> set[str]:
     return {item.strip() for v in query.getall(name, []) for item in v.split(",") if item.strip()}
 
@@ -401,7 +377,8 @@ async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
     if handler is None or handler.unary_stream is None:
         raise HttpError(501, "Watch is not served")
     message = pb.WatchRequest(pools=sorted(_names(query, "pool")), all_transitions=True)
-    context = cast(Any, _StreamCall(request))
+    # no deadline: the stream lasts as long as the client stays
+    context = cast(Any, _Call(request.headers.items(), None))
     watch = cast(AsyncGenerator[pb.StatusEvent, None], handler.unary_stream(message, context))
     async with contextlib.aclosing(watch):
         following: asyncio.Future[pb.StatusEvent] = asyncio.ensure_future(anext(watch))
@@ -410,7 +387,10 @@ async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
             # waits for events: let that step run, so that a refusal is still an HTTP status.
             await asyncio.sleep(0)
             if following.done() and following.exception() is not None:
-                following.result()
+                try:
+                    following.result()
+                except _Aborted as e:
+                    raise HttpError.of_grpc(e.code, e.details) from None
             engine = _engine(gw)
             response = web.StreamResponse(headers=_SSE_HEADERS)
             await response.prepare(request)
@@ -426,7 +406,7 @@ async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
                     kind = _kind(engine, ev)
                     if (not statuses or ev.status in statuses) and (not kinds or kind in kinds):
                         await response.write(_event(ev, kind))
-            except (StopAsyncIteration, HttpError, ConnectionError):
+            except (StopAsyncIteration, _Aborted, ConnectionError):
                 pass  # the Watch ended (the scheduler stopped, it fell behind) or the client left
         finally:
             if not following.done():
