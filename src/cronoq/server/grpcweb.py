@@ -27,6 +27,7 @@ import grpc
 
 from .config import SocketAddress
 from .decode import Handler, size_checked
+from .errors import refusal
 from .hosts import loopback_host
 from .http import _Aborted, _Call
 
@@ -371,7 +372,7 @@ class GrpcWebFront:
             if handler is None:
                 return None
             if handler.request_streaming:
-                return _refusal(grpc.StatusCode.UNIMPLEMENTED, NOT_BIDI)
+                return refusal(grpc.StatusCode.UNIMPLEMENTED, NOT_BIDI)
             return size_checked(handler, max_bytes)
 
         continuation: Continuation = served
@@ -514,13 +515,6 @@ def _link(interceptor: grpc.aio.ServerInterceptor, inner: Continuation) -> Conti
         return await interceptor.intercept_service(inner, details)
 
     return call
-
-
-def _refusal(code: grpc.StatusCode, message: str) -> Handler:
-    async def refuse(request: Any, context: Any) -> None:
-        await context.abort(code, message)
-
-    return grpc.unary_unary_rpc_method_handler(refuse)
 
 
 async def _once(item: Any) -> AsyncIterator[Any]:
