@@ -3,7 +3,9 @@
 A raw HTTP/1.1 client (asyncio streams) sends gRPC-Web requests to the gRPC port: binary and
 text unary calls, the auth codes, CORS preflights, the Host guard, `application/grpc` over
 HTTP/1.1, a Watch event arriving on an open stream, and nothing served when it is off. Native
-gRPC and a Python worker keep working on the same port through the relay.
+gRPC and a Python worker keep working on the same port through the relay. Then a standby's
+14, a Watch's status frame when the server stops, the body-limit answer's CORS headers and
+`grpc-timeout` as the deadline. TLS: test_server_grpc_web_tls.py.
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.aio
-import pytest
 
 from cronoq.client import Lease, Worker
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
@@ -27,7 +27,8 @@ from cronoq.server import grpcweb
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
-from helpers.auth import AUTH, mtls_config, over_mtls, token
+from cronoq.store import SqliteStore
+from helpers.auth import AUTH, token
 from helpers.servers import running_app
 
 ORIGIN = "https://app.example"
@@ -39,6 +40,8 @@ SECURED = PORTS + WEB + POOLS + AUTH
 SUBMIT = "/cronoq.v1.Tasks/Submit"
 GET = "/cronoq.v1.Tasks/Get"
 WATCH = "/cronoq.v1.Tasks/Watch"
+WAIT = "/cronoq.v1.Tasks/Wait"
+TIMEOUT = {"grpc-timeout": "200m"}
 BINARY = "application/grpc-web+proto"
 TEXT = "application/grpc-web-text+proto"
 
@@ -337,14 +340,66 @@ async def test_native_grpc_and_a_worker_share_the_port() -> None:
             await asyncio.wait_for(running, 10)
 
 
-async def test_with_tls_grpc_web_is_not_served_yet(
-    pki: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """docs/grpc-web.md, "TLS": a warning at start, and native gRPC over TLS as without it."""
-    caplog.set_level(logging.WARNING, logger="cronoq.server")
-    async with serving(mtls_config(pki) + WEB) as app:
-        assert [r.getMessage() for r in caplog.records].count("grpc_web_not_served") == 1
-        assert app.grpc_address is not None
-        async with over_mtls(pki, "ops", app.grpc_address.port) as stubs:
-            sent = await stubs.tasks.Submit(submit(), timeout=30)
-            assert sent.id > 0
+# --- standby, shutdown, limits and deadlines --------------------------------------------------
+
+
+async def test_a_standby_answers_unavailable(tmp_path: Path) -> None:
+    """A durable store another process leads: the server binds and stands by (docs/server.md,
+    "Standby"), and a gRPC-Web call gets 14 as a native one would."""
+    path = tmp_path / "q.db"
+    holder = SqliteStore(path)
+    await holder.open()
+    await holder.lead()
+    store = f'[store]\nkind = "sqlite"\npath = "{path}"\n'
+    try:
+        async with running_app(build(load_config(OPEN + store))) as app, connect(app) as c:
+            assert not app.ready
+            refused = await c.call(SUBMIT, submit())
+            assert refused.code == grpc.StatusCode.UNAVAILABLE.value[0]
+            assert refused.messages == []
+            assert "standby" in refused.trailers["grpc-message"]
+    finally:
+        await holder.close()
+
+
+async def test_a_watch_ends_with_a_status_frame_when_the_server_stops() -> None:
+    async with serving(OPEN) as app, connect(app) as watcher, connect(app) as c:
+        request = pb.WatchRequest(pools=["a"], all_transitions=True)
+        headers = {"host": "localhost", "content-type": BINARY}
+        watcher.send("POST", WATCH, headers, grpcweb.frame(request.SerializeToString()))
+        await first_event(watcher, c, "a")  # the watch is subscribed and streaming
+        stopping = asyncio.create_task(app.stop())
+        while True:  # events still queued, then the status frame, then the last chunk
+            chunk = await watcher.chunk()
+            [(flag, data)] = grpcweb.split_frames(chunk)
+            if flag == grpcweb.TRAILER:
+                break
+        assert b"grpc-status:%d\r\n" % grpc.StatusCode.UNAVAILABLE.value[0] in data
+        assert await watcher.chunk() == b""
+        await stopping
+
+
+async def test_a_body_over_the_limit_carries_cors_headers() -> None:
+    limits = "[limits]\nmax_http_body_bytes = 4096\n"
+    async with serving(OPEN + limits) as app, connect(app) as c:
+        large = submit(payload=b"x" * 5000)
+        answer = await c.call(SUBMIT, large, origin=ORIGIN)
+        assert answer.code == grpc.StatusCode.OUT_OF_RANGE.value[0]
+        assert answer.headers["access-control-allow-origin"] == ORIGIN
+        assert answer.headers["access-control-expose-headers"] == grpcweb.EXPOSE_HEADERS
+        assert answer.headers["connection"] == "close"
+        assert await c.reader.read() == b""  # then the connection is closed
+
+
+async def test_grpc_timeout_is_the_deadline() -> None:
+    """A Wait on a task no worker takes, for 30 s, under `grpc-timeout: 200m`: the status is
+    DEADLINE_EXCEEDED (asserted on the status only, not on how long it took)."""
+    async with serving(OPEN) as app, connect(app) as c:
+        sent = await c.call(SUBMIT, submit())
+        task = pb.TaskRef(id=pb.SubmitResponse.FromString(sent.messages[0]).id)
+        waited = await c.call(WAIT, pb.WaitRequest(task=task, timeout_s=30), **TIMEOUT)
+        assert waited.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+        assert waited.messages == []
+        # the task itself is untouched, and the connection still serves
+        got = await c.call(GET, pb.GetRequest(task=task))
+        assert pb.TaskInfo.FromString(got.messages[0]).status == pb.TASK_STATUS_READY

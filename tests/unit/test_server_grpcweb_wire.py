@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ssl
 
 import pytest
 
@@ -75,3 +76,45 @@ def test_cors_headers() -> None:
         unlisted = grpcweb.cors_headers(origin, allowed)
         assert "access-control-allow-origin" not in unlisted
         assert "access-control-allow-credentials" not in unlisted
+
+
+def hello_message(alpn: list[str] | None) -> bytes:
+    """The ClientHello handshake message a real TLS client (Python's ssl) sends first: its one
+    record, less the 5-byte record header."""
+    context = ssl.create_default_context()
+    if alpn is not None:
+        context.set_alpn_protocols(alpn)
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing := ssl.MemoryBIO(), server_hostname="x")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    record = outgoing.read()
+    assert record[0] == 22 and int.from_bytes(record[3:5], "big") == len(record) - 5
+    return record[5:]
+
+
+@pytest.mark.parametrize(
+    "alpn", [["h2", "http/1.1"], ["h2"], ["http/1.1"], ["grpc-exp", "h2"], None]
+)
+def test_client_hello_alpn(alpn: list[str] | None) -> None:
+    expected = None if alpn is None else tuple(alpn)
+    assert grpcweb.client_hello_alpn(hello_message(alpn)) == expected
+
+
+def test_a_client_hello_without_extensions_offers_no_alpn() -> None:
+    body = b"\x03\x03" + bytes(32) + b"\x00" + b"\x00\x02\x00\x2f" + b"\x01\x00"
+    message = b"\x01" + len(body).to_bytes(3, "big") + body
+    assert grpcweb.client_hello_alpn(message) is None
+
+
+def test_a_malformed_client_hello_is_refused() -> None:
+    message = hello_message(["h2", "http/1.1"])
+    longer = message[4:] + b"\x00"
+    for bad in (
+        message[: len(message) // 2],  # truncated
+        b"\x02" + message[1:],  # a ServerHello
+        message[:4],  # the header alone
+        b"",
+        b"\x01" + len(longer).to_bytes(3, "big") + longer,  # a byte after the extensions
+    ):
+        with pytest.raises(ValueError):
+            grpcweb.client_hello_alpn(bad)

@@ -144,6 +144,10 @@ class ServerApp:
         self.cfg = cfg
         tls = cfg.server.tls
         self._credentials = None if tls is None else _credentials(tls)
+        # the front's own TLS, for the gRPC-Web connections it answers (docs/grpc-web.md, "TLS")
+        self._grpc_web_tls = (
+            None if tls is None or cfg.server.grpc_web is None else ssl_context(tls)
+        )
         self._http = HttpListener(
             self,
             authorize=http_authorize,
@@ -239,13 +243,10 @@ class ServerApp:
         for register in self._registrars:
             register(self, cast(grpc.aio.Server, table))
         self.methods = table.handlers
-        # gRPC-Web (docs/grpc-web.md): grpcio on an internal loopback port, the public one
-        # served by the front, which relays HTTP/2 to grpcio and answers HTTP/1.1 itself. Not
-        # with TLS yet (docs/grpc-web.md, "TLS"): grpcio then keeps the port, native gRPC alone.
+        # gRPC-Web (docs/grpc-web.md): grpcio on an internal loopback port, with the same TLS
+        # if any, the public one served by the front, which relays native gRPC to grpcio and
+        # answers HTTP/1.1 itself (ending TLS for it: docs/grpc-web.md, "TLS").
         grpc_web = self.cfg.server.grpc_web
-        if grpc_web is not None and self._credentials is not None:
-            event(log, logging.WARNING, "grpc_web_not_served", reason="not supported with TLS")
-            grpc_web = None
         bind = address if grpc_web is None else SocketAddress("127.0.0.1", 0)
         try:
             if self._credentials is None:
@@ -263,6 +264,7 @@ class ServerApp:
                     [*self._interceptors, _ReadyGate(self)],
                     SocketAddress("127.0.0.1", port),
                     grpc_web.allowed_origins,
+                    self._grpc_web_tls,
                 )
                 port = await front.start(address)
             self.http_address, self.metrics_address = await self._http.start()

@@ -13,7 +13,14 @@ from aiohttp import web
 
 from ..proto.cronoq.v1 import cronoq_pb2_grpc
 from .app import ServerApp
-from .auth import Authenticator, AuthInterceptor, Unauthenticated, allowed, use_principal
+from .auth import (
+    Authenticator,
+    AuthInterceptor,
+    Unauthenticated,
+    allowed,
+    certificate_dns_names,
+    use_principal,
+)
 from .config import ServerConfig
 from .decode import DecodeGuard
 from .holds import bound_request
@@ -96,7 +103,7 @@ def _http_authorize(
 
     async def authorize(request: web.Request, route: Route) -> None:
         peer = request.transport.get_extra_info("peercert") if request.transport else None
-        names = [v for k, v in (peer or {}).get("subjectAltName", ()) if k == "DNS"]
+        names = certificate_dns_names(peer)
         try:
             principal = authenticator.authenticate(request.headers.get("Authorization"), names)
         except Unauthenticated as e:

@@ -111,6 +111,12 @@ def allowed(principal: Principal, method: str) -> bool:
     return principal.role == "admin" or principal.role in _ROLES.get(method, ())
 
 
+def certificate_dns_names(peercert: Mapping[str, Any] | None) -> list[str]:
+    """The DNS subject alternative names of a peer certificate as `ssl.getpeercert()` gives it
+    (None without one): what `[[auth.certs]]` entries match, never IP or URI SANs."""
+    return [value for kind, value in (peercert or {}).get("subjectAltName", ()) if kind == "DNS"]
+
+
 class Unauthenticated(Exception):
     """No credential, or one that is not configured: UNAUTHENTICATED (gRPC), 401 (HTTP)."""
 

@@ -7,6 +7,12 @@ preface is relayed byte for byte to grpcio (native gRPC, unchanged), any other i
 HTTP/1.1 gRPC-Web and answered here by calling the very handlers the registrars gave grpcio,
 through the app's own interceptor chain (authentication, roles, readiness, request timeout,
 decoding), so both paths refuse and answer alike.
+
+With `[server.tls]` (docs/grpc-web.md, "TLS") grpcio's internal port has the same TLS, and the
+front reads each connection's ClientHello first: a client offering only `h2` is relayed as it
+came (its TLS is grpcio's); one offering `http/1.1`, or no ALPN, gets its TLS ended here
+(`_Tls`) and HTTP/1.1 gRPC-Web, its client certificate reaching the interceptors as grpcio's
+`auth_context` would give it.
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ import contextlib
 import inspect
 import logging
 import re
+import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 from urllib.parse import quote
 
 import grpc
 
+from .auth import certificate_dns_names
 from .config import SocketAddress
 from .decode import Handler, size_checked
 from .errors import refusal
@@ -41,6 +49,7 @@ __all__ = [
     "NOT_GRPC_WEB",
     "TRAILER",
     "answer_type",
+    "client_hello_alpn",
     "cors_headers",
     "frame",
     "GrpcWebFront",
@@ -64,7 +73,12 @@ HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 NOT_BIDI = "Workers/Work needs HTTP/2 gRPC (bidirectional streaming)"
 NOT_LOOPBACK = "without auth, gRPC-Web only answers requests for a loopback host"
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers of one HTTP/1.1 request
+MAX_HELLO_BYTES = 64 * 1024  # the TLS records read for one ClientHello
 RELAY_CHUNK = 256 * 1024
+_RECORD = struct.Struct(">BHH")  # a TLS record header: content type, version, length
+_HANDSHAKE = 22  # the content type of handshake records
+_CLIENT_HELLO = 1
+_ALPN = 16  # the extension type of application_layer_protocol_negotiation
 
 log = logging.getLogger("cronoq.server")
 
@@ -140,6 +154,60 @@ def cors_headers(origin: str | None, allowed: tuple[str, ...]) -> dict[str, str]
     return headers
 
 
+def client_hello_alpn(message: bytes) -> tuple[str, ...] | None:
+    """The protocols a TLS ClientHello offers in ALPN, in its order (None: no ALPN extension).
+    `message` is the handshake message, its 4-byte header first; ValueError for what is not a
+    well-formed ClientHello."""
+    hello = _Cursor(message)
+    if hello.take(1) != bytes([_CLIENT_HELLO]):
+        raise ValueError("not a ClientHello")
+    body = _Cursor(hello.vector(3))
+    body.take(2 + 32)  # legacy_version, random
+    body.vector(1)  # legacy_session_id
+    body.vector(2)  # cipher_suites
+    body.vector(1)  # legacy_compression_methods
+    if body.done():  # no extensions at all (TLS 1.2 allows it)
+        return None
+    extensions = _Cursor(body.vector(2))
+    body.end()
+    offered: tuple[str, ...] | None = None
+    while not extensions.done():
+        kind = int.from_bytes(extensions.take(2), "big")
+        data = _Cursor(extensions.vector(2))
+        if kind == _ALPN:
+            names = _Cursor(data.vector(2))
+            data.end()
+            found = []
+            while not names.done():
+                found.append(names.vector(1).decode("latin-1"))
+            offered = tuple(found)
+    return offered
+
+
+class _Cursor:
+    """Reads a TLS structure: fixed fields and length-prefixed vectors; ValueError past its end."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._at = 0
+
+    def take(self, size: int) -> bytes:
+        if self._at + size > len(self._data):
+            raise ValueError("truncated TLS handshake message")
+        self._at += size
+        return self._data[self._at - size : self._at]
+
+    def vector(self, length_bytes: int) -> bytes:
+        return self.take(int.from_bytes(self.take(length_bytes), "big"))
+
+    def done(self) -> bool:
+        return self._at == len(self._data)
+
+    def end(self) -> None:
+        if not self.done():
+            raise ValueError("trailing bytes in a TLS handshake message")
+
+
 # --- the listener -----------------------------------------------------------------------------
 
 Continuation: TypeAlias = "Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]]"
@@ -149,6 +217,29 @@ _TIMEOUT = re.compile(r"([0-9]{1,8})([HMSmun])")
 
 class _Closed(Exception):
     """The client closed the connection (or sent what cannot be answered): close it too."""
+
+
+class _OverLimit(Exception):
+    """A request whose body is over limits.max_http_body_bytes: answered, then closed."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        super().__init__("request body over the limit")
+        self.headers = headers
+
+
+class _Reader(Protocol):
+    async def read(self, n: int, /) -> bytes: ...
+
+
+class _Writer(Protocol):
+    def write(self, data: bytes, /) -> None: ...
+
+    async def drain(self) -> None: ...
+
+
+_T = TypeVar("_T")
+Peer: TypeAlias = "Mapping[str, list[bytes]]"
+"""What grpcio's `auth_context()` would say of a call's client certificate (auth.py reads it)."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +262,7 @@ class _Request:
 class _Input:
     """A connection's incoming bytes, starting with those read to tell HTTP/2 from HTTP/1.1."""
 
-    def __init__(self, reader: asyncio.StreamReader, head: bytes) -> None:
+    def __init__(self, reader: _Reader, head: bytes) -> None:
         self._reader = reader
         self._buf = bytearray(head)
 
@@ -200,9 +291,75 @@ class _Input:
 
     async def closed(self) -> None:
         """Return once the client closes its side (what it sends meanwhile stays buffered)."""
-        with contextlib.suppress(_Closed, ConnectionError):
+        with contextlib.suppress(_Closed, ConnectionError, ssl.SSLError):
             while True:
                 await self._more()
+
+
+class _Tls:
+    """TLS ended here on a connection whose ClientHello the front has already read (asyncio
+    cannot start TLS over bytes its stream consumed): an ssl.SSLObject between memory buffers,
+    fed from the connection and flushed to it. A reader and writer for `_Input` and the
+    answers; an SSLError for what TLS refuses (a missing or untrusted client certificate)."""
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        head: bytes,
+    ) -> None:
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._incoming.write(head)
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._reader = reader
+        self._writer = writer
+
+    async def handshake(self) -> None:
+        await self._run(self._tls.do_handshake)
+
+    def peer(self) -> Peer:
+        """The client certificate's DNS names as `peer_dns`, as grpcio gives them."""
+        names = [n.encode() for n in certificate_dns_names(self._tls.getpeercert())]
+        return {"peer_dns": names} if names else {}
+
+    async def read(self, n: int, /) -> bytes:
+        try:
+            return await self._run(lambda: self._tls.read(n))
+        except ssl.SSLZeroReturnError:  # the client's close_notify
+            return b""
+
+    def write(self, data: bytes, /) -> None:
+        self._tls.write(data)
+        self._flush()
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+    def close(self) -> None:
+        """Send close_notify (or the alert of a failed handshake) before the socket closes."""
+        with contextlib.suppress(ssl.SSLError):
+            self._tls.unwrap()
+        self._flush()
+
+    async def _run(self, step: Callable[[], _T]) -> _T:
+        while True:
+            try:
+                result = step()
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = await self._reader.read(RELAY_CHUNK)
+                if not data:
+                    raise _Closed from None
+                self._incoming.write(data)
+            else:
+                self._flush()
+                return result
+
+    def _flush(self) -> None:
+        if pending := self._outgoing.read():
+            self._writer.write(pending)
 
 
 class GrpcWebFront:
@@ -210,7 +367,8 @@ class GrpcWebFront:
 
     `interceptors`: the chain grpcio runs (the app's, then its readiness gate), run here over a
     call made of the request's path and headers; its last continuation returns the handler of
-    `app.methods`, size-checked as grpcio's are.
+    `app.methods`, size-checked as grpcio's are. `tls`: the context of `[server.tls]`
+    (http.ssl_context) when grpcio's internal port has TLS; the front offers `http/1.1` alone.
     """
 
     def __init__(
@@ -219,8 +377,12 @@ class GrpcWebFront:
         interceptors: Sequence[grpc.aio.ServerInterceptor],
         internal: SocketAddress,
         allowed_origins: tuple[str, ...],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._app = app
+        self._tls = tls
+        if tls is not None:
+            tls.set_alpn_protocols(["http/1.1"])
         self._interceptors = tuple(interceptors)
         self._internal = internal
         self._allowed = allowed_origins
@@ -260,6 +422,9 @@ class GrpcWebFront:
         assert task is not None
         self._connections.add(task)
         try:
+            if self._tls is not None:
+                await self._tls_connection(reader, writer)
+                return
             head = b""
             # read until the bytes are the whole HTTP/2 preface or stop matching it
             while len(head) < len(HTTP2_PREFACE) and HTTP2_PREFACE.startswith(head):
@@ -271,14 +436,42 @@ class GrpcWebFront:
             if head == HTTP2_PREFACE:
                 await self._relay(head, reader, writer)
             else:
-                await self._http1(_Input(reader, head), writer)
+                await self._http1(_Input(reader, head), writer, {})
         except (_Closed, ConnectionError, TimeoutError, asyncio.CancelledError):
             pass
+        except ssl.SSLError as e:  # a handshake refused, a bad record: the client's doing
+            log.debug("TLS failed on the gRPC port: %s", e)
         except Exception:
             log.exception("unexpected error on a gRPC-Web connection")
         finally:
             self._connections.discard(task)
             writer.close()
+
+    async def _tls_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """The ClientHello's ALPN decides: `h2` without `http/1.1` is relayed to grpcio as it
+        came; else TLS ends here and HTTP/1.1 gRPC-Web follows. What is not a ClientHello
+        (plain HTTP, garbage, a truncated one) closes the connection."""
+        assert self._tls is not None
+        timeout = self._app.cfg.limits.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                head, hello = await _read_hello(reader)
+            offered = client_hello_alpn(hello)
+        except (ValueError, asyncio.IncompleteReadError) as e:
+            log.debug("closing a connection to the gRPC port that sent no ClientHello: %s", e)
+            return
+        if offered is not None and "http/1.1" not in offered:
+            await self._relay(head, reader, writer)
+            return
+        tls = _Tls(self._tls, reader, writer, head)
+        try:
+            async with asyncio.timeout(timeout):
+                await tls.handshake()
+            await self._http1(_Input(tls, b""), tls, tls.peer())
+        finally:
+            tls.close()
 
     async def _relay(
         self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -300,28 +493,28 @@ class GrpcWebFront:
             await asyncio.wait(pumps)
             inner_writer.close()
 
-    async def _http1(self, source: _Input, writer: asyncio.StreamWriter) -> None:
+    async def _http1(self, source: _Input, writer: _Writer, peer: Peer) -> None:
         """Requests one after another (keep-alive); reading each, headers and body, is bounded
-        by limits.request_timeout_s, and a client that goes away cancels its call."""
+        by limits.request_timeout_s, and a client that goes away cancels its call. `peer`: the
+        client certificate's facts for the interceptors."""
         limits = self._app.cfg.limits
         while True:
-            async with asyncio.timeout(limits.request_timeout_s):
-                request = await _read_request(source, limits.max_http_body_bytes)
-            if request is None:  # over the body limit: answered, connection closed
-                await _send(
-                    writer,
-                    200,
-                    _status_headers(
-                        grpc.StatusCode.OUT_OF_RANGE,
-                        f"the request body is over limits.max_http_body_bytes"
-                        f" ({limits.max_http_body_bytes})",
-                    ),
-                    b"",
-                    close=True,
+            try:
+                async with asyncio.timeout(limits.request_timeout_s):
+                    request = await _read_request(source, limits.max_http_body_bytes)
+            except _OverLimit as over:  # answered, with CORS as every answer, then closed
+                message = (
+                    f"the request body is over limits.max_http_body_bytes"
+                    f" ({limits.max_http_body_bytes})"
                 )
+                headers = {
+                    **cors_headers(over.headers.get("origin"), self._allowed),
+                    **_status_headers(grpc.StatusCode.OUT_OF_RANGE, message),
+                }
+                await _send(writer, 200, headers, b"", close=True)
                 return
             # a task of its own: the principal an interceptor sets stays with this call
-            answering = asyncio.create_task(self._answer(request, writer))
+            answering = asyncio.create_task(self._answer(request, writer, peer))
             gone = asyncio.create_task(source.closed())
             await asyncio.wait([answering, gone], return_when=asyncio.FIRST_COMPLETED)
             if not answering.done():
@@ -336,7 +529,7 @@ class GrpcWebFront:
 
     # --- one request ---
 
-    async def _answer(self, request: _Request, writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, request: _Request, writer: _Writer, peer: Peer) -> None:
         cors = cors_headers(request.headers.get("origin"), self._allowed)
         close = not request.keep_alive
         if request.verb == "OPTIONS":
@@ -360,7 +553,7 @@ class GrpcWebFront:
             headers = _status_headers(grpc.StatusCode.INVALID_ARGUMENT, f"bad gRPC-Web body: {e}")
             await _send(writer, 200, {**cors, **headers}, b"", close=close)
             return
-        call = _WebCall(self, request, mode, cors, writer)
+        call = _WebCall(self, request, mode, cors, writer, peer)
         await call.run(frames)
 
     async def resolve(self, details: _Details) -> Handler | None:
@@ -390,9 +583,11 @@ class _WebCall:
         request: _Request,
         mode: str,
         cors: Mapping[str, str],
-        writer: asyncio.StreamWriter,
+        writer: _Writer,
+        peer: Peer,
     ) -> None:
         self._front = front
+        self._peer = peer
         self._request = request
         self._mode = mode
         self._cors = cors
@@ -405,7 +600,7 @@ class _WebCall:
         request = self._request
         metadata = tuple((k, v) for k, v in request.headers.items() if k not in _HOP_HEADERS)
         deadline = _timeout(request.headers.get("grpc-timeout"))
-        context = _Call(metadata, deadline)
+        context = _WebContext(metadata, deadline, self._peer)
         code, message = grpc.StatusCode.OK, ""
         trailers: tuple[tuple[str, str], ...] = ()
         try:
@@ -505,6 +700,18 @@ class _WebCall:
         await _send(self._writer, 200, headers, body, close=close)
 
 
+class _WebContext(_Call):
+    """http._Call with the client certificate of the connection, if any, in `auth_context()`
+    (over plain HTTP/1.1 there is none, as for the HTTP API)."""
+
+    def __init__(self, headers: Sequence[tuple[str, str]], bound_s: float | None, peer: Peer):
+        super().__init__(headers, bound_s)
+        self._peer = peer
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return dict(self._peer)
+
+
 _HOP_HEADERS = frozenset(
     {"host", "connection", "content-length", "transfer-encoding", "keep-alive", "grpc-timeout"}
 )
@@ -555,7 +762,7 @@ def _head(status: int, headers: Mapping[str, str], *, close: bool) -> bytes:
 
 
 async def _send(
-    writer: asyncio.StreamWriter,
+    writer: _Writer,
     status: int,
     headers: Mapping[str, str],
     body: bytes,
@@ -566,9 +773,27 @@ async def _send(
     await writer.drain()
 
 
-async def _read_request(source: _Input, max_body: int) -> _Request | None:
-    """The next request (None: its body is over `max_body`); _Closed at the end of the
-    connection or for what is not HTTP/1.1."""
+async def _read_hello(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The bytes of the TLS records that carry a connection's ClientHello, as they came, and
+    the handshake message they carry; ValueError past MAX_HELLO_BYTES or for a record that is
+    not a handshake one (plain HTTP, say)."""
+    raw, message = bytearray(), bytearray()
+    while len(message) < 4 or len(message) < 4 + int.from_bytes(message[1:4], "big"):
+        header = await reader.readexactly(_RECORD.size)
+        kind, _, size = _RECORD.unpack(header)
+        if kind != _HANDSHAKE or size == 0:
+            raise ValueError("not a TLS handshake record")
+        if len(raw) + _RECORD.size + size > MAX_HELLO_BYTES:
+            raise ValueError(f"a ClientHello over {MAX_HELLO_BYTES} bytes")
+        fragment = await reader.readexactly(size)
+        raw += header + fragment
+        message += fragment
+    return bytes(raw), bytes(message)
+
+
+async def _read_request(source: _Input, max_body: int) -> _Request:
+    """The next request; _OverLimit when its body is over `max_body`, _Closed at the end of
+    the connection or for what is not HTTP/1.1."""
     head = (await source.until(b"\r\n\r\n", MAX_HEAD_BYTES)).decode("latin-1")
     line, *fields = head[:-4].split("\r\n")
     parts = line.split(" ")
@@ -594,7 +819,7 @@ async def _read_request(source: _Input, max_body: int) -> _Request | None:
             except ValueError:
                 raise _Closed from None
             if len(body) + size > max_body:
-                return None
+                raise _OverLimit(headers)
             if size == 0:  # then trailer fields, which are not used, up to an empty line
                 while await source.until(b"\r\n", MAX_HEAD_BYTES) != b"\r\n":
                     pass
@@ -608,6 +833,6 @@ async def _read_request(source: _Input, max_body: int) -> _Request | None:
         except ValueError:
             raise _Closed from None
         if length > max_body:
-            return None
+            raise _OverLimit(headers)
         data = await source.exactly(length) if length > 0 else b""
     return _Request(verb, path, headers, data, keep_alive)
