@@ -11,6 +11,8 @@ import grpc
 import pytest
 from test_server_http import PORTS0, b64, running
 
+from cronoq.client import Lease
+from cronoq.client import Worker as ClientWorker
 from cronoq.core.engine import EVENTS_NONE
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server import app as app_module
@@ -160,11 +162,71 @@ async def test_detail_of_dependencies_outputs_and_attempts() -> None:
             worker.send(fail=pb.Fail(lease=lease.lease, message="boom"))
         assert (await c.get(f"/v1/tasks/{flaky['id']}/wait"))[0] == 200
         _, dead = await c.get(f"/ui/api/tasks/{flaky['id']}")
-        [attempt] = dead["attempts"]
-        assert (attempt["attempt"], attempt["status"]) == (2, "dead_lettered")
-        assert attempt["message"] == "boom" and dead["output"] is None
+        assert [(a["attempt"], a["status"], a["message"]) for a in dead["attempts"]] == [
+            (1, "failed", "boom"),
+            (2, "dead_lettered", "boom"),
+        ]
+        assert dead["output"] is None
         # a dead-lettered task keeps its payload, so that it can be submitted again
         assert dead["payload"]["json"] == 3 and dead["resubmit"]["payload_b64"] == "Mw=="
+        worker.close()
+
+
+def _timeline(attempts: list[dict[str, Any]]) -> list[int]:
+    """Each attempt's start and end (Unix ns), in the order listed."""
+    return [int(a[k]) for a in attempts for k in ("started_unix_ns", "finished_unix_ns")]
+
+
+async def test_detail_lists_every_attempt_of_a_task_a_remote_worker_retried() -> None:
+    app = build(load_config(PORTS0))
+
+    async def handler(lease: Lease) -> dict[str, int]:
+        if lease.attempt < 3:
+            raise ValueError(f"boom {lease.attempt}")
+        return {"n": lease.attempt}
+
+    retry = {"max_attempts": 3, "initial_backoff_s": 0.001, "max_backoff_s": 0.001}
+    async with running(app) as c:
+        worker = ClientWorker(str(app.grpc_address), "default", handler)
+        serving = asyncio.create_task(worker.run())
+        try:
+            _, sent = await c.post("/v1/tasks", {"payload": 1, "retry": retry})
+            status, done = await c.get(f"/v1/tasks/{sent['id']}/wait")
+            assert status == 200 and done["status"] == "succeeded", done
+        finally:
+            await worker.stop(0.5)
+            await serving
+        _, detail = await c.get(f"/ui/api/tasks/{sent['id']}")
+        attempts = detail["attempts"]
+        assert [(a["attempt"], a["status"], a["message"]) for a in attempts] == [
+            (1, "failed", "ValueError: boom 1"),
+            (2, "failed", "ValueError: boom 2"),
+            (3, "succeeded", ""),
+        ]
+        times = _timeline(attempts)
+        assert times == sorted(times)
+        assert attempts[-1]["finished_unix_ns"] == detail["task"]["finished_unix_ns"]
+
+
+async def test_a_retrying_task_lists_its_ended_attempt_once() -> None:
+    """While it waits for its retry, the attempt that failed is the last entry, with its end."""
+    app = build(load_config(PORTS0))
+    async with running(app) as c, grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
+        retry = {"max_attempts": 2, "initial_backoff_s": 3600, "jitter": False}
+        _, sent = await c.post("/v1/tasks", {"payload": 1, "retry": retry})
+        worker = Worker(channel)
+        await worker.register("default")
+        lease = await worker.lease()
+        worker.send(fail=pb.Fail(lease=lease.lease, message="later"))
+
+        async def retrying() -> bool:
+            return (await c.get(f"/v1/tasks/{sent['id']}"))[1]["status"] == "retrying"
+
+        await until(retrying, 10, "the task to retry")
+        _, detail = await c.get(f"/ui/api/tasks/{sent['id']}")
+        [attempt] = detail["attempts"]
+        assert (attempt["attempt"], attempt["status"], attempt["message"]) == (1, "failed", "later")
+        assert int(attempt["finished_unix_ns"]) >= int(attempt["started_unix_ns"])
         worker.close()
 
 

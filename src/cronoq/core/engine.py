@@ -56,6 +56,10 @@ from .model import (
     DEFAULT_RETRY,
     FAILED,
     FIRST_TERMINAL,
+    HISTORY_MAX,
+    OUTCOME_FAILED,
+    OUTCOME_LEASE_EXPIRED,
+    OUTCOME_TIMED_OUT,
     READY,
     RETRYING,
     RUNNING,
@@ -66,6 +70,7 @@ from .model import (
     TRANSITIONS,
     Attempt,
     Extras,
+    PastAttempt,
     PoolConfig,
     Scoring,
     Snapshot,
@@ -630,7 +635,7 @@ class Engine:
             return False
         pool = self.pools[att.task.pool]
         self._end_attempt(att, pool, now, False)
-        self._after_failure(att.task, pool, now, message, permanent, retry_after)
+        self._after_failure(att.task, pool, now, message, permanent, retry_after, OUTCOME_FAILED)
         return True
 
     def move_attempt(self, att: Attempt, labels: Mapping[str, str]) -> None:
@@ -686,6 +691,7 @@ class Engine:
         message: str,
         permanent: bool,
         retry_after: float | None,
+        outcome: str,
     ) -> None:
         if permanent:
             self._finish(rec, FAILED, now, message)
@@ -703,10 +709,26 @@ class Engine:
         pool.stats.on_retry(now)
         pool.pending_by_class[rec.cls] += 1
         pool.retrying_by_class[rec.cls] += 1
+        self._remember(rec, now, outcome, message)
         rec.message = message
         rec.ready_at = now + delay  # when it will be ready again (a store keeps it)
         self._move(rec, RETRYING, now, message)
         self.timers.set(rec.ready_at, self._on_retry, rec, rec.attempt)
+
+    @staticmethod
+    def _remember(rec: TaskRecord, now: float, outcome: str, message: str) -> None:
+        """Keep the attempt that just ended in the task's history (TaskRecord.past_attempts):
+        only a task that retries pays for it, with its Extras and a list of at most
+        HISTORY_MAX tuples."""
+        extra = rec.extra
+        if extra is None:
+            extra = rec.extra = Extras()
+        history = extra.history
+        if history is None:
+            history = extra.history = []
+        elif len(history) == HISTORY_MAX:
+            del history[0]
+        history.append(PastAttempt(rec.attempt, rec.started_at, now, outcome, message))
 
     # --- cancellation --------------------------------------------------------------------
 
@@ -770,7 +792,7 @@ class Engine:
             pool = self.pools[att.task.pool]
             self.totals["timeouts"] += 1
             self._abort(att, pool, now, ABORT_TIMEOUT)
-            self._after_failure(att.task, pool, now, ABORT_TIMEOUT, False, None)
+            self._after_failure(att.task, pool, now, ABORT_TIMEOUT, False, None, OUTCOME_TIMED_OUT)
 
     def _on_lease(self, att: Attempt, tag: int, when: float, now: float) -> None:
         if att.ended:
@@ -781,7 +803,7 @@ class Engine:
         pool = self.pools[att.task.pool]
         self.totals["lease_expiries"] += 1
         self._abort(att, pool, now, ABORT_LEASE)
-        self._after_failure(att.task, pool, now, ABORT_LEASE, False, None)
+        self._after_failure(att.task, pool, now, ABORT_LEASE, False, None, OUTCOME_LEASE_EXPIRED)
 
     def _on_scale(self, pool: PoolState, tag: int, when: float, now: float) -> None:
         new = pool.evaluate_scaler(now)

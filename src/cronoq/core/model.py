@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from .autoscale import AutoscaleSettings
@@ -290,12 +290,34 @@ class PoolConfig:
 # --- tasks and attempts ------------------------------------------------------------------------
 
 
+# How many ended attempts of a retried task its record keeps (TaskRecord.past_attempts).
+HISTORY_MAX = 20
+
+# PastAttempt.outcome: how an attempt that the task retried after ended.
+OUTCOME_FAILED = "failed"
+OUTCOME_TIMED_OUT = "timed_out"
+OUTCOME_LEASE_EXPIRED = "lease_expired"
+
+
+class PastAttempt(NamedTuple):
+    """An attempt that ended without ending its task (the task retried); times in Unix seconds.
+
+    A tuple, so that keeping one costs a retried task no more than it needs."""
+
+    number: int
+    started_at: float
+    ended_at: float
+    outcome: str  # OUTCOME_FAILED, OUTCOME_TIMED_OUT or OUTCOME_LEASE_EXPIRED
+    message: str
+
+
 class Extras:
     """A task's rarely used options and the engine state they need; a plain task has none
     (`TaskRecord.extra` is None), so it stays small.
 
     The first five fields are the spec as submitted (a store keeps them); the rest is engine
-    state, set and cleared by the core's dependency, resource and fixed-start code."""
+    state, set and cleared by the core's dependency, resource and fixed-start code, and the
+    attempt history of a task that retried (which is why a retried plain task has extras)."""
 
     __slots__ = (
         "awaits",
@@ -304,6 +326,7 @@ class Extras:
         "due",
         "fixed_done",
         "held",
+        "history",
         "lost",
         "on_miss",
         "parents",
@@ -344,6 +367,8 @@ class Extras:
         self.fixed_done = False  # its reservation and held slot are gone
         self.lost = False  # restored: its attempt was running when the last holder stopped
         self.recurring: Recurring | None = None  # overlap="skip": checked at its start time
+        # the attempts that ended with a retry, oldest first (at most HISTORY_MAX; in memory only)
+        self.history: list[PastAttempt] | None = None
 
     def is_empty(self) -> bool:
         """Nothing left that a plain task lacks (the record may drop its extras)."""
@@ -455,6 +480,18 @@ class TaskRecord:
     @property
     def status_name(self) -> str:
         return STATUS_NAMES[self.status]
+
+    @property
+    def past_attempts(self) -> tuple[PastAttempt, ...]:
+        """The attempts after which the task retried, oldest first: the last HISTORY_MAX of
+        them, in memory only (a store does not keep them). The latest attempt is the record's
+        own (`attempt`, `started_at`, `status`, `message`) unless it too ended with a retry,
+        in which case it is the last entry here. Empty for a task that never retried, which
+        allocates nothing for it."""
+        extra = self.extra
+        if extra is None or extra.history is None:
+            return ()
+        return tuple(extra.history)
 
     def __repr__(self) -> str:
         return f"<TaskRecord id={self.id} {STATUS_NAMES[self.status]} attempt={self.attempt}>"

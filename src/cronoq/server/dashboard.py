@@ -28,6 +28,7 @@ from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from . import httpjson
 from .convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
 from .http import HttpError, HttpListener, Route, _Aborted, _Call, json_answer
+from .shards import ShardPlan
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TYPES = {
@@ -276,19 +277,31 @@ def _edge(rec: TaskRecord | None, target: int | str | None, on: str) -> dict[str
 
 
 def _attempts(rec: TaskRecord) -> list[dict[str, Any]]:
-    """The latest attempt only: the engine keeps no history of earlier ones."""
-    if rec.attempt == 0:
-        return []
-    ended = rec.status >= FIRST_TERMINAL
-    return [
+    """Oldest first: the attempts the task retried after (`TaskRecord.past_attempts`, with
+    their outcome as `status`), then the latest one as the record holds it, unless that is
+    already the last of them (a retrying task's)."""
+    out = [
         {
-            "attempt": rec.attempt,
-            "started_unix_ns": _ns(rec.started_at or None),
-            "finished_unix_ns": _ns(rec.finished_at) if ended else None,
-            "status": rec.status_name,
-            "message": rec.message or "",
+            "attempt": past.number,
+            "started_unix_ns": _ns(past.started_at),
+            "finished_unix_ns": _ns(past.ended_at),
+            "status": past.outcome,
+            "message": past.message,
         }
+        for past in rec.past_attempts
     ]
+    if rec.attempt and not (out and out[-1]["attempt"] == rec.attempt):
+        ended = rec.status >= FIRST_TERMINAL
+        out.append(
+            {
+                "attempt": rec.attempt,
+                "started_unix_ns": _ns(rec.started_at or None),
+                "finished_unix_ns": _ns(rec.finished_at) if ended else None,
+                "status": rec.status_name,
+                "message": rec.message or "",
+            }
+        )
+    return out
 
 
 def _engine(gw: HttpListener) -> Engine:
@@ -308,8 +321,16 @@ async def _record(gw: HttpListener, engine: Engine, task_id: int) -> TaskRecord:
         except (RuntimeError, SchedulerError):
             raise HttpError(503, "scheduler not serving") from None
     if rec is None:
-        if gw.app.cfg.shards:
-            raise HttpError(409, f"task {task_id} is another shard's: open that shard's dashboard")
+        # Get forwarded the call: only the owning shard's record holds the rest, and the plan
+        # names that shard's gRPC endpoint, not its dashboard, so the page cannot be forwarded.
+        plan = ShardPlan.of(gw.app.cfg)
+        shard = None if plan is None else plan.of_id(task_id)
+        if plan is not None and shard is not None and shard is not plan.own:
+            raise HttpError(
+                409,
+                f"task {task_id} is served by shard '{shard.name}' at {shard.endpoint}:"
+                " open that shard's dashboard",
+            )
         raise HttpError(404, "unknown task")
     return rec
 
