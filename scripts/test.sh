@@ -15,11 +15,13 @@ command -v chromium >/dev/null || apt-get install -y -q chromium \
 	|| { apt-get update -q && apt-get install -y -q chromium; }
 (cd dashboard && npm ci --no-audit --no-fund --loglevel=error && npm run check)
 .venv/bin/pytest -q
-# The Go SDK: vet, formatting and its tests, which start the server from this .venv.
+# The Go SDK: vet, staticcheck, formatting and its tests, which start the server from this .venv.
 (
 	export CRONOQ_PYTHON="$PWD/.venv/bin/python"
 	cd sdks/go
 	go vet ./...
+	go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	"$(go env GOPATH)/bin/staticcheck" ./...
 	unformatted=$(gofmt -l .)
 	if [ -n "$unformatted" ]; then
 		echo "gofmt needed: $unformatted" >&2

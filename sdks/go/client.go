@@ -109,14 +109,15 @@ func (c *Client) Close() error { return c.conn.Close() }
 func (c *Client) Submit(ctx context.Context, t Task) (Submitted, error) {
 	r, err := c.tasks.Submit(ctx, &pb.SubmitRequest{Task: t.wire()})
 	if err != nil {
-		return Submitted{}, toError(err)
+		return Submitted{}, toError(ctx, err)
 	}
 	return Submitted{ID: r.GetId(), Duplicate: r.GetDuplicate()}, nil
 }
 
 // Wait blocks until the task ends and returns how it ended. A positive timeout bounds the
-// wait: when it passes first, Wait returns an *Error whose Timeout() is true and the task
-// keeps running. With timeout 0 the server's own maximum wait applies.
+// wait: when it passes first, Wait returns an error matching ErrTimeout (and, like every
+// timeout, context.DeadlineExceeded) and the task keeps running. With timeout 0 the server's
+// own maximum wait applies.
 func (c *Client) Wait(ctx context.Context, ref Ref, timeout time.Duration) (Result, error) {
 	req := &pb.WaitRequest{Task: ref.wire()}
 	if timeout > 0 {
@@ -127,8 +128,8 @@ func (c *Client) Wait(ctx context.Context, ref Ref, timeout time.Duration) (Resu
 	}
 	r, err := c.tasks.Wait(ctx, req)
 	if err != nil {
-		e := toError(err).(*Error)
-		if e.Timeout() {
+		e := toError(ctx, err)
+		if e.Timeout() && timeout > 0 {
 			e.Message = fmt.Sprintf("task %s is still running after %s", ref, timeout)
 		}
 		return Result{}, e
@@ -140,7 +141,7 @@ func (c *Client) Wait(ctx context.Context, ref Ref, timeout time.Duration) (Resu
 func (c *Client) Get(ctx context.Context, ref Ref) (TaskInfo, error) {
 	r, err := c.tasks.Get(ctx, &pb.GetRequest{Task: ref.wire()})
 	if err != nil {
-		return TaskInfo{}, toError(err)
+		return TaskInfo{}, toError(ctx, err)
 	}
 	return taskInfo(r), nil
 }
@@ -149,7 +150,7 @@ func (c *Client) Get(ctx context.Context, ref Ref) (TaskInfo, error) {
 func (c *Client) Cancel(ctx context.Context, ref Ref) (bool, error) {
 	r, err := c.tasks.Cancel(ctx, &pb.CancelRequest{Task: ref.wire()})
 	if err != nil {
-		return false, toError(err)
+		return false, toError(ctx, err)
 	}
 	return r.GetCancelled(), nil
 }
@@ -163,7 +164,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (TaskPage, error) {
 	}
 	r, err := c.tasks.ListTasks(ctx, req)
 	if err != nil {
-		return TaskPage{}, toError(err)
+		return TaskPage{}, toError(ctx, err)
 	}
 	page := TaskPage{NextAfter: r.GetNextAfter(), UnavailableShards: r.GetUnavailableShards()}
 	for _, t := range r.GetTasks() {
@@ -175,8 +176,8 @@ func (c *Client) List(ctx context.Context, opts ListOptions) (TaskPage, error) {
 // Watch streams status events as they happen: only terminal ones unless AllTransitions is
 // set. The stream opens when the loop starts and closes when the loop ends. It ends quietly
 // when ctx ends or the server closes it normally; any other failure is yielded once as an
-// *Error (for example Retryable() on a server shutdown, or codes.DataLoss when the consumer
-// fell too far behind) and ends the stream.
+// *Error (for example ErrUnavailable on a server shutdown, or codes.DataLoss when the
+// consumer fell too far behind) and ends the stream.
 //
 //	for ev, err := range c.Watch(ctx, cronoq.WatchOptions{Pools: []string{"default"}}) {
 //		if err != nil {
@@ -215,6 +216,6 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) iter.Seq2[Event, 
 		if err == io.EOF || status.Code(err) == codes.Canceled || ctx.Err() != nil {
 			return
 		}
-		yield(Event{}, toError(err))
+		yield(Event{}, toError(ctx, err))
 	}
 }

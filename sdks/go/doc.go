@@ -6,8 +6,16 @@
 // wrap (recurring schedules, snapshots, worker listings) are made with the generated stubs in
 // the cronoqpb package over Client.Conn.
 //
-// Every failed call returns a *Error carrying the gRPC status code, so callers can tell a
-// timeout, a missing task or a transient condition apart with errors.As.
+// Every failed call returns a *Error carrying the gRPC status code and the server's message.
+// The failures callers usually act on are matched with errors.Is against sentinel errors, one
+// per code: ErrNotFound, ErrTimeout, ErrUnavailable, ErrResourceExhausted, ErrUnauthenticated
+// and ErrPermissionDenied. A timeout also matches context.DeadlineExceeded, and a call whose
+// context was cancelled matches context.Canceled; errors.As still gives the *Error.
+//
+//	res, err := c.Wait(ctx, cronoq.ID(id), 30*time.Second)
+//	if errors.Is(err, cronoq.ErrTimeout) {
+//		// The task is still running; wait again later.
+//	}
 //
 // RunWorker implements worker protocol version 3: it registers for one pool, runs the handler
 // for each lease within the granted slots, heartbeats the running leases, reports exactly one

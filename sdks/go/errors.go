@@ -1,6 +1,7 @@
 package cronoq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -9,47 +10,104 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Error is a failed call: the gRPC status code and the server's message.
+// Sentinel errors for the failures a caller typically handles, matched with errors.Is against
+// any error a Client call or RunWorker returns. Each stands for one gRPC status code; an *Error
+// with another code matches none of them.
+var (
+	// ErrNotFound: the task, pool or dependency named in the call does not exist, or is hidden
+	// from the caller's token, which the server deliberately reports the same way (NOT_FOUND).
+	ErrNotFound = errors.New("cronoq: not found")
+	// ErrTimeout: the call ran out of time (DEADLINE_EXCEEDED). For Wait it means the task is
+	// still running: waiting again is the remedy, the task itself is unaffected. These errors
+	// also match context.DeadlineExceeded, whichever deadline passed: the context's, Wait's
+	// timeout or a limit of the server. ctx.Err() tells whether it was the caller's own.
+	ErrTimeout = errors.New("cronoq: timed out")
+	// ErrUnavailable: the server cannot be reached, is shutting down or is not the leader
+	// (UNAVAILABLE); the same call may succeed later.
+	ErrUnavailable = errors.New("cronoq: server unavailable")
+	// ErrResourceExhausted: a pool's queue is full or the server is overloaded
+	// (RESOURCE_EXHAUSTED); the same call may succeed later.
+	ErrResourceExhausted = errors.New("cronoq: resource exhausted")
+	// ErrUnauthenticated: the token is missing or not known to the server (UNAUTHENTICATED).
+	ErrUnauthenticated = errors.New("cronoq: unauthenticated")
+	// ErrPermissionDenied: the token's role or pools do not allow the call (PERMISSION_DENIED).
+	ErrPermissionDenied = errors.New("cronoq: permission denied")
+)
+
+// sentinel is the one place that maps gRPC codes to the sentinel errors.
+func sentinel(code codes.Code) error {
+	switch code {
+	case codes.NotFound:
+		return ErrNotFound
+	case codes.DeadlineExceeded:
+		return ErrTimeout
+	case codes.Unavailable:
+		return ErrUnavailable
+	case codes.ResourceExhausted:
+		return ErrResourceExhausted
+	case codes.Unauthenticated:
+		return ErrUnauthenticated
+	case codes.PermissionDenied:
+		return ErrPermissionDenied
+	}
+	return nil
+}
+
+// Error is a failed call: the gRPC status code and the server's message. errors.Is matches it
+// against the sentinel error of its code, against context.DeadlineExceeded when it is a
+// timeout and against context.Canceled when the caller cancelled the call's context.
 type Error struct {
 	Code    codes.Code
 	Message string
+	// ctxErr is the context error the failure also stands for, if any.
+	ctxErr error
 }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("cronoq: %s: %s", e.Code, e.Message)
 }
 
+// Is reports whether target is the sentinel error of e's code.
+func (e *Error) Is(target error) bool {
+	s := sentinel(e.Code)
+	return s != nil && s == target
+}
+
+// Unwrap returns the context error the failure also stands for, or nil.
+func (e *Error) Unwrap() error { return e.ctxErr }
+
 // GRPCStatus lets status.FromError and status.Code see through an *Error.
 func (e *Error) GRPCStatus() *status.Status {
 	return status.New(e.Code, e.Message)
 }
 
-// Timeout reports whether the call ran out of time. For Wait it means the task is still
-// running: waiting again is the remedy, the task itself is unaffected.
-func (e *Error) Timeout() bool { return e.Code == codes.DeadlineExceeded }
+// Timeout reports whether the call ran out of time: errors.Is(e, ErrTimeout).
+func (e *Error) Timeout() bool { return e.Is(ErrTimeout) }
 
-// Retryable reports whether the same call may succeed later unchanged: the server is not the
-// leader or is shutting down (UNAVAILABLE), or a queue is full (RESOURCE_EXHAUSTED).
-func (e *Error) Retryable() bool {
-	return e.Code == codes.Unavailable || e.Code == codes.ResourceExhausted
-}
+// Retryable reports whether the same call may succeed later unchanged: ErrUnavailable or
+// ErrResourceExhausted.
+func (e *Error) Retryable() bool { return e.Is(ErrUnavailable) || e.Is(ErrResourceExhausted) }
 
-// NotFound reports whether the task, pool or dependency named in the call does not exist (or
-// is hidden from the caller's token, which the server deliberately reports the same way).
-func (e *Error) NotFound() bool { return e.Code == codes.NotFound }
+// NotFound reports whether the named task, pool or dependency does not exist:
+// errors.Is(e, ErrNotFound).
+func (e *Error) NotFound() bool { return e.Is(ErrNotFound) }
 
-// toError turns a gRPC failure into an *Error. Errors that carry no gRPC status (which grpc-go
+// toError turns the failure of a call made with ctx into an *Error. gRPC statuses do not wrap
+// context errors, so they are attached here for errors.Is. A timeout always stands for
+// context.DeadlineExceeded: whether the caller's deadline or the server's own bound ended it
+// cannot be told reliably, since the server also enforces the caller's deadline and may answer
+// just before the context expires locally. Errors that carry no gRPC status (which grpc-go
 // does not produce for RPCs) become codes.Unknown so callers always get one type.
-func toError(err error) error {
-	if err == nil {
-		return nil
+func toError(ctx context.Context, err error) *Error {
+	s := status.Convert(err)
+	e := &Error{Code: s.Code(), Message: s.Message()}
+	switch e.Code {
+	case codes.DeadlineExceeded:
+		e.ctxErr = context.DeadlineExceeded
+	case codes.Canceled:
+		e.ctxErr = ctx.Err()
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	s, _ := status.FromError(err)
-	return &Error{Code: s.Code(), Message: s.Message()}
+	return e
 }
 
 // Handler outcomes. A handler returns one of these (possibly wrapped further with %w) to tell

@@ -16,6 +16,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,8 +85,9 @@ func redirect(s pb.Workers_WorkServer, endpoint string) error {
 	return status.Error(codes.FailedPrecondition, "pool served by shard other")
 }
 
-// runFake runs a worker against target until the handler or the test's stop ends it.
-func runFake(t *testing.T, opts WorkerOptions, h Handler) (<-chan error, context.CancelFunc) {
+// runFake runs a worker against target until the handler or the test's stop ends it. A nil
+// clk means real time; a nil h completes every lease with "ok".
+func runFake(t *testing.T, opts WorkerOptions, clk *fakeClock, h Handler) (<-chan error, context.CancelFunc) {
 	t.Helper()
 	opts.Pool = "p"
 	opts.Logger = quiet
@@ -95,8 +97,67 @@ func runFake(t *testing.T, opts WorkerOptions, h Handler) (<-chan error, context
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
-	go func() { done <- RunWorker(ctx, opts, h) }()
+	go func() { done <- runWorker(ctx, opts, h, clk.source()) }()
 	return done, cancel
+}
+
+// fakeClock stands in for time.After in a worker: the test sees every wait the worker starts
+// and decides when it ends, so timing rules are checked without waiting in real time.
+type fakeClock struct {
+	mu      sync.Mutex
+	pending []fakeWait
+	started chan struct{} // closed and replaced whenever a wait starts
+}
+
+type fakeWait struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{started: make(chan struct{})} }
+
+// source is what the worker waits with: time.After for a nil clock.
+func (c *fakeClock) source() func(time.Duration) <-chan time.Time {
+	if c == nil {
+		return time.After
+	}
+	return c.after
+}
+
+func (c *fakeClock) after(d time.Duration) <-chan time.Time {
+	w := fakeWait{d: d, fire: make(chan time.Time, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending = append(c.pending, w)
+	close(c.started)
+	c.started = make(chan struct{})
+	return w.fire
+}
+
+// take waits until the worker has started a wait of d and returns the function that ends it.
+// Waits of other lengths stay pending.
+func (c *fakeClock) take(t *testing.T, d time.Duration) (fire func()) {
+	t.Helper()
+	safety := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		started := c.started
+		var lengths []time.Duration
+		for i, w := range c.pending {
+			if w.d == d {
+				c.pending = slices.Delete(c.pending, i, i+1)
+				c.mu.Unlock()
+				return func() { w.fire <- time.Now() }
+			}
+			lengths = append(lengths, w.d)
+		}
+		c.mu.Unlock()
+		select {
+		case <-started:
+		case <-safety:
+			t.Fatalf("the worker never waited %v; its pending waits: %v", d, lengths)
+		}
+	}
 }
 
 func returned(t *testing.T, done <-chan error) error {
@@ -138,7 +199,7 @@ func TestRedirectFollowed(t *testing.T) {
 	entry := startFake(t, "127.0.0.1", nil, func(_ int32, s pb.Workers_WorkServer) error {
 		return redirect(s, "http://"+shard.addr+"/")
 	})
-	_, cancel := runFake(t, WorkerOptions{Target: entry.addr, Token: "tok"}, nil)
+	_, cancel := runFake(t, WorkerOptions{Target: entry.addr, Token: "tok"}, nil, nil)
 	defer cancel()
 	select {
 	case m := <-got:
@@ -165,7 +226,7 @@ func TestRedirectRefused(t *testing.T) {
 			entry := startFake(t, "127.0.0.1", nil, func(_ int32, s pb.Workers_WorkServer) error {
 				return redirect(s, tc.endpoint)
 			})
-			done, _ := runFake(t, WorkerOptions{Target: "http://" + entry.addr, Token: tc.token}, nil)
+			done, _ := runFake(t, WorkerOptions{Target: "http://" + entry.addr, Token: tc.token}, nil, nil)
 			e := asError(t, returned(t, done))
 			if e.Code != codes.FailedPrecondition || !strings.Contains(e.Message, "refusing shard redirect") {
 				t.Fatalf("got %v", e)
@@ -181,7 +242,7 @@ func TestRedirectNeverFromTLSToPlain(t *testing.T) {
 	cert, pool := selfSigned(t)
 	entry := startFake(t, "127.0.0.1", credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}}),
 		func(_ int32, s pb.Workers_WorkServer) error { return redirect(s, "http://127.0.0.1:1") })
-	done, _ := runFake(t, WorkerOptions{Target: "https://" + entry.addr, TLSConfig: &tls.Config{RootCAs: pool}}, nil)
+	done, _ := runFake(t, WorkerOptions{Target: "https://" + entry.addr, TLSConfig: &tls.Config{RootCAs: pool}}, nil, nil)
 	e := asError(t, returned(t, done))
 	if e.Code != codes.FailedPrecondition || !strings.Contains(e.Message, "TLS") {
 		t.Fatalf("got %v", e)
@@ -198,7 +259,7 @@ func TestRedirectInsecureHTTPAllowed(t *testing.T) {
 	entry := startFake(t, "127.0.0.1", nil, func(_ int32, s pb.Workers_WorkServer) error {
 		return redirect(s, "http://"+shard.addr)
 	})
-	_, cancel := runFake(t, WorkerOptions{Target: entry.addr, Token: "tok", InsecureRedirectHTTP: true}, nil)
+	_, cancel := runFake(t, WorkerOptions{Target: entry.addr, Token: "tok", InsecureRedirectHTTP: true}, nil, nil)
 	defer cancel()
 	select {
 	case <-got:
@@ -211,7 +272,7 @@ func TestRedirectLimit(t *testing.T) {
 	var a, b *fakeWorkers
 	a = startFake(t, "127.0.0.1", nil, func(_ int32, s pb.Workers_WorkServer) error { return redirect(s, "http://"+b.addr) })
 	b = startFake(t, "127.0.0.1", nil, func(_ int32, s pb.Workers_WorkServer) error { return redirect(s, "http://"+a.addr) })
-	done, _ := runFake(t, WorkerOptions{Target: a.addr}, nil)
+	done, _ := runFake(t, WorkerOptions{Target: a.addr}, nil, nil)
 	e := asError(t, returned(t, done))
 	if e.Code != codes.FailedPrecondition || !strings.Contains(e.Message, "4 redirects in a row") {
 		t.Fatalf("got %v", e)
@@ -235,7 +296,7 @@ func TestRedirectUnreachableGoesBackToTarget(t *testing.T) {
 		}
 		return completeOnce(s, got)
 	})
-	_, cancel := runFake(t, WorkerOptions{Target: entry.addr, Token: "tok", MinBackoff: 20 * time.Millisecond}, nil)
+	_, cancel := runFake(t, WorkerOptions{Target: entry.addr, Token: "tok", MinBackoff: 20 * time.Millisecond}, nil, nil)
 	defer cancel()
 	select {
 	case <-got:
@@ -244,64 +305,64 @@ func TestRedirectUnreachableGoesBackToTarget(t *testing.T) {
 	}
 }
 
-// TestReconnectTiming checks that a leadership change reconnects at once, while an ordinary
-// shutdown waits for the backoff.
-func TestReconnectTiming(t *testing.T) {
-	for _, notLeader := range []bool{true, false} {
-		t.Run(fmt.Sprint("not_leader=", notLeader), func(t *testing.T) {
-			var ended atomic.Int64
-			second := make(chan time.Duration, 1)
-			f := startFake(t, "127.0.0.1", nil, func(n int32, s pb.Workers_WorkServer) error {
-				if n == 2 {
-					second <- time.Duration(time.Now().UnixNano() - ended.Load())
-					<-s.Context().Done()
-					return nil
-				}
-				if err := register(s, &pb.Registered{Slots: 1, ProtocolVersion: 3}); err != nil {
-					return err
-				}
-				ended.Store(time.Now().UnixNano())
-				return s.Send(&pb.ServerMessage{Msg: &pb.ServerMessage_Shutdown{Shutdown: &pb.Shutdown{Reason: "bye", NotLeader: notLeader}}})
-			})
-			_, cancel := runFake(t, WorkerOptions{Target: f.addr, MinBackoff: 800 * time.Millisecond}, nil)
-			defer cancel()
-			select {
-			case gap := <-second:
-				if notLeader && gap > 300*time.Millisecond {
-					t.Fatalf("reconnected %v after not_leader, want at once", gap)
-				}
-				if !notLeader && gap < 750*time.Millisecond {
-					t.Fatalf("reconnected %v after a shutdown, want the 800ms backoff", gap)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("no reconnect")
-			}
-		})
+// shutdown registers, then tells the worker to go, as a leadership change (notLeader) or an
+// ordinary server shutdown does.
+func shutdown(notLeader bool) func(pb.Workers_WorkServer) error {
+	return func(s pb.Workers_WorkServer) error {
+		if err := register(s, &pb.Registered{Slots: 1, ProtocolVersion: 3}); err != nil {
+			return err
+		}
+		return s.Send(&pb.ServerMessage{Msg: &pb.ServerMessage_Shutdown{Shutdown: &pb.Shutdown{Reason: "bye", NotLeader: notLeader}}})
 	}
 }
 
-// serveLeases registers with reg, sends the leases and forwards every later message.
-func serveLeases(reg *pb.Registered, leases []*pb.Lease, got chan<- *pb.WorkerMessage) func(int32, pb.Workers_WorkServer) error {
-	return func(_ int32, s pb.Workers_WorkServer) error {
-		if err := register(s, reg); err != nil {
-			return err
+// unavailable refuses the worker as a standby server does, before any registration.
+func unavailable(pb.Workers_WorkServer) error {
+	return status.Error(codes.Unavailable, "standby")
+}
+
+// TestReconnectDelays follows the reconnect delay through a sequence of sessions: none after a
+// leadership change, MinBackoff after a registered session, doubling up to MaxBackoff while
+// sessions fail, and back to MinBackoff once one registers again.
+func TestReconnectDelays(t *testing.T) {
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 300 * time.Millisecond
+	steps := []struct {
+		name  string
+		serve func(pb.Workers_WorkServer) error
+		delay time.Duration // before the next connection
+	}{
+		{"not leader", shutdown(true), 0},
+		{"shutdown", shutdown(false), minBackoff},
+		{"unavailable", unavailable, 2 * minBackoff},
+		{"unavailable again", unavailable, maxBackoff},
+		{"unavailable at the cap", unavailable, maxBackoff},
+		{"registered again", shutdown(false), minBackoff},
+	}
+	reconnected := make(chan struct{})
+	f := startFake(t, "127.0.0.1", nil, func(n int32, s pb.Workers_WorkServer) error {
+		if int(n) <= len(steps) {
+			return steps[n-1].serve(s)
 		}
-		for _, l := range leases {
-			if err := sendLease(s, l); err != nil {
-				return err
-			}
+		if int(n) == len(steps)+1 {
+			close(reconnected)
 		}
-		for {
-			m, err := s.Recv()
-			if err == io.EOF {
-				close(got)
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			got <- m
+		<-s.Context().Done()
+		return nil
+	})
+	clk := newFakeClock()
+	runFake(t, WorkerOptions{Target: f.addr, MinBackoff: minBackoff, MaxBackoff: maxBackoff}, clk, nil)
+	for i, step := range steps {
+		fire := clk.take(t, step.delay)
+		// The worker is waiting, so it cannot have reconnected yet.
+		if n := f.conns.Load(); n != int32(i+1) {
+			t.Fatalf("after %q: %d connections before the delay ended, want %d", step.name, n, i+1)
 		}
+		fire()
+	}
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reconnect after the last delay")
 	}
 }
 
@@ -316,34 +377,40 @@ func next(t *testing.T, got <-chan *pb.WorkerMessage) *pb.WorkerMessage {
 	}
 }
 
-func TestHeartbeatPeriod(t *testing.T) {
-	got := make(chan *pb.WorkerMessage, 100)
-	ttl := 0.3
-	f := startFake(t, "127.0.0.1", nil, serveLeases(&pb.Registered{Slots: 1, ProtocolVersion: 3, LeaseTtlS: &ttl},
-		[]*pb.Lease{{Lease: 5, TaskId: 1, Attempt: 1}}, got))
-	_, cancel := runFake(t, WorkerOptions{Target: f.addr}, func(context.Context, *Lease) ([]byte, error) {
-		time.Sleep(time.Second)
+// TestHeartbeats checks that a running lease is heartbeaten once per third of its TTL (the
+// registration's, or the lease's own when it has one), but not more often than minHeartbeat.
+func TestHeartbeats(t *testing.T) {
+	send := make(chan *pb.ServerMessage, 10)
+	got := make(chan *pb.WorkerMessage, 10)
+	registered, own := 0.3, 0.015
+	f := startFake(t, "127.0.0.1", nil, interactive(&pb.Registered{Slots: 1, ProtocolVersion: 3, LeaseTtlS: &registered}, send, got))
+	cases := []struct {
+		lease *pb.Lease
+		every time.Duration
+	}{
+		{&pb.Lease{Lease: 5, TaskId: 1, Attempt: 1}, 100 * time.Millisecond},
+		{&pb.Lease{Lease: 6, TaskId: 2, Attempt: 1, LeaseTtlS: &own}, minHeartbeat},
+	}
+	finish := map[uint64]chan struct{}{5: make(chan struct{}), 6: make(chan struct{})}
+	clk := newFakeClock()
+	_, cancel := runFake(t, WorkerOptions{Target: f.addr}, clk, func(_ context.Context, l *Lease) ([]byte, error) {
+		<-finish[l.ID]
 		return nil, nil
 	})
 	defer cancel()
-	beats := 0
-	for {
-		m := next(t, got)
-		if m.GetHeartbeat() != nil {
-			if m.GetHeartbeat().GetLease() != 5 {
-				t.Fatalf("heartbeat %v", m)
+	for _, tc := range cases {
+		id := tc.lease.GetLease()
+		send <- &pb.ServerMessage{Msg: &pb.ServerMessage_Lease{Lease: tc.lease}}
+		for range 3 {
+			clk.take(t, tc.every)()
+			if hb := next(t, got).GetHeartbeat(); hb.GetLease() != id {
+				t.Fatalf("lease %d: want a heartbeat, got %v", id, hb)
 			}
-			beats++
-			continue
 		}
-		if m.GetComplete().GetLease() != 5 {
-			t.Fatalf("got %v", m)
+		close(finish[id])
+		if c := next(t, got).GetComplete(); c.GetLease() != id {
+			t.Fatalf("lease %d: want its completion, got %v", id, c)
 		}
-		break
-	}
-	// One heartbeat per 100 ms (ttl / 3) over one second.
-	if beats < 7 || beats > 11 {
-		t.Fatalf("%d heartbeats in 1s with a 0.3s TTL, want about 9", beats)
 	}
 }
 
@@ -385,7 +452,7 @@ func TestOutcomesOnTheWire(t *testing.T) {
 	// One slot granted although the worker asks for four.
 	f := startFake(t, "127.0.0.1", nil, interactive(&pb.Registered{Slots: 1, ProtocolVersion: 3, MaxMessageBytes: 4096}, send, got))
 	causes := make(chan error, 1)
-	_, cancel := runFake(t, WorkerOptions{Target: f.addr, Slots: 4}, func(ctx context.Context, l *Lease) ([]byte, error) {
+	_, cancel := runFake(t, WorkerOptions{Target: f.addr, Slots: 4}, nil, func(ctx context.Context, l *Lease) ([]byte, error) {
 		switch string(l.Payload) {
 		case "big":
 			return make([]byte, 4096-messageOverhead+1), nil
@@ -444,25 +511,30 @@ func TestOutcomesOnTheWire(t *testing.T) {
 }
 
 func TestDrainOnTheWire(t *testing.T) {
-	defer func(d time.Duration) { outcomeGrace = d }(outcomeGrace)
-	outcomeGrace = 300 * time.Millisecond
 	send := make(chan *pb.ServerMessage, 10)
 	got := make(chan *pb.WorkerMessage, 10)
 	f := startFake(t, "127.0.0.1", nil, interactive(&pb.Registered{Slots: 3, ProtocolVersion: 3}, send, got))
+	const drainTimeout = time.Minute // never waited for in real time: the fake clock ends it
+	clk := newFakeClock()
 	running := make(chan struct{}, 3)
-	done, cancel := runFake(t, WorkerOptions{Target: f.addr, Slots: 3, DrainTimeout: 200 * time.Millisecond},
+	finishQuick := make(chan struct{})
+	causes := make(chan error, 1)
+	// The stubborn handler ignores its context; only the test's end lets it return.
+	unblock := make(chan struct{})
+	t.Cleanup(func() { close(unblock) })
+	done, cancel := runFake(t, WorkerOptions{Target: f.addr, Slots: 3, DrainTimeout: drainTimeout}, clk,
 		func(ctx context.Context, l *Lease) ([]byte, error) {
 			running <- struct{}{}
 			switch string(l.Payload) {
 			case "quick":
-				time.Sleep(100 * time.Millisecond)
+				<-finishQuick
 				return []byte("quick"), nil
 			case "in time":
 				<-ctx.Done()
+				causes <- context.Cause(ctx)
 				return []byte("in time"), nil
 			}
-			// Ignores its context past the 5 more seconds (shortened here): dropped.
-			time.Sleep(time.Second)
+			<-unblock
 			return []byte("too late"), nil
 		})
 	send <- leaseMsg(1, "quick")
@@ -471,34 +543,41 @@ func TestDrainOnTheWire(t *testing.T) {
 	for range 3 {
 		<-running
 	}
-	start := time.Now()
 	cancel()
 	if m := next(t, got); m.GetSetSlots() == nil || m.GetSetSlots().GetSlots() != 0 {
 		t.Fatalf("first message of the drain: %v", m)
 	}
-	send <- leaseMsg(4, "quick")
-	var outcomes []string
-	for m := range got {
-		switch {
-		case m.GetComplete() != nil:
-			outcomes = append(outcomes, string(m.GetComplete().GetOutput()))
-		case m.GetNack() != nil:
-			outcomes = append(outcomes, "nack "+m.GetNack().GetReason())
-		default:
-			t.Fatalf("unexpected %v", m)
+	send <- leaseMsg(4, "offered during the drain")
+	if n := next(t, got).GetNack(); n.GetLease() != 4 || n.GetReason() != "worker is stopping" {
+		t.Fatalf("a lease offered during the drain: %v", n)
+	}
+
+	endDrain := clk.take(t, drainTimeout)
+	// Within the drain timeout a handler that returns has its outcome reported.
+	close(finishQuick)
+	if c := next(t, got).GetComplete(); c.GetLease() != 1 || string(c.GetOutput()) != "quick" {
+		t.Fatalf("a handler finishing during the drain: %v", c)
+	}
+	endDrain()
+	if cause := <-causes; !errors.Is(cause, ErrDrainTimeout) {
+		t.Fatalf("the cause at the drain timeout: %v", cause)
+	}
+	// A cancelled handler that returns within the grace is still reported.
+	if c := next(t, got).GetComplete(); c.GetLease() != 2 || string(c.GetOutput()) != "in time" {
+		t.Fatalf("a handler returning within the grace: %v", c)
+	}
+	clk.take(t, outcomeGrace)()
+	// The stubborn one is dropped: the worker half-closes without another message.
+	select {
+	case m, ok := <-got:
+		if ok {
+			t.Fatalf("after the grace: %v", m)
 		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker did not half-close after the grace")
 	}
 	if err := returned(t, done); err != nil {
 		t.Fatal(err)
-	}
-	if d := time.Since(start); d < 450*time.Millisecond || d > 900*time.Millisecond {
-		t.Fatalf("RunWorker returned %v after ctx ended, want drain timeout + grace (500ms)", d)
-	}
-	// Order between the hand-back and the quick outcome is up to the scheduler.
-	slices.Sort(outcomes)
-	want := []string{"in time", "nack worker is stopping", "quick"}
-	if strings.Join(outcomes, ",") != strings.Join(want, ",") {
-		t.Fatalf("outcomes %q, want %q", outcomes, want)
 	}
 }
 
@@ -506,7 +585,7 @@ func TestFatalFromServer(t *testing.T) {
 	f := startFake(t, "127.0.0.1", nil, func(int32, pb.Workers_WorkServer) error {
 		return status.Error(codes.Unimplemented, "no workers here")
 	})
-	done, _ := runFake(t, WorkerOptions{Target: f.addr}, nil)
+	done, _ := runFake(t, WorkerOptions{Target: f.addr}, nil, nil)
 	if e := asError(t, returned(t, done)); e.Code != codes.Unimplemented {
 		t.Fatalf("got %v", e)
 	}

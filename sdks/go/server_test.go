@@ -46,14 +46,11 @@ var (
 	readyLine = regexp.MustCompile(`event=ready`)
 )
 
-// startServer starts cronoq-server with grpcAddr filled into sharedConfig and waits until it
-// logs event=ready.
+// startServer starts cronoq-server with grpcAddr filled into serverConfig and waits until it
+// logs event=ready. The config file may go with t's temporary directory once the server is
+// ready: it is read only at the start.
 func startServer(t testing.TB, grpcAddr string) *pyServer {
-	dir, err := os.MkdirTemp("", "cronoq-go-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(dir, "server.toml")
+	config := filepath.Join(t.TempDir(), "server.toml")
 	template, err := os.ReadFile(serverConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -91,16 +88,15 @@ func startServer(t testing.TB, grpcAddr string) *pyServer {
 			}
 		}
 		_ = cmd.Wait()
-		os.RemoveAll(dir)
 	}()
 	select {
 	case <-ready:
 		return s
 	case <-s.done:
 		t.Fatalf("cronoq-server exited before it was ready: %q", lines)
-	case <-time.After(15 * time.Second):
+	case <-time.After(patience):
 		s.kill()
-		t.Fatalf("cronoq-server not ready after 15 s: %q", lines)
+		t.Fatalf("cronoq-server not ready after %v: %q", patience, lines)
 	}
 	return nil
 }
@@ -142,8 +138,14 @@ func dialShared(t testing.TB, token string) *Client {
 	return c
 }
 
-func testContext(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+// patience bounds every wait on a server process and on what it does for a test. It is only
+// a safety net against a hung process, so it is generous: on a loaded machine a server can
+// take many seconds to start or to answer.
+const patience = time.Minute
+
+// testContext ends after patience, or with the test.
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -192,8 +192,8 @@ func (p *shardPlan) start(name string) error {
 		return nil
 	case <-done:
 		return fmt.Errorf("cronoq-server for shard %s exited before it was ready:\n%s", name, log())
-	case <-time.After(15 * time.Second): // a safety net for a hung server
-		return fmt.Errorf("cronoq-server for shard %s not ready after 15 s:\n%s", name, log())
+	case <-time.After(patience):
+		return fmt.Errorf("cronoq-server for shard %s not ready after %v:\n%s", name, patience, log())
 	}
 }
 
@@ -327,7 +327,7 @@ func runShardWorker(t *testing.T, p *shardPlan, entry string, opts WorkerOptions
 		cancel()
 		select {
 		case <-w.done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(patience):
 			t.Error("RunWorker did not return")
 		}
 	})
@@ -344,7 +344,7 @@ func reverseHandler(_ context.Context, l *Lease) ([]byte, error) {
 // once, to `home`'s endpoint, register there, and run a task submitted through `entry`.
 func servesAtTheRightShard(t *testing.T, p *shardPlan, entry, home, pool string, insecure bool) *logged {
 	t.Helper()
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t)
 	name := "go-" + strings.ReplaceAll(t.Name(), "/", "-")
 	log, w := runShardWorker(t, p, entry, WorkerOptions{Pool: pool, Name: name, InsecureRedirectHTTP: insecure})
 	if err := log.waitFor(ctx, t, "cronoq worker registered", 1, w); err != nil {
@@ -373,7 +373,7 @@ func (p *shardPlan) runsTask(ctx context.Context, t *testing.T, entry, pool stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Wait(ctx, ID(sub.ID), 10*time.Second)
+	res, err := c.Wait(ctx, ID(sub.ID), patience)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestShardRedirectWithATokenToAnotherHost(t *testing.T) {
 	p := startShards(t, a, b, "insecure_peer_http = true\n", shardAuth)
 
 	t.Run("refused", func(t *testing.T) {
-		ctx := testContext(t, 15*time.Second)
+		ctx := testContext(t)
 		log, w := runShardWorker(t, p, "a", WorkerOptions{Pool: "pb", Name: "go-refused"})
 		select {
 		case <-w.done:
@@ -437,7 +437,7 @@ func TestShardRedirectWithATokenToAnotherHost(t *testing.T) {
 func TestShardRedirectBackToTargetWhenTheShardIsGone(t *testing.T) {
 	a, b := newShard(t, "a", 1, "pa", "127.0.0.1"), newShard(t, "b", 2, "pb", "127.0.0.1")
 	p := startShards(t, a, b, "", "")
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t)
 	log, w := runShardWorker(t, p, "a", WorkerOptions{Pool: "pb", Name: "go-back"})
 	if err := log.waitFor(ctx, t, "cronoq worker registered", 1, w); err != nil {
 		t.Fatal(err)
@@ -467,7 +467,7 @@ func TestShardRedirectLimitBetweenDisagreeingShards(t *testing.T) {
 	aInB, bInB := a, b
 	aInB.pools, bInB.pools = []string{"pa", "pb"}, []string{"pc"}
 	p := startViews(t, map[string][]shard{"a": {a, b}, "b": {aInB, bInB}}, "", "")
-	ctx := testContext(t, 15*time.Second)
+	ctx := testContext(t)
 	log, w := runShardWorker(t, p, "a", WorkerOptions{Pool: "pb", Name: "go-loop"})
 	select {
 	case <-w.done:

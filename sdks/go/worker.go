@@ -35,10 +35,6 @@ const (
 	endpointKey = "cronoq-shard-endpoint"
 	// minHeartbeat keeps a tiny lease TTL from turning into a busy loop.
 	minHeartbeat = 10 * time.Millisecond
-)
-
-// Variables rather than constants so the package's tests can shorten them.
-var (
 	// outcomeGrace is how long a handler cancelled by the drain timeout may still take to
 	// return with an outcome that is reported.
 	outcomeGrace = 5 * time.Second
@@ -126,6 +122,12 @@ type WorkerOptions struct {
 // cannot fix: a rejected token, an unknown pool, an invalid registration or an unsafe or
 // endless shard redirect.
 func RunWorker(ctx context.Context, opts WorkerOptions, handler Handler) error {
+	return runWorker(ctx, opts, handler, time.After)
+}
+
+// runWorker is RunWorker with the clock its timing rules (reconnect delays, heartbeats, the
+// drain's limits) wait on, so the tests can check those rules without waiting in real time.
+func runWorker(ctx context.Context, opts WorkerOptions, handler Handler, after func(time.Duration) <-chan time.Time) error {
 	if opts.Target == "" || opts.Pool == "" || handler == nil {
 		return errors.New("cronoq: RunWorker needs a Target, a Pool and a handler")
 	}
@@ -150,7 +152,7 @@ func RunWorker(ctx context.Context, opts WorkerOptions, handler Handler) error {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	w := &worker{opts: opts, handler: handler, log: opts.Logger.With("pool", opts.Pool)}
+	w := &worker{opts: opts, handler: handler, log: opts.Logger.With("pool", opts.Pool), after: after}
 	return w.run(ctx)
 }
 
@@ -158,6 +160,7 @@ type worker struct {
 	opts    WorkerOptions
 	handler Handler
 	log     *slog.Logger
+	after   func(time.Duration) <-chan time.Time // time.After outside the tests
 }
 
 // sessionEnd is how one stream ended.
@@ -190,7 +193,7 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		redirects = 0
 		if end.err != nil && fatal(code) {
-			return toError(end.err)
+			return toError(ctx, end.err)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -209,7 +212,7 @@ func (w *worker) run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(wait):
+		case <-w.after(wait):
 		}
 		if !end.notLeader {
 			delay = min(2*delay, w.opts.MaxBackoff)
@@ -489,8 +492,7 @@ func (s *session) heartbeat(ctx context.Context, r *run, ttl time.Duration) {
 	if ttl <= 0 {
 		return
 	}
-	t := time.NewTicker(max(ttl/3, minHeartbeat))
-	defer t.Stop()
+	every := max(ttl/3, minHeartbeat)
 	msg := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Lease: r.lease.ID}}}
 	for {
 		select {
@@ -498,7 +500,7 @@ func (s *session) heartbeat(ctx context.Context, r *run, ttl time.Duration) {
 			return
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-s.w.after(every):
 			if s.send(msg) != nil {
 				return
 			}
@@ -620,7 +622,7 @@ func (s *session) drain(cancelStream context.CancelFunc) {
 	s.sendMu.Unlock()
 	select {
 	case <-s.over:
-	case <-time.After(closeWait):
+	case <-s.w.after(closeWait):
 		cancelStream()
 	}
 }
@@ -628,8 +630,7 @@ func (s *session) drain(cancelStream context.CancelFunc) {
 // waitEmpty waits until no lease runs, the stream ends or d passes; it reports whether the
 // running set is empty.
 func (s *session) waitEmpty(d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
+	expired := s.w.after(d)
 	for {
 		s.mu.Lock()
 		n := len(s.runs)
@@ -641,7 +642,7 @@ func (s *session) waitEmpty(d time.Duration) bool {
 		case <-s.emptied:
 		case <-s.over:
 			return false
-		case <-timer.C:
+		case <-expired:
 			return false
 		}
 	}

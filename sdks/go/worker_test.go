@@ -16,9 +16,9 @@ import (
 	pb "github.com/synaptiai/cronoq/sdks/go/cronoqpb"
 )
 
-// startWorker runs RunWorker in the background and returns a stop function that ends its
-// context and returns RunWorker's result.
-func startWorker(t *testing.T, opts WorkerOptions, h Handler) (stop func() error) {
+// startWorker runs RunWorker in the background, on clk (nil: real time), and returns a stop
+// function that ends its context and returns RunWorker's result.
+func startWorker(t *testing.T, opts WorkerOptions, clk *fakeClock, h Handler) (stop func() error) {
 	t.Helper()
 	if opts.Target == "" {
 		opts.Target = "http://" + sharedServer(t).addr
@@ -29,7 +29,7 @@ func startWorker(t *testing.T, opts WorkerOptions, h Handler) (stop func() error
 	opts.Logger = quiet
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- RunWorker(ctx, opts, h) }()
+	go func() { done <- runWorker(ctx, opts, h, clk.source()) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -37,7 +37,7 @@ func startWorker(t *testing.T, opts WorkerOptions, h Handler) (stop func() error
 			cancel()
 			select {
 			case err = <-done:
-			case <-time.After(20 * time.Second):
+			case <-time.After(patience):
 				err = errors.New("RunWorker did not return")
 			}
 		})
@@ -49,9 +49,9 @@ func startWorker(t *testing.T, opts WorkerOptions, h Handler) (stop func() error
 
 func TestWorkerOutcomes(t *testing.T) {
 	c := dialShared(t, clientToken)
-	ctx := testContext(t, 30*time.Second)
+	ctx := testContext(t)
 	var lease atomic.Pointer[Lease]
-	stop := startWorker(t, WorkerOptions{Pool: "outcomes", Slots: 8, Name: "go-test"},
+	stop := startWorker(t, WorkerOptions{Pool: "outcomes", Slots: 8, Name: "go-test"}, nil,
 		func(ctx context.Context, l *Lease) ([]byte, error) {
 			switch string(l.Payload) {
 			case "ok":
@@ -74,9 +74,14 @@ func TestWorkerOutcomes(t *testing.T) {
 			case "error":
 				return nil, errors.New("always broken")
 			case "slow":
-				// Longer than the pool's 1 s lease TTL: only heartbeats keep the lease.
-				time.Sleep(1500 * time.Millisecond)
-				return []byte("slow"), nil
+				// The work outlasts the pool's 1 s lease TTL: only heartbeats keep the lease. An
+				// expired lease would end the context, and the attempt, before the work is done.
+				select {
+				case <-ctx.Done():
+					return nil, context.Cause(ctx)
+				case <-time.After(1500 * time.Millisecond):
+					return []byte("slow"), nil
+				}
 			case "big":
 				return bytes.Repeat([]byte("x"), 300_000), nil
 			case "reject":
@@ -105,29 +110,24 @@ func TestWorkerOutcomes(t *testing.T) {
 		// The only worker hands it back each time, so every attempt fails as retryable.
 		{payload: "reject", status: DeadLettered, attempt: 3},
 	}
-	type started struct {
-		id uint64
-		at time.Time
-	}
-	var subs []started
+	var ids []uint64
 	for _, tc := range cases {
 		task := tc.task
 		task.Pool, task.Payload, task.Kind = "outcomes", []byte(tc.payload), "test"
 		task.Tags = map[string]string{"case": tc.payload}
 		task.Timeout = 10 * time.Second
-		at := time.Now()
 		sub, err := c.Submit(ctx, task)
 		if err != nil {
 			t.Fatal(err)
 		}
-		subs = append(subs, started{sub.ID, at})
+		ids = append(ids, sub.ID)
 	}
 	for i, tc := range cases {
-		res, err := c.Wait(ctx, ID(subs[i].id), 15*time.Second)
+		res, err := c.Wait(ctx, ID(ids[i]), patience)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.payload, err)
 		}
-		info, err := c.Get(ctx, ID(subs[i].id))
+		info, err := c.Get(ctx, ID(ids[i]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,13 +136,14 @@ func TestWorkerOutcomes(t *testing.T) {
 			t.Errorf("%s: result %+v, attempt %d; want %v on attempt %d with output %q, message ~%q",
 				tc.payload, res, info.Attempt, tc.status, tc.attempt, tc.output, tc.message)
 		}
-		if d := info.Finished.Sub(subs[i].at); tc.minDelay > 0 && d < tc.minDelay {
-			t.Errorf("%s: finished after %v, want at least %v", tc.payload, d, tc.minDelay)
+		// Both times are the server's: the delay it enforced, however slowly the test runs.
+		if d := info.Finished.Sub(info.Created); tc.minDelay > 0 && d < tc.minDelay {
+			t.Errorf("%s: finished %v after its creation, want at least %v", tc.payload, d, tc.minDelay)
 		}
 	}
 	l := lease.Load()
 	if l == nil || l.Pool != "outcomes" || l.Kind != "test" || l.Tags["case"] != "ok" ||
-		l.Timeout != 10*time.Second || l.Attempt != 1 || l.Priority != Normal || l.TaskID != subs[0].id {
+		l.Timeout != 10*time.Second || l.Attempt != 1 || l.Priority != Normal || l.TaskID != ids[0] {
 		t.Errorf("lease %+v", l)
 	}
 	if err := stop(); err != nil {
@@ -152,10 +153,12 @@ func TestWorkerOutcomes(t *testing.T) {
 
 func TestWorkerSlots(t *testing.T) {
 	c := dialShared(t, clientToken)
-	ctx := testContext(t, 30*time.Second)
+	ctx := testContext(t)
 	var running, peak atomic.Int32
+	entered := make(chan struct{}, 6)
+	release := make(chan struct{})
 	// The pool's max is 2, so the grant is 2 although the worker asks for 5.
-	startWorker(t, WorkerOptions{Pool: "slots", Slots: 5}, func(ctx context.Context, l *Lease) ([]byte, error) {
+	startWorker(t, WorkerOptions{Pool: "slots", Slots: 5}, nil, func(ctx context.Context, l *Lease) ([]byte, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for {
@@ -164,7 +167,8 @@ func TestWorkerSlots(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(150 * time.Millisecond)
+		entered <- struct{}{}
+		<-release
 		return nil, nil
 	})
 	var ids []uint64
@@ -175,8 +179,21 @@ func TestWorkerSlots(t *testing.T) {
 		}
 		ids = append(ids, sub.ID)
 	}
+	// Two handlers hold their leases; the other tasks must wait for a free slot.
+	for range 2 {
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("two handlers did not start")
+		}
+	}
+	page, err := c.List(ctx, ListOptions{Pools: []string{"slots"}, Statuses: []Status{Running}})
+	if err != nil || len(page.Tasks) != 2 {
+		t.Fatalf("running tasks while two handlers are held: %+v, %v", page.Tasks, err)
+	}
+	close(release)
 	for _, id := range ids {
-		res, err := c.Wait(ctx, ID(id), 10*time.Second)
+		res, err := c.Wait(ctx, ID(id), patience)
 		if err != nil || !res.OK() {
 			t.Fatalf("task %d: %+v, %v", id, res, err)
 		}
@@ -189,10 +206,10 @@ func TestWorkerSlots(t *testing.T) {
 func TestWorkerAbortOnCancel(t *testing.T) {
 	c := dialShared(t, clientToken)
 	admin := pb.NewAdminClient(dialShared(t, adminToken).Conn())
-	ctx := testContext(t, 30*time.Second)
+	ctx := testContext(t)
 	entered := make(chan struct{})
 	causes := make(chan error, 1)
-	startWorker(t, WorkerOptions{Pool: "abort"}, func(ctx context.Context, l *Lease) ([]byte, error) {
+	stop := startWorker(t, WorkerOptions{Pool: "abort"}, nil, func(ctx context.Context, l *Lease) ([]byte, error) {
 		close(entered)
 		<-ctx.Done()
 		causes <- context.Cause(ctx)
@@ -218,7 +235,11 @@ func TestWorkerAbortOnCancel(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the handler's context did not end")
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Once RunWorker returned, whatever the worker sent has reached the server: it ended the
+	// stream only after reading the rest of it.
+	if err := stop(); err != nil {
+		t.Fatalf("RunWorker: %v", err)
+	}
 	after, err := admin.Snapshot(ctx, &pb.Empty{})
 	if err != nil {
 		t.Fatal(err)
@@ -227,20 +248,23 @@ func TestWorkerAbortOnCancel(t *testing.T) {
 	if b, a := before.GetTotals().GetStaleCompletions(), after.GetTotals().GetStaleCompletions(); a != b {
 		t.Fatalf("stale completions went from %d to %d: the aborted lease was reported", b, a)
 	}
-	if res, err := c.Wait(ctx, ID(sub.ID), 5*time.Second); err != nil || res.Status != Cancelled {
+	if res, err := c.Wait(ctx, ID(sub.ID), patience); err != nil || res.Status != Cancelled {
 		t.Fatalf("task: %+v, %v", res, err)
 	}
 }
 
 func TestWorkerDrain(t *testing.T) {
 	c := dialShared(t, clientToken)
-	ctx := testContext(t, 30*time.Second)
+	ctx := testContext(t)
+	const drainTimeout = time.Hour // ended by the fake clock, not waited for
+	clk := newFakeClock()
 	entered := make(chan string, 2)
-	stop := startWorker(t, WorkerOptions{Pool: "drain", Slots: 2, DrainTimeout: 700 * time.Millisecond},
+	finishQuick := make(chan struct{})
+	stop := startWorker(t, WorkerOptions{Pool: "drain", Slots: 2, DrainTimeout: drainTimeout}, clk,
 		func(ctx context.Context, l *Lease) ([]byte, error) {
 			entered <- string(l.Payload)
 			if string(l.Payload) == "quick" {
-				time.Sleep(300 * time.Millisecond)
+				<-finishQuick
 				return []byte("finished"), nil
 			}
 			// Runs until the drain timeout cancels it, then still reports in time.
@@ -260,36 +284,41 @@ func TestWorkerDrain(t *testing.T) {
 	}
 	<-entered
 	<-entered
-	start := time.Now()
-	if err := stop(); err != nil {
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// The drain has begun once it waits for the drain timeout; quick finishes within it.
+	endDrain := clk.take(t, drainTimeout)
+	close(finishQuick)
+	res, err := c.Wait(ctx, ID(quick.ID), patience)
+	if err != nil || string(res.Output) != "finished" {
+		t.Fatalf("the task finishing during the drain: %+v, %v", res, err)
+	}
+	endDrain()
+	if err := <-stopped; err != nil {
 		t.Fatalf("RunWorker: %v", err)
 	}
-	if d := time.Since(start); d < 600*time.Millisecond || d > 5*time.Second {
-		t.Fatalf("RunWorker returned %v after ctx ended; the drain timeout is 700ms", d)
-	}
-	for id, want := range map[uint64]string{quick.ID: "finished", long.ID: "cut short"} {
-		res, err := c.Wait(ctx, ID(id), 5*time.Second)
-		if err != nil || string(res.Output) != want {
-			t.Fatalf("task %d: %+v, %v; want output %q", id, res, err, want)
-		}
+	res, err = c.Wait(ctx, ID(long.ID), patience)
+	if err != nil || string(res.Output) != "cut short" {
+		t.Fatalf("the task cut short by the drain timeout: %+v, %v", res, err)
 	}
 }
 
 func TestWorkerFatal(t *testing.T) {
-	ctx := testContext(t, 20*time.Second)
+	ctx := testContext(t)
 	target := "http://" + sharedServer(t).addr
 	noop := func(context.Context, *Lease) ([]byte, error) { return nil, nil }
 	for _, tc := range []struct {
 		opts WorkerOptions
 		code codes.Code
+		is   error
 	}{
-		{WorkerOptions{Target: target, Pool: "no-such-pool", Token: workerToken}, codes.NotFound},
-		{WorkerOptions{Target: target, Pool: "default", Token: "wrong-token-for-the-go-sdk-tests-000"}, codes.Unauthenticated},
-		{WorkerOptions{Target: target, Pool: "default", Token: clientToken}, codes.PermissionDenied},
+		{WorkerOptions{Target: target, Pool: "no-such-pool", Token: workerToken}, codes.NotFound, ErrNotFound},
+		{WorkerOptions{Target: target, Pool: "default", Token: "wrong-token-for-the-go-sdk-tests-000"}, codes.Unauthenticated, ErrUnauthenticated},
+		{WorkerOptions{Target: target, Pool: "default", Token: clientToken}, codes.PermissionDenied, ErrPermissionDenied},
 	} {
 		err := RunWorker(ctx, tc.opts, noop)
-		if e := asError(t, err); e.Code != tc.code {
-			t.Errorf("pool %q: %v, want %v", tc.opts.Pool, err, tc.code)
+		if e := asError(t, err); e.Code != tc.code || !errors.Is(err, tc.is) {
+			t.Errorf("pool %q: %v, want %v (%v)", tc.opts.Pool, err, tc.code, tc.is)
 		}
 	}
 }
@@ -298,8 +327,8 @@ func TestWorkerReconnectsAfterRestart(t *testing.T) {
 	srv := startServer(t, "127.0.0.1:0")
 	addr := srv.addr
 	t.Cleanup(func() { srv.kill() })
-	ctx := testContext(t, 30*time.Second)
-	startWorker(t, WorkerOptions{Target: "http://" + addr, Pool: "restart", MinBackoff: 50 * time.Millisecond},
+	ctx := testContext(t)
+	startWorker(t, WorkerOptions{Target: "http://" + addr, Pool: "restart", MinBackoff: 50 * time.Millisecond}, nil,
 		func(ctx context.Context, l *Lease) ([]byte, error) { return l.Payload, nil })
 
 	for round, payload := range []string{"before", "after"} {
@@ -315,7 +344,7 @@ func TestWorkerReconnectsAfterRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Wait(ctx, ID(sub.ID), 15*time.Second)
+		res, err := c.Wait(ctx, ID(sub.ID), patience)
 		c.Close()
 		if err != nil || string(res.Output) != payload {
 			t.Fatalf("%s the restart: %+v, %v", payload, res, err)
