@@ -90,6 +90,29 @@ async def test_tasks_filter_by_kind_and_page_past_the_scan_budget(monkeypatch: A
         assert status == 200 and len(plain["tasks"]) == 3
 
 
+async def test_tasks_by_kind_end_on_a_full_last_page(monkeypatch: Any) -> None:
+    """A page that holds exactly the last matches has no next_after (docs/dashboard.md, "The
+    dashboard's API"), however the matches fall across the scanned pages."""
+    monkeypatch.setattr(dashboard, "MAX_PAGE", 3)
+    async with running(build(load_config(PORTS0))) as c:
+        ids = []
+        for i in range(12):
+            status, body = await c.post(
+                "/v1/tasks", {"pool": "default", "kind": "b" if i % 3 == 0 else "a", "payload": {}}
+            )
+            assert status == 200
+            if i % 3 == 0:
+                ids.append(body["id"])
+        status, first = await c.get("/ui/api/tasks?kind=b&limit=2")
+        assert status == 200
+        assert [t["id"] for t in first["tasks"]] == ids[:2]
+        assert first["next_after"] == ids[1]
+        status, last = await c.get(f"/ui/api/tasks?kind=b&limit=2&after={ids[1]}")
+        assert status == 200
+        assert [t["id"] for t in last["tasks"]] == ids[2:]
+        assert "next_after" not in last
+
+
 # --- task detail --------------------------------------------------------------------------------
 
 

@@ -52,6 +52,7 @@ _HEADERS = {
 }
 # /ui/api/tasks scans at most this many pages of MAX_PAGE rows per request when filtering by
 # kind, then answers `next_after` = the last id scanned, so a rare kind cannot pin the server.
+# A full page looks one match further, so `next_after` is there only when more may follow.
 SCAN_PAGES = 10
 MAX_PAGE = 1000
 # A payload or output preview shows at most this many bytes as hex.
@@ -125,6 +126,7 @@ async def tasks(gw: HttpListener, request: web.Request) -> web.Response:
     found: list[dict[str, Any]] = []
     unavailable: set[str] = set()
     next_after: int | None = None
+    last_id = 0
     for _ in range(SCAN_PAGES):
         message.limit = MAX_PAGE
         page = await gw.call(request, "/cronoq.v1.Tasks/ListTasks", message)
@@ -133,13 +135,16 @@ async def tasks(gw: HttpListener, request: web.Request) -> web.Response:
         next_after = resp.next_after or None
         for t in resp.tasks:
             if t.kind in kinds:
-                found.append(httpjson.task_info(t))
-                if len(found) == want:
-                    next_after = t.id
+                if len(found) == want:  # one match past the page: a next page exists
+                    next_after = last_id
                     break
-        if len(found) == want or next_after is None:
-            break
-        message.after = next_after
+                found.append(httpjson.task_info(t))
+                last_id = t.id
+        else:
+            if next_after is not None:
+                message.after = next_after
+                continue
+        break
     out: dict[str, Any] = {"tasks": found}
     if next_after is not None:
         out["next_after"] = str(next_after)
