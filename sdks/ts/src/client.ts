@@ -8,10 +8,19 @@ import {
 } from "./connection.js";
 import {
   loadCronoq,
+  type WireCancelRequest,
+  type WireCancelResponse,
+  type WireGetRequest,
+  type WireListTasksRequest,
+  type WireListTasksResponse,
   type WireStatusEvent,
+  type WireSubmitRequest,
+  type WireSubmitResponse,
   type WireTaskInfo,
   type WireTaskResult,
   type WireTaskSpec,
+  type WireWaitRequest,
+  type WireWatchRequest,
 } from "./proto.js";
 import {
   dateFromNs,
@@ -124,7 +133,7 @@ export interface Result {
   outputAvailable: boolean;
 }
 
-export interface ListOptions {
+export interface ListOptions extends CallOptions {
   pools?: string[];
   statuses?: Status[];
   /** The previous page's `nextAfter`; omit for the first page. */
@@ -163,8 +172,19 @@ export interface Event {
 
 /** Per-call options. */
 export interface CallOptions {
-  /** Cancels the call; it then rejects with a CANCELLED CronoqError. */
+  /**
+   * Cancels the call; it then rejects with `signal.reason`, as `fetch` does: the reason given to
+   * `abort(reason)`, or the "AbortError" DOMException when none was given.
+   */
   signal?: AbortSignal;
+}
+
+export interface WaitOptions extends CallOptions {
+  /**
+   * Seconds to wait at most; when they pass first, `wait` rejects with a CronoqError whose
+   * `timeout` is true, and the task goes on. Without it the server's maximum wait applies.
+   */
+  timeout?: number;
 }
 
 type Unary<Req, Res> = (
@@ -176,15 +196,12 @@ type Unary<Req, Res> = (
 
 /** The generated-at-run-time Tasks methods this client calls. */
 interface TasksStub extends grpc.Client {
-  Submit: Unary<{ task: Partial<WireTaskSpec> }, { id: string; duplicate: boolean }>;
-  Get: Unary<{ task: object }, WireTaskInfo>;
-  Cancel: Unary<{ task: object }, { cancelled: boolean }>;
-  Wait: Unary<{ task: object; timeout_s?: number }, WireTaskResult>;
-  ListTasks: Unary<
-    { pools: string[]; statuses: number[]; after: string; limit: number },
-    { tasks: WireTaskInfo[]; next_after: string; unavailable_shards: string[] }
-  >;
-  Watch: (request: object, metadata: grpc.Metadata) => grpc.ClientReadableStream<WireStatusEvent>;
+  Submit: Unary<WireSubmitRequest, WireSubmitResponse>;
+  Get: Unary<WireGetRequest, WireTaskInfo>;
+  Cancel: Unary<WireCancelRequest, WireCancelResponse>;
+  Wait: Unary<WireWaitRequest, WireTaskResult>;
+  ListTasks: Unary<WireListTasksRequest, WireListTasksResponse>;
+  Watch: (request: WireWatchRequest, metadata: grpc.Metadata) => grpc.ClientReadableStream<WireStatusEvent>;
 }
 
 /**
@@ -230,8 +247,13 @@ export class Client {
    * first this rejects with a CronoqError whose `timeout` is true, and the task goes on.
    * Without it the server's maximum wait applies.
    */
-  async wait(ref: TaskRef, timeout?: number, options: CallOptions = {}): Promise<Result> {
-    const request: { task: object; timeout_s?: number } = { task: refToWire(ref) };
+  wait(ref: TaskRef, options?: WaitOptions): Promise<Result>;
+  /** The earlier form, `timeout` positional; it keeps working. */
+  wait(ref: TaskRef, timeout?: number, options?: CallOptions): Promise<Result>;
+  async wait(ref: TaskRef, second?: number | WaitOptions, third: CallOptions = {}): Promise<Result> {
+    const options = typeof second === "object" ? second : third;
+    const timeout = typeof second === "object" ? second.timeout : second;
+    const request: WireWaitRequest = { task: refToWire(ref) };
     let deadline: Date | undefined;
     if (timeout !== undefined && timeout > 0) {
       request.timeout_s = timeout;
@@ -247,14 +269,17 @@ export class Client {
         outputAvailable: r.output_available,
       };
     } catch (err) {
-      if (err instanceof CronoqError && err.timeout) {
-        throw new CronoqError(err.code, `task ${refToString(ref)} is still running after ${timeout} s`);
+      if (err instanceof CronoqError && err.timeout && err !== options.signal?.reason) {
+        throw new CronoqError(err.code, `task ${refToString(ref)} is still running after ${timeout} s`, { cause: err });
       }
       throw err;
     }
   }
 
   /** One page of tasks, ordered by id; feed `nextAfter` back as `after` for the next. */
+  list(options?: ListOptions): Promise<TaskPage>;
+  /** The earlier form, `signal` in a second object; it keeps working. */
+  list(options: ListOptions, call: CallOptions): Promise<TaskPage>;
   async list(options: ListOptions = {}, call: CallOptions = {}): Promise<TaskPage> {
     const r = await this.#unary(
       this.#stub.ListTasks,
@@ -264,7 +289,7 @@ export class Client {
         after: options.after === undefined ? "0" : idToWire(options.after),
         limit: options.limit ?? 0,
       },
-      call,
+      { signal: call.signal ?? options.signal },
     );
     return {
       tasks: r.tasks.map(taskInfo),
@@ -315,22 +340,26 @@ export class Client {
     }
   }
 
+  /** An aborted signal rejects at once with its reason and cancels the call on the wire. */
   #unary<Req, Res>(
     method: Unary<Req, Res>,
     request: Req,
-    options: CallOptions,
+    { signal }: CallOptions,
     deadline?: Date,
   ): Promise<Res> {
     return new Promise((resolve, reject) => {
+      if (signal?.aborted) return reject(signal.reason);
       const callOptions: grpc.CallOptions = deadline ? { deadline } : {};
       const call = method.call(this.#stub, request, authMetadata(this.#token), callOptions, (err, res) => {
-        options.signal?.removeEventListener("abort", onAbort);
+        signal?.removeEventListener("abort", onAbort);
         if (err || res === undefined) reject(toCronoqError(err));
         else resolve(res);
       });
-      const onAbort = (): void => call.cancel();
-      if (options.signal?.aborted) call.cancel();
-      else options.signal?.addEventListener("abort", onAbort, { once: true });
+      const onAbort = (): void => {
+        reject(signal?.reason);
+        call.cancel();
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
     });
   }
 }

@@ -4,15 +4,18 @@
  */
 import { status as Status, type ServiceError } from "@grpc/grpc-js";
 
-/** A failed call: the gRPC status code and the server's message. */
+/**
+ * A failed call: the gRPC status code and the server's message; `cause` holds the error it was
+ * made from (usually grpc-js's), when there was one.
+ */
 export class CronoqError extends Error {
   /** The gRPC status code (`status` of `@grpc/grpc-js`). */
   readonly code: Status;
   /** The server's message, without the code prefix of `message`. */
   readonly details: string;
 
-  constructor(code: Status, details: string) {
-    super(`cronoq: ${Status[code] ?? code}: ${details}`);
+  constructor(code: Status, details: string, options?: ErrorOptions) {
+    super(`cronoq: ${Status[code] ?? code}: ${details}`, options);
     this.name = "CronoqError";
     this.code = code;
     this.details = details;
@@ -51,8 +54,8 @@ function isServiceError(err: unknown): err is ServiceError {
 /** Turns whatever a grpc-js call rejected with into a CronoqError, so callers get one type. */
 export function toCronoqError(err: unknown): CronoqError {
   if (err instanceof CronoqError) return err;
-  if (isServiceError(err)) return new CronoqError(err.code, err.details);
-  return new CronoqError(Status.UNKNOWN, err instanceof Error ? err.message : String(err));
+  if (isServiceError(err)) return new CronoqError(err.code, err.details, { cause: err });
+  return new CronoqError(Status.UNKNOWN, err instanceof Error ? err.message : String(err), { cause: err });
 }
 
 /** Thrown by a handler: the task fails without using its remaining attempts. */
@@ -63,6 +66,11 @@ export class Permanent extends Error {
   }
 }
 
+export interface RetryableOptions extends ErrorOptions {
+  /** Seconds the next attempt waits at least. */
+  retryAfter?: number;
+}
+
 /**
  * Thrown by a handler: a retryable failure whose next attempt starts no sooner than
  * `retryAfter` seconds (for example an upstream's Retry-After). A longer pool backoff still
@@ -71,10 +79,15 @@ export class Permanent extends Error {
 export class Retryable extends Error {
   readonly retryAfter: number | undefined;
 
-  constructor(message: string, retryAfter?: number, options?: ErrorOptions) {
+  /** `new Retryable(message, { retryAfter, cause })`. */
+  constructor(message: string, options?: RetryableOptions);
+  /** The earlier form, `retryAfter` positional; it keeps working. */
+  constructor(message: string, retryAfter?: number, options?: ErrorOptions);
+  constructor(message: string, second?: number | RetryableOptions, third?: ErrorOptions) {
+    const options = typeof second === "object" ? second : third;
     super(message, options);
     this.name = "Retryable";
-    this.retryAfter = retryAfter;
+    this.retryAfter = typeof second === "object" ? second.retryAfter : second;
   }
 }
 

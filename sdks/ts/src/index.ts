@@ -14,9 +14,11 @@ export type {
   Task,
   TaskInfo,
   TaskPage,
+  WaitOptions,
   WatchOptions,
 } from "./client.js";
 export type { ConnectionOptions, TlsOptions } from "./connection.js";
 export { CancelTask, CronoqError, Permanent, Reject, Retryable } from "./errors.js";
+export type { RetryableOptions } from "./errors.js";
 export { isDone } from "./types.js";
 export type { Priority, Status, TaskRef } from "./types.js";

@@ -5,4 +5,5 @@
 export { runWorker, LeaseAborted, MAX_REDIRECTS } from "./worker.js";
 export type { Handler, Lease, Logger, WorkerOptions } from "./worker.js";
 export { CancelTask, CronoqError, Permanent, Reject, Retryable } from "./errors.js";
+export type { RetryableOptions } from "./errors.js";
 export type { TlsOptions } from "./connection.js";

@@ -2,7 +2,8 @@
  * Loading cronoq.v1 from the shared cronoq.proto at run time, and the shapes of the messages
  * this SDK reads and writes. Loading the .proto instead of committing generated code keeps one
  * source of truth for the schema; the interfaces below cover only the fields the SDK uses and
- * follow proto-loader's decoding options chosen in {@link loadCronoq}.
+ * follow proto-loader's decoding options chosen in {@link loadCronoq}. Each `Wire<Name>` type
+ * is message `cronoq.v1.<Name>`; test/wire.test.ts holds them to the .proto.
  */
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -10,7 +11,8 @@ import { fileURLToPath } from "node:url";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 
-const packageRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+/** From dist/esm/src/ or dist/cjs/src/. */
+const packageRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
 /**
  * The repository's shared schema comes first so that a build inside the repository always
@@ -30,6 +32,15 @@ export interface CronoqServices {
 
 let loaded: CronoqServices | undefined;
 
+/** The cronoq.proto this SDK loads. */
+export function protoPath(): string {
+  const path = protoCandidates.find((p) => existsSync(p));
+  if (!path) {
+    throw new Error(`cronoq: cronoq.proto not found (looked at ${protoCandidates.join(", ")})`);
+  }
+  return path;
+}
+
 /**
  * Loads the services once per process. 64-bit integers decode as decimal strings (ids use all
  * 64 bits, beyond what a JS number holds exactly), enums as numbers, bytes as Buffers; proto3
@@ -37,11 +48,7 @@ let loaded: CronoqServices | undefined;
  */
 export function loadCronoq(): CronoqServices {
   if (loaded) return loaded;
-  const path = protoCandidates.find((p) => existsSync(p));
-  if (!path) {
-    throw new Error(`cronoq: cronoq.proto not found (looked at ${protoCandidates.join(", ")})`);
-  }
-  const definition = protoLoader.loadSync(path, {
+  const definition = protoLoader.loadSync(protoPath(), {
     keepCase: true,
     longs: String,
     enums: Number,
@@ -79,6 +86,52 @@ export interface WireTaskSpec {
   tags: Record<string, string>;
   labels: Record<string, string>;
   tenant: string;
+}
+
+export interface WireSubmitRequest {
+  task: Partial<WireTaskSpec>;
+}
+
+export interface WireSubmitResponse {
+  id: Long;
+  duplicate: boolean;
+}
+
+export interface WireGetRequest {
+  task: WireTaskRef;
+}
+
+export interface WireCancelRequest {
+  task: WireTaskRef;
+}
+
+export interface WireCancelResponse {
+  cancelled: boolean;
+}
+
+export interface WireWaitRequest {
+  task: WireTaskRef;
+  timeout_s?: number;
+}
+
+export interface WireListTasksRequest {
+  pools: string[];
+  statuses: number[];
+  after: Long;
+  limit: number;
+}
+
+export interface WireListTasksResponse {
+  tasks: WireTaskInfo[];
+  next_after: Long;
+  unavailable_shards: string[];
+}
+
+export interface WireWatchRequest {
+  pools: string[];
+  ids: Long[];
+  keys: string[];
+  all_transitions: boolean;
 }
 
 export interface WireTaskInfo {

@@ -203,7 +203,7 @@ class Worker {
       }
       redirects = 0;
       if (end.error && code !== undefined && fatalCodes.has(code)) {
-        throw new CronoqError(code, end.error.details);
+        throw new CronoqError(code, end.error.details, { cause: end.error });
       }
       if (signal?.aborted) return;
       // A shard we were sent to is gone: the target knows where the pool lives now.

@@ -20,8 +20,8 @@ import {
   type WorkerOptions,
 } from "../src/node.js";
 import { checkRedirect, type Logger } from "../src/worker.js";
-import { delay, eventually, quiet } from "./harness.js";
-import { FakeServer, type FakeStream } from "./fake.js";
+import { eventually, quiet } from "./harness.js";
+import { FakeServer, type FakeStream, type Received } from "./fake.js";
 
 const token = "fake-worker-token";
 
@@ -172,6 +172,18 @@ test("FAILED_PRECONDITION without a redirect, and UNIMPLEMENTED, are fatal", asy
   }
 });
 
+/** A logger recording the delay of each reconnect, as runWorker decided it (seconds). */
+function reconnects(): { logger: Logger; delays: number[] } {
+  const delays: number[] = [];
+  const logger: Logger = {
+    info: (message, fields) => {
+      if (message === "cronoq worker reconnecting") delays.push(fields?.after as number);
+    },
+    warn: () => undefined,
+  };
+  return { logger, delays };
+}
+
 test("not_leader reconnects at once, other ends after the backoff", async () => {
   for (const notLeader of [true, false]) {
     const f = await FakeServer.start(async (s, i) => {
@@ -182,11 +194,13 @@ test("not_leader reconnects at once, other ends after the backoff", async () => 
         s.end();
       }
     });
-    const w = start({ target: f.target, minBackoff: 0.5 });
+    const { logger, delays } = reconnects();
+    const w = start({ target: f.target, minBackoff: 0.5, logger });
     await eventually(() => f.streams.length === 2, 5000, "the reconnect");
+    assert.deepEqual(delays, [notLeader ? 0 : 0.5]);
+    // Timers never fire early, so the backoff shows as a lower bound on the gap.
     const gap = f.streams[1]!.openedAt - f.streams[0]!.received[0]!.at;
-    if (notLeader) assert.ok(gap < 300, `reconnected ${gap} ms after not_leader`);
-    else assert.ok(gap >= 450, `reconnected ${gap} ms after a plain shutdown; minBackoff is 500 ms`);
+    if (!notLeader) assert.ok(gap >= 450, `reconnected ${gap} ms after a plain shutdown; minBackoff is 500 ms`);
     await w.stop();
     f.stop();
   }
@@ -194,35 +208,55 @@ test("not_leader reconnects at once, other ends after the backoff", async () => 
 
 test("failed sessions back off, doubling", async () => {
   const f = await FakeServer.start((s) => s.fail(grpc.status.UNAVAILABLE, "not yet"));
-  const w = start({ target: f.target, minBackoff: 0.1, maxBackoff: 0.4 });
+  const { logger, delays } = reconnects();
+  const w = start({ target: f.target, minBackoff: 0.1, maxBackoff: 0.4, logger });
   await eventually(() => f.streams.length === 5, 5000, "five attempts");
+  assert.deepEqual(delays.slice(0, 4), [0.1, 0.2, 0.4, 0.4]);
   const gaps = f.streams.slice(1).map((s, i) => s.openedAt - f.streams[i]!.openedAt);
   for (const [i, want] of [100, 200, 400, 400].entries()) {
-    assert.ok(gaps[i]! >= want - 20 && gaps[i]! < want + 250, `gap ${i} is ${gaps[i]} ms, want about ${want}`);
+    assert.ok(gaps[i]! >= want - 20, `gap ${i} is ${gaps[i]} ms, want at least ${want}`);
   }
   await w.stop();
   f.stop();
 });
 
-test("heartbeats every third of the lease TTL", async () => {
+test("heartbeats every third of the lease TTL, and none after the outcome", async () => {
+  const sentAt = new Map<string, number>();
+  const lease = (s: FakeStream, id: number, ttl?: number): void => {
+    sentAt.set(String(id), Date.now());
+    s.lease(id, "", ttl);
+  };
   const f = await FakeServer.start(async (s) => {
     await s.next("register");
-    s.registered(2, 0.3);
-    s.lease(1, "registered ttl");
-    s.lease(2, "own ttl", 0.6);
+    s.registered(3, 0.3);
+    lease(s, 1);
+    lease(s, 2, 0.6);
   });
-  const w = start({ target: f.target, slots: 2 }, async () => {
-    await delay(700);
+  const received = (): Received[] => f.streams[0]?.received ?? [];
+  const beats = (id: string): Received[] => received().filter((r) => r.heartbeat?.lease === id);
+  const completed = (id: string): boolean => received().some((r) => r.complete?.lease === id);
+  // Each handler keeps its lease until the server has seen three heartbeats for it.
+  const w = start({ target: f.target, slots: 3 }, async (l) => {
+    await eventually(() => beats(String(l.id)).length >= 3, 10_000, `three heartbeats of lease ${l.id}`);
     return "done";
   });
-  await eventually(() => (f.streams[0]?.received.filter((r) => r.msg === "complete").length ?? 0) === 2, 5000, "both outcomes");
-  const beats = (lease: string) => f.streams[0]!.received.filter((r) => r.heartbeat?.lease === lease).length;
-  // 700 ms of running: about 7 beats at 100 ms, 3 at 200 ms; none after the outcome.
-  assert.ok(beats("1") >= 5 && beats("1") <= 7, `lease 1: ${beats("1")} heartbeats`);
-  assert.ok(beats("2") >= 2 && beats("2") <= 3, `lease 2: ${beats("2")} heartbeats`);
-  const n = f.streams[0]!.received.length;
-  await delay(250);
-  assert.equal(f.streams[0]!.received.length, n, "heartbeats after the outcome");
+  await eventually(() => completed("1") && completed("2"), 15_000, "both outcomes");
+  // Timers never fire early: the k-th heartbeat comes k periods after the lease at the soonest,
+  // 100 ms for the registration's TTL of 0.3 s, 200 ms for the lease's own 0.6 s.
+  for (const [id, period] of [["1", 100], ["2", 200]] as const) {
+    beats(id).forEach((b, k) => {
+      const after = b.at - sentAt.get(id)!;
+      assert.ok(after >= (k + 1) * period - 5, `heartbeat ${k + 1} of lease ${id} after ${after} ms; period ${period} ms`);
+    });
+  }
+  // A third lease, held for three of its heartbeats (300 ms at the soonest): a heartbeat timer of
+  // the first two left running would fire before those.
+  lease(f.streams[0]!, 3);
+  await eventually(() => completed("3"), 15_000, "the third outcome");
+  for (const id of ["1", "2"]) {
+    const done = received().findIndex((r) => r.complete?.lease === id);
+    assert.deepEqual(received().slice(done).filter((r) => r.heartbeat?.lease === id), [], `heartbeats of lease ${id} after its outcome`);
+  }
   await w.stop();
   f.stop();
 });
@@ -264,7 +298,9 @@ test("each outcome's wire form", async () => {
   const f = await FakeServer.start(async (s) => {
     await s.next("register");
     s.registered(8, undefined, 4096);
-    ["json", "permanent", "retry", "retry-plain", "reject", "cancel", "error", "big"].forEach((p, i) => s.lease(i + 1, p));
+    ["json", "permanent", "retry", "retry-plain", "reject", "cancel", "error", "big", "retry-options"].forEach((p, i) =>
+      s.lease(i + 1, p),
+    );
   });
   const w = start({ target: f.target, slots: 8 }, (lease) => {
     switch (lease.text()) {
@@ -276,6 +312,8 @@ test("each outcome's wire form", async () => {
         throw new Retryable("later", 2.5);
       case "retry-plain":
         throw new Retryable("soon");
+      case "retry-options":
+        throw new Retryable("later too", { retryAfter: 1.5, cause: new Error("upstream") });
       case "reject":
         throw new Reject("busy");
       case "cancel":
@@ -286,7 +324,7 @@ test("each outcome's wire form", async () => {
         return "x".repeat(4000);
     }
   });
-  await eventually(() => (f.streams[0]?.received.length ?? 0) >= 9, 5000, "eight outcomes");
+  await eventually(() => (f.streams[0]?.received.length ?? 0) >= 10, 5000, "nine outcomes");
   const by = (lease: string) => f.streams[0]!.received.find((r) => Object.values(r).some((v) => typeof v === "object" && v !== null && "lease" in v && v.lease === lease))!;
   // Drops proto-loader's virtual "_field" members naming set optional fields.
   const plain = (o: object | undefined) => Object.fromEntries(Object.entries(o ?? {}).filter(([k]) => !k.startsWith("_")));
@@ -300,6 +338,7 @@ test("each outcome's wire form", async () => {
   assert.deepEqual(plain(by("7").fail), { lease: "7", message: "a string", permanent: false });
   assert.equal(by("8").fail?.permanent, true);
   assert.match(by("8").fail?.message ?? "", /exceeds the server's message limit of 4096 bytes/);
+  assert.deepEqual(plain(by("9").fail), { lease: "9", message: "later too", permanent: false, retry_after_s: 1.5 });
   await w.stop();
   f.stop();
 });

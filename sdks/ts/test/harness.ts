@@ -14,8 +14,8 @@ export const workerToken = "worker-token-for-the-sdk-tests-0000001";
 export const adminToken = "admin-token-for-the-sdk-tests-00000001";
 
 
-/** The package root, from dist/test/. */
-const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+/** The package root, from dist/esm/test/. */
+export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
 /** The server configuration shared with the Go SDK's tests, with the gRPC address filled in. */
 function config(grpcAddr: string): string {
