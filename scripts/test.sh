@@ -32,6 +32,15 @@ command -v chromium >/dev/null || apt-get install -y -q chromium \
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	go test -count=1 .  # cronoqpb (generated) has no tests of its own
 )
+# The Rust worker crate: formatting, lints and its tests, which start the server from this
+# .venv. Its build output is kept in sdks/rust/target (git-ignored) between runs.
+(
+	export CRONOQ_PYTHON="$PWD/.venv/bin/python"
+	cd sdks/rust
+	cargo fmt --check
+	cargo clippy --locked --all-targets -- -D warnings
+	cargo test --locked
+)
 # The TypeScript SDK: build it and run its tests, which start the server from this .venv. Its
 # last lines are the Node test runner's summary.
 (
