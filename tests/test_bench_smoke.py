@@ -1,5 +1,5 @@
-"""bench/library.py, server.py, store.py, takeover.py and shards.py --quick run to the end
-and print every figure (targets are not checked)."""
+"""bench/library.py, server.py, store.py, takeover.py, shards.py and workers.py --quick run to
+the end and print every figure (targets are not checked)."""
 
 from __future__ import annotations
 
@@ -143,3 +143,20 @@ SHARDS_FIGURES = {
 
 def test_quick_shards_benchmark_prints_every_figure() -> None:
     _run(SHARDS_BENCH, ["--quick"], SHARDS_FIGURES, timeout=300)
+
+
+WORKERS_BENCH = BENCH.parent / "workers.py"
+WORKERS_FIGURES = {
+    "built": r"^built:    go in [\d.]+ s",
+    "raw": r"^go raw +[\d,]+ leases/s \([\d.]+x fastest raw\) +worker CPU +[\d.]+ us/lease",
+    "sdk": r"^python sdk +[\d,]+ leases/s .*server +\d+ us/task",
+    "ratio": r"^ +CPU [\d.]+x its raw worker's  target <= 1\.5x  (PASS|MISS)",
+    "saturation": r"saturates the server \(>= 0\.9x\)  (PASS|MISS)",
+    "summary": r"^targets:  \d/3 met",
+}
+
+
+def test_quick_workers_benchmark_prints_every_figure() -> None:
+    """The Python and Go workers (TypeScript and Rust need their SDK builds, which the test
+    command makes after this suite)."""
+    _run(WORKERS_BENCH, ["--quick", "--only", "python,go"], WORKERS_FIGURES, timeout=300)
