@@ -148,10 +148,10 @@ def test_quick_shards_benchmark_prints_every_figure() -> None:
 WORKERS_BENCH = BENCH.parent / "workers.py"
 WORKERS_FIGURES = {
     "built": r"^built:    go in [\d.]+ s",
-    "raw": r"^go raw +[\d,]+ leases/s \([\d.]+x fastest raw\) +worker CPU +[\d.]+ us/lease",
-    "sdk": r"^python sdk +[\d,]+ leases/s .*server +\d+ us/task",
+    "raw": r"^go raw +[\d,]+ leases/s +worker CPU +[\d.]+ us/lease",
+    "sdk": r"^python sdk +[\d,]+ leases/s .*server +\d+ us/task, [\d.]+ cores busy",
     "ratio": r"^ +CPU [\d.]+x its raw worker's  target <= 1\.5x  (PASS|MISS)",
-    "saturation": r"saturates the server \(>= 0\.9x\)  (PASS|MISS)",
+    "saturation": r"server [\d.]+x its busiest: saturated \(>= 0\.9x\)  (PASS|MISS)",
     "summary": r"^targets:  \d/3 met",
 }
 

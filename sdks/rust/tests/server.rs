@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{CronoqServer, WORKER_TOKEN, task};
+use common::{CLIENT_TOKEN, CronoqServer, WORKER_TOKEN, task};
 use cronoq_worker::proto::{self, TaskStatus};
 use cronoq_worker::worker::{WorkerError, WorkerOptions, WorkerTls, run_worker};
 use cronoq_worker::{Lease, TaskError};
@@ -426,31 +426,23 @@ async fn mtls_with_a_client_certificate() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's example is `examples/worker.rs`, which `cargo test` builds: run it against the
-/// server, give it a task, and stop it with Ctrl-C (SIGINT).
+/// The README's examples are `examples/worker.rs` and `examples/client.rs`, which `cargo test`
+/// builds: run the worker against the server, give it tasks (one through the client example),
+/// and stop it with Ctrl-C (SIGINT).
 #[tokio::test]
-async fn the_readme_example_serves_and_stops_on_ctrl_c() {
-    let source = include_str!("../examples/worker.rs");
+async fn the_readme_examples_serve_submit_and_stop_on_ctrl_c() {
     let readme = include_str!("../README.md");
-    assert!(
-        readme.contains(source),
-        "README.md must show examples/worker.rs as it is"
-    );
-
-    let exe = std::env::current_exe().unwrap();
-    let example = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/worker");
-    assert!(
-        example.exists(),
-        "{} is built by `cargo test`",
-        example.display()
-    );
+    for (name, source) in [
+        ("worker", include_str!("../examples/worker.rs")),
+        ("client", include_str!("../examples/client.rs")),
+    ] {
+        assert!(
+            readme.contains(source),
+            "README.md must show examples/{name}.rs as it is"
+        );
+    }
     let server = CronoqServer::start("127.0.0.1:0");
-    let mut child = std::process::Command::new(example)
+    let mut child = std::process::Command::new(example("worker"))
         .env("CRONOQ_ENDPOINT", server.endpoint())
         .env("CRONOQ_WORKER_TOKEN", WORKER_TOKEN)
         .spawn()
@@ -466,6 +458,21 @@ async fn the_readme_example_serves_and_stops_on_ctrl_c() {
         })
         .await;
     assert_eq!(status(&tasks.wait(id).await), TaskStatus::Failed);
+    let client = tokio::task::spawn_blocking({
+        let endpoint = server.endpoint();
+        move || {
+            std::process::Command::new(example("client"))
+                .arg("ada")
+                .env("CRONOQ_ENDPOINT", endpoint)
+                .env("CRONOQ_TOKEN", CLIENT_TOKEN)
+                .output()
+        }
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(client.status.success(), "{client:?}");
+    assert_eq!(String::from_utf8_lossy(&client.stdout), "ADA\n");
 
     let killed = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -481,6 +488,20 @@ async fn the_readme_example_serves_and_stops_on_ctrl_c() {
     .unwrap()
     .unwrap();
     assert!(exit.success(), "{exit}");
+}
+
+/// An example program, which `cargo test` builds next to the test binaries.
+fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(path.exists(), "{} is built by `cargo test`", path.display());
+    path
 }
 
 /// A loopback port nobody listens on now, for configurations that must name every shard's
