@@ -22,6 +22,7 @@ from pathlib import Path
 import grpc
 
 from cronoq.server.app import ServerApp
+from cronoq.store import SqliteStore
 
 COMMAND = [sys.executable, "-m", "cronoq.server.cli"]
 PORT0 = '[server]\ngrpc_addr = "127.0.0.1:0"\nhttp_addr = "127.0.0.1:0"\nshutdown_grace_s = 0.5\n'
@@ -131,3 +132,13 @@ async def running_app(app: ServerApp, *, ready: bool = False) -> AsyncIterator[S
     finally:
         stop.set()
         await served
+
+
+async def led_elsewhere(path: Path) -> tuple[SqliteStore, str]:
+    """A SQLite store file whose leadership another holder (opened here, in this process) has,
+    and the `[store]` table naming it: a server started on it stands by until the holder is
+    closed, which the caller does."""
+    holder = SqliteStore(path)
+    await holder.open()
+    await holder.lead()
+    return holder, f'[store]\nkind = "sqlite"\npath = "{path}"\n'

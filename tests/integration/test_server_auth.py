@@ -24,7 +24,6 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
-from cronoq.store import SqliteStore
 from helpers.auth import (
     CONFIG,
     METHODS,
@@ -42,7 +41,7 @@ from helpers.auth import (
     ref,
     token,
 )
-from helpers.servers import running_app
+from helpers.servers import led_elsewhere, running_app
 
 
 def running(text: str) -> contextlib.AbstractAsyncContextManager[ServerApp]:
@@ -120,12 +119,9 @@ async def test_unknown_methods_are_for_the_admin_alone() -> None:
 
 
 async def test_standby_authenticates_before_it_refuses(tmp_path: Path) -> None:
-    path = tmp_path / "q.db"
-    holder = SqliteStore(path)  # another server's leadership
-    await holder.open()
-    await holder.lead()
+    holder, store = await led_elsewhere(tmp_path / "q.db")  # another server's leadership
     try:
-        text = CONFIG + f'[store]\nkind = "sqlite"\npath = "{path}"\n'
+        text = CONFIG + store
         async with running(text) as app, grpc.aio.insecure_channel(str(app.grpc_address)) as ch:
             s = Stubs(ch)
             get = pb.GetRequest(task=ref(1))
@@ -434,11 +430,7 @@ async def test_client_certificates_map_to_principals(pki: Path) -> None:
 async def test_certificate_check_comes_before_the_standby_refusal(
     pki: Path, tmp_path: Path
 ) -> None:
-    path = tmp_path / "q.db"
-    holder = SqliteStore(path)
-    await holder.open()
-    await holder.lead()
-    store = f'[store]\nkind = "sqlite"\npath = "{path}"\n'
+    holder, store = await led_elsewhere(tmp_path / "q.db")
     try:
         async with (
             running(mtls_config(pki, store)) as app,

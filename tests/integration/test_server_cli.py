@@ -29,8 +29,7 @@ from cronoq.proto import proto_text
 from cronoq.proto.cronoq.v1 import cronoq_pb2, cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
 from cronoq.server.config import load_config
-from cronoq.store import SqliteStore
-from helpers.servers import COMMAND, PORT0, Server, write
+from helpers.servers import COMMAND, PORT0, Server, led_elsewhere, write
 
 LOG_LINE = re.compile(r"ts=\S+ level=(debug|info|warning|error) logger=\S+ (event|msg)=\S")
 SHARDS = """
@@ -428,11 +427,8 @@ def fake_tasks(app: ServerApp, server: grpc.aio.Server) -> None:
 
 
 async def test_app_standby_ready_and_stop_order(tmp_path: Path) -> None:
-    path = tmp_path / "q.db"
-    holder = SqliteStore(path)  # another process's leadership, held in this one
-    await holder.open()
-    await holder.lead()
-    cfg = load_config(PORT0 + f'[store]\nkind = "sqlite"\npath = "{path}"\n')
+    holder, store = await led_elsewhere(tmp_path / "q.db")  # another process's, held here
+    cfg = load_config(PORT0 + store)
     launcher, recorder, order = FakeLauncher(), Recorder(), []
     app = ServerApp(
         cfg,
@@ -472,16 +468,14 @@ async def test_app_standby_ready_and_stop_order(tmp_path: Path) -> None:
 
 
 async def test_stop_while_standing_by(tmp_path: Path) -> None:
-    path = tmp_path / "q.db"
-    holder = SqliteStore(path)
-    await holder.open()
-    await holder.lead()
-    app = ServerApp(load_config(PORT0 + f'[store]\nkind = "sqlite"\npath = "{path}"\n'))
+    holder, store = await led_elsewhere(tmp_path / "q.db")
+    app = ServerApp(load_config(PORT0 + store))
     stop = asyncio.Event()
     serving = asyncio.create_task(app.serve(stop))
-    await asyncio.sleep(0.2)
+    while app.grpc_address is None:  # bound: now waiting for the leadership
+        await asyncio.sleep(0.01)
     stop.set()
-    await asyncio.wait_for(serving, 3)  # the wait for the leadership is given up
+    await asyncio.wait_for(serving, 30)  # the wait for the leadership is given up
     assert not app.ready and holder.epoch == 1
     await holder.close()
 

@@ -27,9 +27,8 @@ from cronoq.server import grpcweb
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
-from cronoq.store import SqliteStore
 from helpers.auth import AUTH, token
-from helpers.servers import running_app
+from helpers.servers import led_elsewhere, running_app
 
 ORIGIN = "https://app.example"
 PORTS = '[server]\ngrpc_addr = "127.0.0.1:0"\nhttp_addr = "127.0.0.1:0"\nshutdown_grace_s = 0.1\n'
@@ -346,11 +345,7 @@ async def test_native_grpc_and_a_worker_share_the_port() -> None:
 async def test_a_standby_answers_unavailable(tmp_path: Path) -> None:
     """A durable store another process leads: the server binds and stands by (docs/server.md,
     "Standby"), and a gRPC-Web call gets 14 as a native one would."""
-    path = tmp_path / "q.db"
-    holder = SqliteStore(path)
-    await holder.open()
-    await holder.lead()
-    store = f'[store]\nkind = "sqlite"\npath = "{path}"\n'
+    holder, store = await led_elsewhere(tmp_path / "q.db")
     try:
         async with running_app(build(load_config(OPEN + store))) as app, connect(app) as c:
             assert not app.ready

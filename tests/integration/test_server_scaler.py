@@ -29,9 +29,8 @@ from cronoq.server.assemble import build
 from cronoq.server.cli import LogfmtFormatter
 from cronoq.server.config import PoolSettings, ScalerSettings, load_config
 from cronoq.server.scaler import Poster
-from cronoq.store import SqliteStore
 from helpers.auth import PORT0, Stubs, connect
-from helpers.servers import running_app
+from helpers.servers import led_elsewhere, running_app
 from helpers.workers import Worker
 
 TOKEN = "hook-secret-0123456789abcdef"
@@ -237,11 +236,7 @@ async def test_a_hanging_webhook_does_not_hold_up_scheduling() -> None:
 
 
 async def test_only_the_leader_posts(tmp_path: Path) -> None:
-    path = tmp_path / "q.db"
-    holder = SqliteStore(path)  # another server leads at first
-    await holder.open()
-    await holder.lead()
-    store = f'[store]\nkind = "sqlite"\npath = "{path}"\n'
+    holder, store = await led_elsewhere(tmp_path / "q.db")  # another server leads at first
     async with receiving() as (receiver, url), running(config(url) + store, receiver) as app:
         assert not app.ready
         await holder.close()  # the leadership is free: this server takes it
