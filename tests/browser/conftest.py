@@ -1,4 +1,4 @@
-"""Fixtures of the dashboard's browser tests: one headless Chromium for the session and a
+"""Fixtures of the dashboard's browser tests: one headless Chromium per test module and a
 fresh context per test."""
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 expect.set_options(timeout=30_000)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Module-scoped, not session-scoped: Playwright's sync API runs an asyncio loop in this
+    thread while it is open, and the suite's other tests start loops of their own."""
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
         yield chromium
