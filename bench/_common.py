@@ -46,6 +46,14 @@ def print_about(title: str, platform_note: str = "") -> None:
     print(f"source:   {source()}")
 
 
+def print_cpus(processes: str = "") -> None:
+    """The header line of the machine's CPUs and load, and which processes share them."""
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    usable = len(os.sched_getaffinity(0))
+    line = f"cpus:     {os.cpu_count()} (usable: {usable}); load average {load}"
+    print(line + (f"; processes: {processes}" if processes else ""))
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 

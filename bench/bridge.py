@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import os
 import shutil
 import signal
 import subprocess
@@ -46,7 +45,7 @@ from types import ModuleType
 
 import grpc
 
-from _common import print_about
+from _common import print_about, print_cpus
 from server import SLOTS, Proc
 
 BENCH = Path(__file__).resolve().parent
@@ -194,12 +193,8 @@ def _line(label: str, n: int, best: Run, runs: list[Run]) -> str:
 
 
 def bench(sz: Sizes, title: str) -> int:
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print_about(title, f"; grpcio {grpc.__version__}")
-    print(
-        f"cpus:     {os.cpu_count()} (usable: {len(os.sched_getaffinity(0))}); load average "
-        f"{load}; processes: this driver, the servicer, the Go raw worker"
-    )
+    print_cpus("this driver, the servicer, the Go raw worker")
     print(f"sizes:    N={sz.n:,}, best of {sz.reps} interleaved runs of [a]/[n]; {SLOTS} in flight")
     with tempfile.TemporaryDirectory(prefix="cronoq-bridge-") as tmp:
         go, lib = build(Path(tmp))

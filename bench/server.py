@@ -54,7 +54,7 @@ from typing import Any
 
 import grpc
 
-from _common import Child, percentile, print_about, verdict
+from _common import Child, percentile, print_about, print_cpus, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.config import LimitsSettings
@@ -387,12 +387,8 @@ def _runs(xs: list[float]) -> str:
 
 
 def _header(title: str, sz: Sizes) -> None:
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print_about(title, f"; grpcio {grpc.__version__}")
-    print(
-        f"cpus:     {os.cpu_count()} (usable: {len(os.sched_getaffinity(0))}); load average "
-        f"{load}; processes: this client, the server (or echo servicer), one worker"
-    )
+    print_cpus("this client, the server (or echo servicer), one worker")
     print(
         f"sizes:    N={sz.n:,} ([e]: {sz.client_n:,}), best of {sz.reps} interleaved runs of "
         f"[a]/[b]/[d]/[e]; SubmitBatch of {BATCH:,}; round trips {sz.rt_samples:,} after "

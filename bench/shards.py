@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from _common import percentile, print_about, verdict
+from _common import percentile, print_about, print_cpus, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from server import BATCH, MEMORY_STORE, SLOTS, Client, Proc, start_server, start_worker
 
@@ -319,10 +319,7 @@ def _load() -> str:
 
 def _header(title: str, sz: Sizes) -> None:
     print_about(title, f"; grpcio {grpc.__version__}")
-    print(
-        f"cpus:     {os.cpu_count()} (usable: {len(os.sched_getaffinity(0))}); load average "
-        f"{_load()}; processes: this client, 1 or 2 servers, 2 raw workers"
-    )
+    print_cpus("this client, 1 or 2 servers, 2 raw workers")
     print(
         f"sizes:    N={sz.n:,} (half in p1, half in p2), best of {sz.runs} interleaved runs of "
         f"[s1]/[s2]/[s3]; SubmitBatch of {BATCH:,}; [s4] {sz.rt_samples:,} calls of each kind "

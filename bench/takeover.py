@@ -36,7 +36,7 @@ import time
 
 import grpc
 
-from _common import Child, print_about, verdict
+from _common import Child, print_about, print_cpus, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.config import LEADER_LEASE_S
@@ -221,10 +221,8 @@ def bench(runs: int) -> int:
 
 
 def _header(title: str, runs: int) -> None:
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print_about(title, f"; grpcio {grpc.__version__}")
-    usable = len(os.sched_getaffinity(0))
-    print(f"cpus:     {os.cpu_count()} (usable: {usable}); load average {load}")
+    print_cpus()
     print(
         f"sizes:    {runs} interleaved runs of [0]/[1]/[2]; lease {LEADER_LEASE_S:g} s "
         f"(leader_lease_s default); polls every {POLL_S * 1e3:g} ms"

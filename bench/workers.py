@@ -43,7 +43,7 @@ from pathlib import Path
 
 import grpc
 
-from _common import print_about, verdict
+from _common import print_about, print_cpus, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from server import (
     BATCH,
@@ -193,8 +193,7 @@ def main() -> int:
         ap.error(f"--only: unknown {', '.join(sorted(unknown))}; choose of {', '.join(LANGUAGES)}")
     n, reps = (1_000, 1) if args.quick else (args.n, 3)
     print_about("cronoq worker SDK benchmark", f"; grpcio {grpc.__version__}")
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"cpus:     {os.cpu_count()}; load average {load}")
+    print_cpus("this client, the server, one worker at a time")
     with tempfile.TemporaryDirectory(prefix="cronoq-workers-") as out:
         programs: list[Program] = []
         for lang in languages:
