@@ -1,41 +1,68 @@
-"""Server benchmark of cronoq: `cronoq-server` against a bare gRPC ceiling, in one run.
+"""Server benchmark of cronoq: `cronoq-server` under both of its transports against a bare gRPC
+ceiling, in one run.
 
 Machines here are noisy and gRPC's own cost per message dominates, so the server's throughput is
-printed as a ratio to a bare grpc.aio echo measured in the same run, and both take the best of
-interleaved runs. Every process (this client, the server or echo servicer, the worker) is a
-separate Python process on loopback; the echo servicer and the worker are this file run with
-the hidden `--role echo|worker|client-worker`.
+printed as a ratio to a bare grpc.aio echo measured in the same run, and every throughput figure
+is the best of interleaved runs (the transports interleaved too). So that the load is not the
+bottleneck, the worker of [a], [b], [c] and [f] is the Go raw worker of bench/workers/go
+(`-mode raw`: it answers each Lease with a Complete at once), built with `go build` into a
+temporary directory at the start, with 256 slots. Every process (this client, the server or echo
+servicer, the worker) is a separate process on loopback; the echo servicer and the Python workers
+are this file run with the hidden `--role echo|worker|client-worker`. CPU is utime + stime from
+/proc/<pid>/stat, every thread of the process (the native transport's Rust thread included).
 
 Phases
 ------
-[a]  the ceiling: a bare grpc.aio servicer of `Workers/Work` (no scheduler) answers the
-     worker's register, then sends N Lease messages over the one stream, keeping up to 64 in
-     flight (64 slots), and counts the Complete replies. The worker process is the one [b]
-     uses: it answers each Lease with a Complete at once. Pairs/s, timed by the servicer from
-     the first lease to the last complete, and the CPU of each side per pair.
-[b]  the server: `python -m cronoq.server.cli -c CFG` (one pool `default`, max 64, memory
-     store, ports 0, log level info so that `event=listening` is printed) with that worker
-     process (64 slots) connected; N no-op tasks (empty TaskSpec) are submitted by
-     Tasks.SubmitBatch in batches of limits.max_tasks_per_batch, one call after the other,
-     then Tasks.Wait on the last task and Admin.Snapshot polled until N more have succeeded.
-     The requests are built before timing. Tasks/s, ratio to [a] (target >= 0.5x), and the
-     server's and the worker's CPU (utime + stime from /proc/<pid>/stat, every thread) per
-     1k tasks.
-[c]  sequential Tasks.Submit(wait=true) round trips with the same worker, after a warm-up:
-     p50 and p99 (target p50 <= 2 ms).
-[d]  [a] again with `cronoq.client.Worker` (64 slots, a no-op handler) in place of the raw
-     worker: its CPU per lease against the raw worker's in [a] (target <= 1.5x).
+[a]  the ceiling: a bare grpc.aio servicer of `Workers/Work` (Python, no scheduler) answers the
+     worker's register, then sends N Lease messages over the one stream, keeping as many in
+     flight as the worker has slots (256), and counts the Complete replies. Pairs/s, timed by
+     the servicer from its first lease to its last complete, and the CPU per pair of the
+     servicer (its own process clock over that window) and of the worker (from its
+     registration to the servicer's last complete).
+[b]  the server under each transport, [b grpcio] and [b native] (`[server] transport`):
+     `python -m cronoq.server.cli -c CFG` (one pool `default`, max 256, memory store, ports 0,
+     log level info so that `event=listening` is printed) with the Go worker connected. N no-op
+     tasks (empty TaskSpec) are submitted by Tasks.SubmitBatch in batches of
+     limits.max_tasks_per_batch from 4 concurrent callers (a channel and a connection each,
+     its batches one after the other), each then calls Tasks.Wait on its last task, and
+     Admin.Snapshot is polled until N more have succeeded (by then nearly all have: a poll or
+     two). The requests are built before timing. Tasks/s, ratio to [a] (target for native
+     >= 3x), and the server's (target for native <= 80 us) and the worker's CPU per task.
+[c]  sequential Tasks.Submit(wait=true) round trips under each transport, after a warm-up:
+     p50 and p99 (target for native: p50 <= 2 ms).
+[d]  [a] with `cronoq.client.Worker` (64 slots, a no-op handler) in place of the Go worker, and
+     with this file's Python raw worker (the Go one's protocol minimum, 64 slots): the Worker's
+     CPU per lease over the Python raw worker's of the same round (target <= 1.5x), which is
+     what the Worker adds over the protocol in its own language; the Go raw worker's CPU per
+     lease in [a] is printed beside them.
 [e]  the client path: `cronoq.client.Client.submit_batch` of 10k tasks (`task()` specs built
-     before timing, batches of limits.max_tasks_per_batch), `Client.wait` on the last and
-     `Client.snapshot` until all succeeded, served by a second server whose only worker is
-     `cronoq.client.Worker` with 64 slots. Tasks/s and the Worker's CPU per 1k tasks.
+     before timing, batches of limits.max_tasks_per_batch, one caller), `Client.wait` on the
+     last and `Client.snapshot` until all succeeded, served by a server (the native transport
+     when built, else grpcio) whose only worker is `cronoq.client.Worker` with 64 slots.
+     Tasks/s and the Worker's and the server's CPU per task.
+[f]  the durable stores: [b] on that transport with `[store] kind = "sqlite"` (a fresh file,
+     the server's defaults: synchronous=FULL) and with `kind = "postgres"` (a private cluster
+     started for the run by bench/_pg.py, fsync on; skipped, with the reason, when none can be
+     started). Tasks/s and the ratio to that transport's in-memory [b] of the same run, beside
+     the store's own ceiling: the library-mode Scheduler in this process with that store (a
+     fresh file or schema each run), one pool of max 256 with a no-op executor, N tasks by
+     submit_batch in the same batches from 4 concurrent submitters until all have succeeded:
+     the engine path of [b] without the transport. (bench/store.py's batch phase is one
+     submit_batch of all N on a pool of 64, so it is not reused.) Target >= 0.8x [b] where the
+     store allows it: >= 0.8x the lower of [b] and the store's ceiling.
 
-Usage: python bench/server.py [--n N] [--quick] [--profile] [--top K]
+When the native transport is not built (`cronoq.server.config.native_built()`), its rows are
+skipped with a line saying so, [e] and [f] run on grpcio, and the native targets are SKIP.
 
---quick uses small sizes (a smoke run). --profile runs [b] once with the server under cProfile
-(enabled by a signal right before the timed run and saved right after it, so start-up and
-warm-up are left out) and prints the top functions by own time and own time by source area
-instead of the benchmark. The exit status is 0 whether targets are met or not.
+Usage: python bench/server.py [--n N] [--quick] [--profile [--transport T]] [--top K]
+
+--quick uses small sizes (a smoke run, one run of each). --profile runs [b] once with the server
+of one transport (--transport grpcio|native; native when built) under cProfile (enabled by a
+signal right before the timed run and saved right after it, so start-up and warm-up are left
+out) and prints the top functions by own time and own time by source area instead of the
+benchmark; the native transport's Rust thread is outside cProfile's view but in the /proc CPU.
+The Go build time is printed and not measured. The exit status is 0 whether targets are met or
+not.
 """
 
 from __future__ import annotations
@@ -43,50 +70,67 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import pstats
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 
 from _common import Child, percentile, print_about, print_cpus, verdict
+from _pg import Cluster
+from cronoq import Pool, PostgresStore, Scheduler, SqliteStore, Task
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server.config import LimitsSettings
+from cronoq.server.config import LimitsSettings, native_built
 
-SLOTS = 64
+SLOTS = 64  # the Python workers' (bench/workers.py, shards.py and bridge.py use them too)
+GO_SLOTS = 256  # the Go raw worker's: enough in flight that the worker is not the limit
 POOL = "default"
+POOL_MAX = GO_SLOTS
 LEASE_TTL_S = 30.0  # the default pool's, so the echo's leases are as big as the server's
 BATCH = LimitsSettings().max_tasks_per_batch
+CALLERS = 4  # concurrent SubmitBatch callers of [b] and [f], submitters of the store ceiling
+TRANSPORTS = ("grpcio", "native")
 TICK = os.sysconf("SC_CLK_TCK")
+GO_WORKER = Path(__file__).resolve().parent / "workers" / "go"
+PG_ENV = "CRONOQ_BENCH_PG_URL"  # where [f]'s PostgreSQL server reads the URL (url_env)
 
-TARGET_RATIO = 0.5
-TARGET_P50_MS = 2.0
-TARGET_WORKER_CPU = 1.5  # cronoq.client.Worker CPU per lease / the raw worker's
+TARGET_RATIO = 3.0  # [b native] / [a]
+TARGET_CPU_US = 80.0  # [b native] server CPU per task
+TARGET_P50_MS = 2.0  # [c native]
+TARGET_WORKER_CPU = 1.5  # cronoq.client.Worker CPU per lease / the Python raw worker's
+TARGET_STORE_RATIO = 0.8  # [f] / the lower of [b] and the store's ceiling
 CLIENT_N = 10_000
 
 MEMORY_STORE = 'kind = "memory"'
+# Each channel its own connection: grpcio would otherwise share one between equal channels.
+OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
-def config(store: str = MEMORY_STORE) -> str:
+def config(store: str = MEMORY_STORE, transport: str = "auto") -> str:
     """The server's configuration, with `store` as the body of its `[store]` table."""
     return f"""\
 [server]
 grpc_addr = "127.0.0.1:0"
 http_addr = "127.0.0.1:0"
 log_level = "info"
+transport = "{transport}"
 
 [store]
 {store}
 
 [[pools]]
 name = "{POOL}"
-max = {SLOTS}
+max = {POOL_MAX}
 """
 
 
@@ -123,7 +167,7 @@ FULL = Sizes(n=20_000, reps=3, rt_warmup=200, rt_samples=2_000, client_n=CLIENT_
 QUICK = Sizes(n=2_000, reps=1, rt_warmup=20, rt_samples=200, client_n=1_000)
 
 
-# --- the two helper processes: this file run with --role ----------------------------------
+# --- the helper processes: this file run with --role ----------------------------------------
 
 
 def _lease(i: int) -> pb.ServerMessage:
@@ -141,18 +185,19 @@ def _lease(i: int) -> pb.ServerMessage:
 
 
 class EchoServicer(cronoq_pb2_grpc.WorkersServicer):
-    """[a]: per stream, `n` leases with up to SLOTS in flight; prints time and CPU per stream."""
+    """[a]: per stream, `n` leases with as many in flight as the worker asked slots for; prints
+    time and CPU per stream, then ends it."""
 
     def __init__(self, n: int) -> None:
         self.n = n
 
     async def Work(self, request_iterator: Any, context: Any) -> None:
-        await context.read()  # the register
+        slots = (await context.read()).register.slots
         await context.write(
             pb.ServerMessage(
                 registered=pb.Registered(
                     worker_id=1,
-                    slots=SLOTS,
+                    slots=slots,
                     protocol_version=3,
                     max_message_bytes=LimitsSettings().max_message_bytes,
                     lease_ttl_s=LEASE_TTL_S,
@@ -163,7 +208,7 @@ class EchoServicer(cronoq_pb2_grpc.WorkersServicer):
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         sent = done = 0
-        while sent < min(SLOTS, n):
+        while sent < min(slots, n):
             sent += 1
             await context.write(_lease(sent))
         while done < n:
@@ -187,8 +232,7 @@ async def echo_main(n: int) -> None:
 
 
 async def worker_main(target: str, slots: int, pool: str = POOL) -> None:
-    """A raw protocol-v3 worker of `pool`: registers, completes every lease at once, and prints
-    the CPU it spent from its registration to the end of the stream."""
+    """A raw protocol-v3 worker of `pool`: registers and completes every lease at once."""
     async with grpc.aio.insecure_channel(target) as channel:
         call = cronoq_pb2_grpc.WorkersStub(channel).Work()
         await call.write(
@@ -198,8 +242,6 @@ async def worker_main(target: str, slots: int, pool: str = POOL) -> None:
                 )
             )
         )
-        leases = 0
-        cpu0 = time.process_time()
         with contextlib.suppress(grpc.aio.AioRpcError):
             while True:
                 msg = await call.read()
@@ -208,26 +250,19 @@ async def worker_main(target: str, slots: int, pool: str = POOL) -> None:
                 kind = msg.WhichOneof("msg")
                 if kind == "lease":
                     await call.write(pb.WorkerMessage(complete=pb.Complete(lease=msg.lease.lease)))
-                    leases += 1
                 elif kind == "registered":
-                    cpu0 = time.process_time()
                     print(f"registered slots={msg.registered.slots}", flush=True)
                 elif kind == "shutdown":
                     break
-        print(f"done leases={leases} cpu={time.process_time() - cpu0:.6f}", flush=True)
 
 
 async def client_worker_main(target: str, slots: int) -> None:
-    """The same as worker_main with `cronoq.client.Worker` and a no-op handler. It prints the
-    CPU spent from its registration to the end of the stream (against the echo servicer,
-    which ends the stream after its N pairs), or to SIGTERM (against the server)."""
+    """The same as worker_main with `cronoq.client.Worker` and a no-op handler, until the stream
+    ends (the echo servicer ends it after its N pairs) or SIGTERM (against the server)."""
     from cronoq.client import ClientError, Lease, Worker
 
-    leases = 0
-
     async def handle(lease: Lease) -> None:
-        nonlocal leases
-        leases += 1
+        return None
 
     worker = Worker(target, POOL, handle, slots=slots, name="bench", reconnect=False)
     serving = asyncio.create_task(worker.run())
@@ -235,11 +270,9 @@ async def client_worker_main(target: str, slots: int) -> None:
         signal.SIGTERM, lambda: asyncio.ensure_future(worker.stop())
     )
     await worker.wait_registered(30)
-    cpu0 = time.process_time()
     print(f"registered slots={worker.granted_slots}", flush=True)
     with contextlib.suppress(ClientError):  # the echo servicer ends the stream: run() raises
         await serving
-    print(f"done leases={leases} cpu={time.process_time() - cpu0:.6f}", flush=True)
 
 
 # --- child processes -------------------------------------------------------------------------
@@ -255,18 +288,37 @@ class Proc(Child):
         return (int(fields[11]) + int(fields[12])) / TICK
 
 
+# Starts a worker process connected to a target and returns it once it has registered.
+Launch = Callable[[str], Proc]
+
+
 def _me(role: str, *args: str) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--role", role, *args]
 
 
+def _registered(worker: Proc, slots: int) -> Proc:
+    granted = int(worker.expect(r"^registered slots=(\d+)").group(1))
+    assert granted == slots, granted
+    return worker
+
+
 def start_worker(target: str, role: str = "worker", pool: str = POOL) -> Proc:
-    """A worker process of `pool` (the raw one unless told) connected to `target`, once it
-    has registered."""
+    """A Python worker process of `pool` (the raw one unless told) connected to `target`, once
+    it has registered."""
     extra = () if pool == POOL else ("--pool", pool)  # --pool: the raw worker role only
-    w = Proc(_me(role, "--target", target, *extra), role)
-    slots = int(w.expect(r"^registered slots=(\d+)").group(1))
-    assert slots == SLOTS, slots
-    return w
+    return _registered(Proc(_me(role, "--target", target, *extra), role), SLOTS)
+
+
+def build_go_worker(out: str) -> Launch:
+    """Builds the Go raw worker into the directory `out`; returns how to start it."""
+    exe = os.path.join(out, "go-workers")
+    subprocess.run(["go", "build", "-o", exe, "."], cwd=GO_WORKER, check=True)
+
+    def start(target: str) -> Proc:
+        argv = [exe, "-mode", "raw", "-target", target, "-slots", str(GO_SLOTS)]
+        return _registered(Proc(argv, "go raw worker"), GO_SLOTS)
+
+    return start
 
 
 def start_server(cfg: str, profile_to: str | None = None) -> tuple[Proc, str]:
@@ -285,6 +337,41 @@ def start_server(cfg: str, profile_to: str | None = None) -> tuple[Proc, str]:
     return server, target
 
 
+class Fleet:
+    """The server and its worker (started by `worker`: the Python raw worker unless told), on a
+    temporary configuration file whose `[store]` table is `store` (the memory store unless
+    told) and whose gRPC port `transport` serves; stopped on close()."""
+
+    def __init__(
+        self,
+        worker: Launch = start_worker,
+        *,
+        transport: str = "auto",
+        store: str = MEMORY_STORE,
+        profile_to: str | None = None,
+    ) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="cronoq-bench-")
+        try:
+            cfg = os.path.join(self.dir.name, "server.toml")
+            with open(cfg, "w") as f:
+                f.write(config(store, transport))
+            self.server, self.target = start_server(cfg, profile_to)
+        except BaseException:
+            self.dir.cleanup()
+            raise
+        try:
+            self.worker = worker(self.target)
+        except BaseException:
+            self.server.stop()
+            self.dir.cleanup()
+            raise
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.server.stop()
+        self.dir.cleanup()
+
+
 # --- phases ------------------------------------------------------------------------------------
 
 
@@ -295,15 +382,18 @@ class EchoRun:
     worker_cpu: float
 
 
-def phase_echo(echo: Proc, target: str, n: int, role: str = "worker") -> EchoRun:
-    worker = Proc(_me(role, "--target", target), f"echo {role}")
+def phase_echo(echo: Proc, target: str, n: int, worker: Launch) -> EchoRun:
+    w = worker(target)
     try:
+        cpu_w = w.cpu()
         m = echo.expect(r"^pairs=(\d+) seconds=([\d.]+) cpu=([\d.]+)", timeout=60 + n / 500)
-        w = worker.expect(r"^done leases=(\d+) cpu=([\d.]+)")
+        # Read at once: the worker exits when the stream ends. Until it is reaped, its /proc
+        # entry still holds its times.
+        dw = w.cpu() - cpu_w
     finally:
-        worker.stop()
-    assert int(m.group(1)) == n and int(w.group(1)) == n, (m.group(0), w.group(0))
-    return EchoRun(n / float(m.group(2)), float(m.group(3)) / n, float(w.group(2)) / n)
+        w.stop()
+    assert int(m.group(1)) == n, m.group(0)
+    return EchoRun(n / float(m.group(2)), float(m.group(3)) / n, dw / n)
 
 
 @dataclass
@@ -314,29 +404,51 @@ class ServerRun:
 
 
 class Client:
-    """The benchmark's gRPC client of the server."""
+    """The benchmark's gRPC client of the server: a Tasks stub per caller (one per channel);
+    the first channel also serves Admin and the round trips."""
 
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.tasks = cronoq_pb2_grpc.TasksStub(channel)
-        self.admin = cronoq_pb2_grpc.AdminStub(channel)
+    def __init__(self, *channels: grpc.aio.Channel) -> None:
+        self.callers = [cronoq_pb2_grpc.TasksStub(c) for c in channels]
+        self.tasks = self.callers[0]
+        self.admin = cronoq_pb2_grpc.AdminStub(channels[0])
 
     async def succeeded(self) -> int:
         snap = await self.admin.Snapshot(pb.Empty())
         return int(snap.totals.succeeded)
 
 
+@contextlib.asynccontextmanager
+async def connect(target: str, callers: int = CALLERS) -> AsyncIterator[Client]:
+    """A Client of `callers` channels to `target`, each on a connection of its own."""
+    async with contextlib.AsyncExitStack() as stack:
+        channels = [
+            await stack.enter_async_context(
+                grpc.aio.insecure_channel(target, options=OWN_CONNECTION)
+            )
+            for _ in range(callers)
+        ]
+        yield Client(*channels)
+
+
 async def phase_server(client: Client, n: int, server: Proc, worker: Proc) -> ServerRun:
+    """N no-op tasks by SubmitBatch, the batches dealt out to the client's callers."""
     requests = [
         pb.SubmitBatchRequest(tasks=[pb.TaskSpec() for _ in range(min(BATCH, n - i))])
         for i in range(0, n, BATCH)
     ]
+    k = len(client.callers)
+    shares = [(tasks, requests[i::k]) for i, tasks in enumerate(client.callers) if requests[i::k]]
+
+    async def caller(tasks: cronoq_pb2_grpc.TasksStub, share: list[pb.SubmitBatchRequest]) -> None:
+        last = 0
+        for req in share:
+            last = (await tasks.SubmitBatch(req)).tasks[-1].id
+        await tasks.Wait(pb.WaitRequest(task=pb.TaskRef(id=last)))
+
     goal = await client.succeeded() + n
     cpu_s, cpu_w = server.cpu(), worker.cpu()
     t0 = time.perf_counter()
-    last = 0
-    for req in requests:
-        last = (await client.tasks.SubmitBatch(req)).tasks[-1].id
-    await client.tasks.Wait(pb.WaitRequest(task=pb.TaskRef(id=last)))
+    await asyncio.gather(*(caller(tasks, share) for tasks, share in shares))
     while await client.succeeded() < goal:
         await asyncio.sleep(0.001)
     dt = time.perf_counter() - t0
@@ -379,11 +491,80 @@ async def phase_roundtrip(client: Client, warmup: int, samples: int) -> list[flo
     return out
 
 
+async def _noop(ctx: Any, payload: Any) -> Any:
+    return payload
+
+
+async def phase_store_ceiling(n: int, store: SqliteStore | PostgresStore) -> float:
+    """[f]'s ceiling: tasks/s of the library-mode Scheduler with `store` and a no-op executor,
+    submitted as [b] submits them (batches of BATCH from CALLERS concurrent submitters)."""
+    pools = [Pool(POOL, _noop, autoscale=False, max=POOL_MAX)]
+    batches = [[Task(j) for j in range(i, min(i + BATCH, n))] for i in range(0, n, BATCH)]
+    async with Scheduler(pools, store=store) as sched:
+
+        async def submitter(share: list[list[Task]]) -> None:
+            handles = [h for batch in share for h in await sched.submit_batch(batch)]
+            for h in handles:
+                await h
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(submitter(batches[i::CALLERS]) for i in range(CALLERS)))
+        return n / (time.perf_counter() - t0)
+
+
 # --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Durable:
+    """A store of [f]: the body of the server's `[store]` table, and how to make a fresh store
+    of the same kind for the library-mode ceiling."""
+
+    table: str
+    make: Callable[[], SqliteStore | PostgresStore]
+
+
+def _durable(tmp: str, stack: contextlib.AsyncExitStack) -> tuple[dict[str, Durable], str]:
+    """[f]'s stores (files in `tmp`; PostgreSQL on a private cluster stopped by `stack`), and
+    why PostgreSQL is missing if it is."""
+    files = itertools.count(1)
+    stores = {
+        "sqlite": Durable(
+            f'kind = "sqlite"\npath = "{os.path.join(tmp, "server.db")}"',
+            lambda: SqliteStore(os.path.join(tmp, f"ceiling{next(files)}.db")),
+        )
+    }
+    cluster = Cluster()
+    try:
+        cluster.start()
+    except RuntimeError as e:
+        return stores, str(e)
+    stack.callback(cluster.stop)
+    os.environ[PG_ENV] = cluster.url  # the server's store reads it (url_env)
+    schemas = itertools.count(1)
+    stores["postgres"] = Durable(
+        f'kind = "postgres"\nurl_env = "{PG_ENV}"',
+        lambda: PostgresStore(cluster.url, schema=f"ceiling{next(schemas)}"),
+    )
+    return stores, ""
+
+
+def _refused(e: RuntimeError) -> str:
+    """The line saying why a server did not start, from the output expect() raised with."""
+    lines = [ln for ln in str(e).splitlines()[1:] if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    return (errors or lines or [str(e)])[-1].strip()
 
 
 def _runs(xs: list[float]) -> str:
     return "runs " + " ".join(f"{x / 1000:.1f}k" for x in xs)
+
+
+R = TypeVar("R", EchoRun, ServerRun)
+
+
+def _best(runs: list[R]) -> R:
+    return max(runs, key=lambda r: r.rate)
 
 
 def _header(title: str, sz: Sizes) -> None:
@@ -391,113 +572,218 @@ def _header(title: str, sz: Sizes) -> None:
     print_cpus("this client, the server (or echo servicer), one worker")
     print(
         f"sizes:    N={sz.n:,} ([e]: {sz.client_n:,}), best of {sz.reps} interleaved runs of "
-        f"[a]/[b]/[d]/[e]; SubmitBatch of {BATCH:,}; round trips {sz.rt_samples:,} after "
-        f"{sz.rt_warmup:,} warm-up; {SLOTS} slots"
+        f"[a]/[b]/[d]/[e]/[f]; SubmitBatch of {BATCH:,} from {CALLERS} callers; round trips "
+        f"{sz.rt_samples:,} after {sz.rt_warmup:,} warm-up; Go raw worker {GO_SLOTS} slots, "
+        f"Python workers {SLOTS}"
     )
-    print()
 
 
-class Fleet:
-    """The server and its worker (the raw one, or `cronoq.client.Worker` with
-    role="client-worker"), on a temporary configuration file whose `[store]` table is `store`
-    (the memory store unless told); stopped on exit."""
+@dataclass
+class Results:
+    """Every run of [a]-[f], for the report."""
 
-    def __init__(
-        self, profile_to: str | None = None, role: str = "worker", store: str = MEMORY_STORE
-    ) -> None:
-        self.dir = tempfile.TemporaryDirectory(prefix="cronoq-bench-")
-        try:
-            cfg = os.path.join(self.dir.name, "server.toml")
-            with open(cfg, "w") as f:
-                f.write(config(store))
-            self.server, self.target = start_server(cfg, profile_to)
-        except BaseException:
-            self.dir.cleanup()
-            raise
-        try:
-            self.worker = start_worker(self.target, role)
-        except BaseException:
-            self.server.stop()
-            self.dir.cleanup()
-            raise
+    transports: tuple[str, ...]  # measured: grpcio, and native when built
+    durable: str  # the transport of [e] and [f]
+    echo: list[EchoRun]  # [a]
+    servers: dict[str, list[ServerRun]]  # [b] by transport, [f] by store
+    round_trips: dict[str, list[float]]  # [c] by transport, sorted
+    raw: list[EchoRun]  # [d]: the Python raw worker
+    worker: list[EchoRun]  # [d]: cronoq.client.Worker
+    client: list[ServerRun]  # [e]
+    ceilings: dict[str, list[float]]  # [f]: tasks/s by store
+    refused: dict[str, str]  # [f]: why the server of a store did not start
+    no_pg: str  # why [f postgres] is not measured, if it is not
 
-    def close(self) -> None:
-        self.worker.stop()
-        self.server.stop()
-        self.dir.cleanup()
+
+async def measure(sz: Sizes, transports: tuple[str, ...], durable: str) -> Results:
+    with tempfile.TemporaryDirectory(prefix="cronoq-bench-") as tmp:
+        async with contextlib.AsyncExitStack() as stack:
+            t0 = time.perf_counter()
+            go = build_go_worker(tmp)
+            print(f"built:    the Go raw worker in {time.perf_counter() - t0:.1f} s")
+            stores, no_pg = _durable(tmp, stack)
+            print(f"postgres: {'not measured: ' + no_pg if no_pg else 'a private cluster'}\n")
+            echo = Proc(_me("echo", "--n", str(sz.n)), "echo servicer")
+            stack.callback(echo.stop)
+            echo_target = "127.0.0.1:" + echo.expect(r"^port=(\d+)").group(1)
+
+            def fleet(worker: Launch, transport: str, store: str = MEMORY_STORE) -> Fleet:
+                f = Fleet(worker, transport=transport, store=store)
+                stack.callback(f.close)
+                return f
+
+            def client_worker(target: str) -> Proc:
+                return start_worker(target, "client-worker")
+
+            fleets = {t: fleet(go, t) for t in transports}
+            refused: dict[str, str] = {}
+            for name, store in stores.items():
+                try:
+                    fleets[name] = fleet(go, durable, store.table)
+                except RuntimeError as e:
+                    refused[name] = _refused(e)
+            py_fleet = fleet(client_worker, durable)
+            clients = {
+                name: await stack.enter_async_context(connect(f.target))
+                for name, f in fleets.items()
+            }
+
+            warm = min(sz.n, CALLERS * BATCH)
+            for name, f in fleets.items():
+                await phase_server(clients[name], warm, f.server, f.worker)
+            await phase_client(min(sz.client_n, 2 * BATCH), py_fleet)
+            for store in stores.values():
+                await phase_store_ceiling(warm, store.make())
+            r = Results(
+                transports=transports,
+                durable=durable,
+                echo=[],
+                servers={name: [] for name in fleets},
+                round_trips={},
+                raw=[],
+                worker=[],
+                client=[],
+                ceilings={name: [] for name in stores},
+                refused=refused,
+                no_pg=no_pg,
+            )
+            for _ in range(sz.reps):
+                r.echo.append(phase_echo(echo, echo_target, sz.n, go))
+                for name, f in fleets.items():
+                    r.servers[name].append(
+                        await phase_server(clients[name], sz.n, f.server, f.worker)
+                    )
+                for name, store in stores.items():
+                    r.ceilings[name].append(await phase_store_ceiling(sz.n, store.make()))
+                r.raw.append(phase_echo(echo, echo_target, sz.n, start_worker))
+                r.worker.append(phase_echo(echo, echo_target, sz.n, client_worker))
+                r.client.append(await phase_client(sz.client_n, py_fleet))
+            for t in transports:
+                r.round_trips[t] = await phase_roundtrip(clients[t], sz.rt_warmup, sz.rt_samples)
+    return r
+
+
+def _rows(
+    phase: str, r: Results, targets: dict[str, bool | None], keys: tuple[str, ...]
+) -> Iterator[tuple[str, str]]:
+    """(transport, label) of each measured row of `phase`; a skipped one is printed here, and
+    its targets (`keys`) are not measured."""
+    for t in TRANSPORTS:
+        label = f"[{phase} {t}]".ljust(12)
+        if t in r.transports:
+            yield t, label
+            continue
+        print(f"{label} skipped: cronoq._native is not built")
+        targets.update(dict.fromkeys(keys))
+
+
+def report(sz: Sizes, r: Results) -> None:
+    targets: dict[str, bool | None] = {}  # None: not measured
+    ea = _best(r.echo)
+    print(
+        f"[a]          bare grpc.aio echo, Go raw worker  N={sz.n:,}: {ea.rate:>8,.0f} pairs/s "
+        f"({1e6 / ea.rate:.0f} us each)   CPU per pair: servicer {ea.servicer_cpu * 1e6:.0f} us, "
+        f"worker {ea.worker_cpu * 1e6:.1f} us   ({_runs([x.rate for x in r.echo])})"
+    )
+    for t, label in _rows("b", r, targets, ("[b native] ratio", "[b native] CPU")):
+        b = _best(r.servers[t])
+        ratio, cpu = b.rate / ea.rate, b.server_cpu * 1e6
+        goal_ratio = goal_cpu = ""
+        if t == "native":
+            targets["[b native] ratio"] = ratio >= TARGET_RATIO
+            targets["[b native] CPU"] = cpu <= TARGET_CPU_US
+            goal_ratio = f"  target >= {TARGET_RATIO:g}x  {verdict(ratio >= TARGET_RATIO)}"
+            goal_cpu = f"  target <= {TARGET_CPU_US:g} us  {verdict(cpu <= TARGET_CPU_US)}"
+        print(
+            f"{label} server, SubmitBatch x{CALLERS}     N={sz.n:,}: {b.rate:>8,.0f} tasks/s "
+            f"({1e6 / b.rate:.0f} us each)   {ratio:.2f}x [a]{goal_ratio}   "
+            f"({_runs([x.rate for x in r.servers[t]])})"
+        )
+        print(
+            f"{'':12} CPU per task: server {cpu:.0f} us{goal_cpu}; worker "
+            f"{b.worker_cpu * 1e6:.1f} us (best run)"
+        )
+    for t, label in _rows("c", r, targets, ("[c native] p50",)):
+        rt = r.round_trips[t]
+        p50, p99 = percentile(rt, 0.50) * 1e3, percentile(rt, 0.99) * 1e3
+        goal = ""
+        if t == "native":
+            targets["[c native] p50"] = p50 <= TARGET_P50_MS
+            goal = f"  target p50 <= {TARGET_P50_MS:g} ms  {verdict(p50 <= TARGET_P50_MS)}"
+        print(
+            f"{label} Submit(wait=true) round trip  {len(rt):,} samples: p50 {p50:.2f} ms  "
+            f"p99 {p99:.2f} ms{goal}"
+        )
+    # The Worker's CPU per lease is compared run by run with the Python raw worker's of the same
+    # round (each is its own process's CPU, so the load of the other processes matters little).
+    worker_ratios = [d.worker_cpu / a.worker_cpu for a, d in zip(r.raw, r.worker, strict=True)]
+    wr = min(worker_ratios)
+    pd, pr = _best(r.worker), _best(r.raw)
+    targets["[d]"] = wr <= TARGET_WORKER_CPU
+    print(
+        f"[d]          echo, cronoq.client.Worker  N={sz.n:,}: {pd.rate:>8,.0f} pairs/s   CPU per "
+        f"lease {pd.worker_cpu * 1e6:.0f} us = {wr:.2f}x the Python raw worker's  target <= "
+        f"{TARGET_WORKER_CPU}x  {verdict(wr <= TARGET_WORKER_CPU)}   "
+        f"(runs {' '.join(f'{x:.2f}x' for x in worker_ratios)})"
+    )
+    print(
+        f"{'':12} Python raw worker {pr.worker_cpu * 1e6:.0f} us per lease ({pr.rate:,.0f} "
+        f"pairs/s); the Go raw worker's in [a]: {ea.worker_cpu * 1e6:.1f} us"
+    )
+    ce = _best(r.client)
+    print(
+        f"{f'[e {r.durable}]':12} Client.submit_batch + Worker  N={sz.client_n:,}: "
+        f"{ce.rate:>8,.0f} tasks/s   CPU per task: Worker {ce.worker_cpu * 1e6:.0f} us, server "
+        f"{ce.server_cpu * 1e6:.0f} us   ({_runs([x.rate for x in r.client])})"
+    )
+    memory = _best(r.servers[r.durable]).rate
+    for name in ("sqlite", "postgres"):
+        label = f"[f {name}]".ljust(12)
+        if name not in r.ceilings:
+            print(f"{label} skipped: {r.no_pg}")
+            targets[f"[f {name}]"] = None
+            continue
+        ceiling = max(r.ceilings[name])
+        at = f"store ceiling {ceiling:,.0f} tasks/s ({_runs(r.ceilings[name])})"
+        if name in r.refused:
+            targets[f"[f {name}]"] = False
+            print(f"{label} server not measured ({r.refused[name]})  {verdict(False)}; {at}")
+            continue
+        f = _best(r.servers[name])
+        ok = f.rate >= TARGET_STORE_RATIO * min(memory, ceiling)
+        targets[f"[f {name}]"] = ok
+        print(
+            f"{label} server ({r.durable}), SubmitBatch x{CALLERS}  N={sz.n:,}: {f.rate:>8,.0f} "
+            f"tasks/s   {f.rate / memory:.2f}x [b {r.durable}], {f.rate / ceiling:.2f}x its "
+            f"ceiling  target >= {TARGET_STORE_RATIO}x the lower  {verdict(ok)}   "
+            f"({_runs([x.rate for x in r.servers[name]])})"
+        )
+        print(
+            f"{'':12} CPU per task: server {f.server_cpu * 1e6:.0f} us, worker "
+            f"{f.worker_cpu * 1e6:.1f} us; {at}, library Scheduler, no transport"
+        )
+    judged = {k: v for k, v in targets.items() if v is not None}
+    print(
+        f"\ntargets:  {sum(judged.values())}/{len(judged)} met: "
+        + ", ".join(f"{k} {'SKIP' if v is None else verdict(v)}" for k, v in targets.items())
+    )
 
 
 async def bench(sz: Sizes) -> int:
-    echo = Proc(_me("echo", "--n", str(sz.n)), "echo servicer")
-    echo_port = echo.expect(r"^port=(\d+)").group(1)
-    echo_target = f"127.0.0.1:{echo_port}"
-    fleet = Fleet()
-    py_fleet = Fleet(role="client-worker")
-    try:
-        async with grpc.aio.insecure_channel(fleet.target) as channel:
-            client = Client(channel)
-            await phase_server(client, min(sz.n, 2 * BATCH), fleet.server, fleet.worker)  # warm-up
-            await phase_client(min(sz.client_n, 2 * BATCH), py_fleet)  # warm-up
-            echo_runs: list[EchoRun] = []
-            server_runs: list[ServerRun] = []
-            py_echo_runs: list[EchoRun] = []
-            client_runs: list[ServerRun] = []
-            for _ in range(sz.reps):
-                echo_runs.append(phase_echo(echo, echo_target, sz.n))
-                server_runs.append(await phase_server(client, sz.n, fleet.server, fleet.worker))
-                py_echo_runs.append(phase_echo(echo, echo_target, sz.n, "client-worker"))
-                client_runs.append(await phase_client(sz.client_n, py_fleet))
-            rt = await phase_roundtrip(client, sz.rt_warmup, sz.rt_samples)
-    finally:
-        py_fleet.close()
-        fleet.close()
-        echo.stop()
-
-    ea = max(echo_runs, key=lambda r: r.rate)
-    sb = max(server_runs, key=lambda r: r.rate)
-    ratio = sb.rate / ea.rate
-    p50 = percentile(rt, 0.50) * 1e3
-    p99 = percentile(rt, 0.99) * 1e3
+    native = native_built()
+    if not native:
+        print(
+            "native:   cronoq._native is not built: the [b native] and [c native] rows are "
+            "skipped; [e] and [f] run on grpcio"
+        )
     print(
-        f"[a]  bare grpc.aio echo     N={sz.n:,}: {ea.rate:>8,.0f} pairs/s "
-        f"({1e6 / ea.rate:.0f} us each)   CPU per pair: servicer {ea.servicer_cpu * 1e6:.0f} us, "
-        f"worker {ea.worker_cpu * 1e6:.0f} us   ({_runs([r.rate for r in echo_runs])})"
+        f"targets:  [b native] >= {TARGET_RATIO:g}x [a] and server CPU <= {TARGET_CPU_US:g} us "
+        f"per task; [c native] p50 <= {TARGET_P50_MS:g} ms; [d] <= {TARGET_WORKER_CPU}x the "
+        f"Python raw worker's CPU;\n          [f] >= {TARGET_STORE_RATIO}x the lower of [b] and "
+        "the store's ceiling"
     )
-    print(
-        f"[b]  server, SubmitBatch    N={sz.n:,}: {sb.rate:>8,.0f} tasks/s "
-        f"({1e6 / sb.rate:.0f} us each)   {ratio:.2f}x [a]  target >= {TARGET_RATIO}x  "
-        f"{verdict(ratio >= TARGET_RATIO)}   ({_runs([r.rate for r in server_runs])})"
-    )
-    print(
-        f"     CPU per 1k tasks: server {sb.server_cpu * 1e6:,.0f} ms, worker "
-        f"{sb.worker_cpu * 1e6:,.0f} ms (best run; /proc utime+stime); [a] per 1k pairs: "
-        f"servicer {ea.servicer_cpu * 1e6:,.0f} ms, worker {ea.worker_cpu * 1e6:,.0f} ms"
-    )
-    print(
-        f"[c]  Submit(wait=true) round trip  {len(rt):,} samples: p50 {p50:.2f} ms  "
-        f"p99 {p99:.2f} ms  target p50 <= {TARGET_P50_MS:g} ms  {verdict(p50 <= TARGET_P50_MS)}"
-    )
-    # The Worker's CPU per lease is compared run by run with the raw worker's of the same round
-    # (each is its own process's CPU, so the load of the other processes matters little).
-    worker_ratios = [
-        d.worker_cpu / a.worker_cpu for a, d in zip(echo_runs, py_echo_runs, strict=True)
-    ]
-    wr = min(worker_ratios)
-    pd = max(py_echo_runs, key=lambda r: r.rate)
-    print(
-        f"[d]  echo, cronoq.client.Worker  N={sz.n:,}: {pd.rate:>8,.0f} pairs/s   CPU per lease "
-        f"{pd.worker_cpu * 1e6:.0f} us = {wr:.2f}x the raw worker's  target <= "
-        f"{TARGET_WORKER_CPU}x  {verdict(wr <= TARGET_WORKER_CPU)}   "
-        f"(runs {' '.join(f'{r:.2f}x' for r in worker_ratios)})"
-    )
-    ce = max(client_runs, key=lambda r: r.rate)
-    print(
-        f"[e]  Client.submit_batch + Worker  N={sz.client_n:,}: {ce.rate:>8,.0f} tasks/s   "
-        f"CPU per 1k tasks: Worker {ce.worker_cpu * 1e6:,.0f} ms, server "
-        f"{ce.server_cpu * 1e6:,.0f} ms   ({_runs([r.rate for r in client_runs])})"
-    )
-    met = (ratio >= TARGET_RATIO) + (p50 <= TARGET_P50_MS) + (wr <= TARGET_WORKER_CPU)
-    print(f"\ntargets:  {met}/3 met")
+    transports = TRANSPORTS if native else ("grpcio",)
+    report(sz, await measure(sz, transports, transports[-1]))
     return 0
 
 
@@ -535,14 +821,14 @@ def _areas(stats: pstats.Stats) -> list[tuple[str, float]]:
     return sorted(own.items(), key=lambda kv: -kv[1])
 
 
-async def profile(sz: Sizes, top: int) -> int:
+async def profile(sz: Sizes, top: int, transport: str) -> int:
     with tempfile.TemporaryDirectory(prefix="cronoq-prof-") as tmp:
+        go = build_go_worker(tmp)
         out = os.path.join(tmp, "server.prof")
-        fleet = Fleet(profile_to=out)
+        fleet = Fleet(go, transport=transport, profile_to=out)
         try:
-            async with grpc.aio.insecure_channel(fleet.target) as channel:
-                client = Client(channel)
-                await phase_server(client, min(sz.n, 2 * BATCH), fleet.server, fleet.worker)
+            async with connect(fleet.target) as client:
+                await phase_server(client, min(sz.n, CALLERS * BATCH), fleet.server, fleet.worker)
                 fleet.server.p.send_signal(signal.SIGUSR1)
                 fleet.server.expect(r"^bench_profile=on")
                 run = await phase_server(client, sz.n, fleet.server, fleet.worker)
@@ -553,9 +839,9 @@ async def profile(sz: Sizes, top: int) -> int:
         stats = pstats.Stats(out, stream=sys.stdout)
     total = stats.total_tt
     print(
-        f"[b] under cProfile, N={sz.n:,}: {run.rate:,.0f} tasks/s; server CPU "
-        f"{run.server_cpu * 1e6:,.0f} ms per 1k tasks (/proc, every thread), of which cProfile "
-        f"saw {total / sz.n * 1e6:,.0f} ms of Python (own times, profiler overhead included)"
+        f"[b {transport}] under cProfile, N={sz.n:,}: {run.rate:,.0f} tasks/s; server CPU "
+        f"{run.server_cpu * 1e6:,.0f} us per task (/proc, every thread), of which cProfile saw "
+        f"{total / sz.n * 1e6:,.0f} us of Python (own times, profiler overhead included)"
     )
     print("\nown time by source area (compiled code counts in its nearest profiled caller):")
     for area, tt in _areas(stats):
@@ -574,8 +860,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run [b] once with the server under cProfile and print where its time goes",
     )
+    ap.add_argument(
+        "--transport", choices=TRANSPORTS, help="the server's transport under --profile"
+    )
     ap.add_argument("--top", type=int, default=25, help="functions shown with --profile (25)")
-    # The helper processes: this file is also the echo servicer of [a] and the worker.
+    # The helper processes: this file is also the echo servicer of [a] and the Python workers.
     ap.add_argument("--role", choices=("echo", "worker", "client-worker"), help=argparse.SUPPRESS)
     ap.add_argument("--target", help=argparse.SUPPRESS)
     ap.add_argument("--pool", default=POOL, help=argparse.SUPPRESS)
@@ -593,9 +882,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "client-worker":
         asyncio.run(client_worker_main(args.target, SLOTS))
         return 0
+    if args.transport and not args.profile:
+        ap.error("--transport goes with --profile")
     if args.profile:
-        _header("cronoq server benchmark, profile of [b]", sz)
-        return asyncio.run(profile(sz, args.top))
+        transport = args.transport or ("native" if native_built() else "grpcio")
+        if transport == "native" and not native_built():
+            ap.error("--transport native: cronoq._native is not built")
+        _header(f"cronoq server benchmark, profile of [b {transport}]", sz)
+        print()
+        return asyncio.run(profile(sz, args.top, transport))
     _header("cronoq server benchmark" + (" (--quick sizes)" if args.quick else ""), sz)
     return asyncio.run(bench(sz))
 

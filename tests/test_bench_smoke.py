@@ -43,20 +43,26 @@ def test_quick_benchmark_prints_every_figure() -> None:
 
 
 SERVER_FIGURES = {
-    "a": r"^\[a\]  bare grpc\.aio echo .*[\d,]+ pairs/s .*servicer \d+ us, worker \d+ us",
-    "b": r"^\[b\]  server, SubmitBatch .*[\d,]+ tasks/s .*[\d.]+x \[a\] .*(PASS|MISS)",
-    "b-cpu": r"^     CPU per 1k tasks: server [\d,]+ ms, worker [\d,]+ ms",
-    "c": r"^\[c\]  Submit\(wait=true\) round trip .*p50 [\d.]+ ms  p99 [\d.]+ ms .*(PASS|MISS)",
-    "d": r"^\[d\]  echo, cronoq\.client\.Worker .*= [\d.]+x the raw worker's .*(PASS|MISS)",
-    "e": r"^\[e\]  Client\.submit_batch \+ Worker .*[\d,]+ tasks/s .*Worker [\d,]+ ms, server",
+    "a": r"^\[a\] +bare grpc\.aio echo, Go raw worker .*[\d,]+ pairs/s .*servicer \d+ us, worker",
+    "b-grpcio": r"^\[b grpcio\] +server, SubmitBatch x4 .*[\d,]+ tasks/s .*[\d.]+x \[a\]",
+    "b-native": r"^\[b native\] +server, SubmitBatch x4 .*[\d,]+ tasks/s .*[\d.]+x \[a\] .*"
+    r"(PASS|MISS)",
+    "b-cpu": r"^ +CPU per task: server \d+ us +target <= 80 us +(PASS|MISS)",
+    "c-grpcio": r"^\[c grpcio\] +Submit\(wait=true\) round trip .*p50 [\d.]+ ms  p99 [\d.]+ ms",
+    "c-native": r"^\[c native\] +Submit\(wait=true\) .*p50 [\d.]+ ms .*(PASS|MISS)",
+    "d": r"^\[d\] +echo, cronoq\.client\.Worker .*= [\d.]+x the Python raw worker's .*(PASS|MISS)",
+    "e": r"^\[e native\] +Client\.submit_batch \+ Worker .*[\d,]+ tasks/s .*Worker \d+ us",
+    "f-sqlite": r"^\[f sqlite\] +server \(native\), SubmitBatch x4 .*[\d,]+ tasks/s .*(PASS|MISS)",
+    "f-ceiling": r"^ +CPU per task: server \d+ us, worker [\d.]+ us; store ceiling [\d,]+ tasks/s",
+    "f-postgres": r"^\[f postgres\] +server \(native\), .*[\d,]+ tasks/s .*(PASS|MISS)",
     "header-python": r"^python: ",
     "header-platform": r"^platform: .*grpcio ",
     "header-cpus": r"^cpus: ",
-    "summary": r"^targets:  \d/3 met",
+    "summary": r"^targets:  \d/6 met",
 }
 
 SERVER_PROFILE = {
-    "rate": r"^\[b\] under cProfile, N=[\d,]+: [\d,]+ tasks/s; server CPU [\d,]+ ms per 1k",
+    "rate": r"^\[b native\] under cProfile, N=[\d,]+: [\d,]+ tasks/s; server CPU \d+ us per task",
     "areas": r"^ +[\d.]+%  +[\d.]+ us/task  cronoq\.server$",
     "top": r"ncalls +tottime +percall +cumtime",
 }

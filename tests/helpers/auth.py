@@ -120,8 +120,9 @@ def make_pki(tmp_path: Path) -> Path:
         command = ["openssl", "req", "-x509", *key, "-subj", f"/CN={name}"]
         if san is not None:
             command += ["-addext", f"subjectAltName={san}"]
-        if not ca:
+        if not ca:  # a leaf (CA:FALSE): rustls, under the native transport, refuses CA leaves
             command += ["-CA", str(tmp_path / "ca.pem"), "-CAkey", str(tmp_path / "ca.key")]
+            command += ["-addext", "basicConstraints=critical,CA:FALSE"]
         command += ["-keyout", str(tmp_path / f"{name}.key"), "-out", str(tmp_path / f"{name}.pem")]
         subprocess.run(command, check=True, capture_output=True)
 
@@ -147,9 +148,10 @@ async def over_mtls(pki: Path, client: str, port: int | str) -> AsyncIterator[St
         yield Stubs(ch)
 
 
-def mtls_config(pki: Path, store: str = "") -> str:
+def mtls_config(pki: Path, store: str = "", transport: str = "auto") -> str:
     return (
         PORT0
+        + f'transport = "{transport}"\n'
         + f'[server.tls]\ncert = "{pki}/server.pem"\nkey = "{pki}/server.key"\n'
         + f'client_ca = "{pki}/ca.pem"\n'
         + POOLS

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from helpers import transports
 from helpers.auth import make_pki
 from helpers.vclock import run_virtual
 
@@ -47,3 +49,11 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 def pki(tmp_path: Path) -> Path:
     """A CA with a server certificate for localhost and client certificates (helpers/auth.py)."""
     return make_pki(tmp_path)
+
+
+@pytest.fixture(params=transports.TRANSPORTS)
+def each_transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test once per transport: `transports.listening` serves on this one."""
+    transports.current = request.param
+    yield request.param
+    transports.current = "grpcio"

@@ -23,7 +23,7 @@ import pytest
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
-from cronoq.server.config import load_config
+from cronoq.server.config import load_config, native_built
 from helpers.auth import (
     CONFIG,
     METHODS,
@@ -377,8 +377,12 @@ def channel(
     return over_mtls(pki, client, app.grpc_address.port if app.grpc_address else 0)
 
 
-async def test_client_certificates_map_to_principals(pki: Path) -> None:
-    async with running(mtls_config(pki)) as app:
+@pytest.mark.parametrize("transport", ["grpcio", "native"])
+async def test_client_certificates_map_to_principals(pki: Path, transport: str) -> None:
+    if transport == "native" and not native_built():
+        pytest.skip("the native transport is not built")
+    async with running(mtls_config(pki, transport=transport)) as app:
+        assert app.transport == transport
         while not app.ready:
             await asyncio.sleep(0.01)
         async with (

@@ -307,8 +307,11 @@ async def test_off_serves_no_grpc_web() -> None:
     async with serving(PORTS + POOLS) as app, connect(app) as c:
         body = grpcweb.frame(submit().SerializeToString())
         c.send("POST", SUBMIT, {"host": "localhost", "content-type": BINARY}, body)
-        c.writer.write_eof()
-        received = await c.reader.read()  # grpcio closes what is not HTTP/2
+        try:  # what is not HTTP/2 is closed: by grpcio, or reset by the native transport
+            c.writer.write_eof()
+            received = await c.reader.read()
+        except OSError:  # (reset, or not connected any more)
+            received = b""
         assert b"grpc-status" not in received.lower()
 
 

@@ -1,6 +1,7 @@
 """The Tasks and Admin services over real gRPC channels, on a real Scheduler.
 
-Each test starts `grpc.aio.server()` on a free loopback port with the servicers over a Scheduler
+Each test starts a listener (grpc.aio, and the native transport when it is built: every test
+runs on each) on a free loopback port with the servicers over a Scheduler
 whose pools run in-process executors, and calls it through the generated stubs: every method, the
 status codes of docs/reference/errors.md that apply without auth and shards, limits, paging, Watch
 filters, wait timeouts, batch atomicity, recurring schedules and snapshots.
@@ -25,10 +26,11 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.app import BytesCodec
 from cronoq.server.config import LimitsSettings
-from cronoq.server.decode import receive_limit
 from cronoq.server.tasks import AdminService, TasksService
+from helpers.transports import listening
 
 Code = grpc.StatusCode
+pytestmark = pytest.mark.usefixtures("each_transport")  # every test, once per transport
 
 
 async def echo(ctx: cronoq.TaskContext, payload: bytes) -> Any:
@@ -78,22 +80,19 @@ async def serve(
         **durable,
     )
     await sched.start()
-    size = limits.max_message_bytes
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", receive_limit(size)),  # as the app's listener
-            ("grpc.max_send_message_length", size),
-        ]
-    )
-    cronoq_pb2_grpc.add_TasksServicer_to_server(TasksService(sched, limits), server)
-    cronoq_pb2_grpc.add_AdminServicer_to_server(AdminService(sched, limits, workers), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+    tasks, admin = TasksService(sched, limits), AdminService(sched, limits, workers)
+
+    def add(server: Any) -> None:
+        cronoq_pb2_grpc.add_TasksServicer_to_server(tasks, server)
+        cronoq_pb2_grpc.add_AdminServicer_to_server(admin, server)
+
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        async with (
+            listening(add, limits=limits) as port,
+            grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch,
+        ):
             yield Env(sched, cronoq_pb2_grpc.TasksStub(ch), cronoq_pb2_grpc.AdminStub(ch))
     finally:
-        await server.stop(None)
         await sched.shutdown(0)
 
 

@@ -1,5 +1,6 @@
-"""Worker protocol v3 end to end in one process: a real grpc.aio server with WorkService as the
-scheduler's launcher, and raw workers speaking the generated stubs over real sockets."""
+"""Worker protocol v3 end to end in one process: a real listener (grpc.aio, and the native
+transport when it is built: every test runs on each) with WorkService as the scheduler's
+launcher, and raw workers speaking the generated stubs over real sockets."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import cronoq
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.work import WorkService
+from helpers.transports import listening
 from helpers.workers import Worker
+
+pytestmark = pytest.mark.usefixtures("each_transport")  # every test, once per transport
+
+
+def _add(svc: WorkService) -> Any:
+    return lambda server: cronoq_pb2_grpc.add_WorkersServicer_to_server(svc, server)
 
 
 async def unused(ctx: Any, payload: Any) -> None:
@@ -37,15 +45,12 @@ async def server(
     sched = cronoq.Scheduler(
         [cronoq.Pool("p", unused, max=max_, lease_ttl=lease_ttl, retry=retry)], launcher=svc
     )
-    grpc_server = grpc.aio.server()
-    cronoq_pb2_grpc.add_WorkersServicer_to_server(svc, grpc_server)
-    port = grpc_server.add_insecure_port("127.0.0.1:0")
-    await grpc_server.start()
-    async with sched, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        try:
-            yield sched, channel
-        finally:
-            await grpc_server.stop(0)
+    async with (
+        listening(_add(svc)) as port,
+        sched,
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        yield sched, channel
 
 
 async def test_register_lease_complete() -> None:
@@ -212,12 +217,8 @@ async def test_losing_the_leadership_sends_shutdown_not_leader(tmp_path: Any) ->
     sched = cronoq.Scheduler(
         [cronoq.Pool("p", unused, max=2)], store=store, codec=BytesCodec(), launcher=svc
     )
-    grpc_server = grpc.aio.server()
-    cronoq_pb2_grpc.add_WorkersServicer_to_server(svc, grpc_server)
-    port = grpc_server.add_insecure_port("127.0.0.1:0")
-    await grpc_server.start()
-    await sched.start()
-    try:
+    async with listening(_add(svc)) as port:
+        await sched.start()
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             w = Worker(channel)
             await w.register(slots=1)
@@ -237,8 +238,6 @@ async def test_losing_the_leadership_sends_shutdown_not_leader(tmp_path: Any) ->
             assert await w.call.read() is grpc.aio.EOF  # and the stream ends
             with pytest.raises(cronoq.SchedulerError, match="fenced"):
                 await sched.submit(b"x")
-    finally:
-        await grpc_server.stop(0)
 
 
 async def test_a_full_outbound_buffer_ends_that_stream() -> None:

@@ -718,6 +718,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             command += ["-addext", "basicConstraints=critical,CA:TRUE"]
         else:
             command += ["-addext", f"subjectAltName={san}"]
+            command += ["-addext", "basicConstraints=critical,CA:FALSE"]  # a leaf (for rustls)
             command += ["-CA", str(d / "ca.pem"), "-CAkey", str(d / "ca.key")]
         command += ["-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.pem")]
         subprocess.run(command, check=True, capture_output=True)

@@ -48,12 +48,14 @@ from .config import (
     TlsSettings,
     library_pools,
     library_resources,
+    transport_of,
 )
 from .decode import receive_limit, size_checked
 from .errors import refusal
 from .grpcweb import GrpcWebFront
 from .http import Authorize, HttpListener, ssl_context
 from .logs import event
+from .native import NativeFront
 from .ports import ensure_free
 
 __all__ = ["DRAIN_S", "BytesCodec", "Registrar", "ServerApp"]
@@ -181,9 +183,17 @@ class ServerApp:
         self._interceptors = tuple(interceptors)
         self._server: grpc.aio.Server | None = None
         self._front: GrpcWebFront | None = None  # the public gRPC port with gRPC-Web on
+        self._native: NativeFront | None = None  # the gRPC port on the native transport
         self._on_stop: list[StopHook] = []
         self._on_ready: list[Callable[[], None]] = []
         self._life = Lifecycle("ServerApp", _A.STANDBY, APP_TRANSITIONS)
+
+    @property
+    def transport(self) -> str:
+        """What serves the gRPC port: "native" or "grpcio" (docs/server.md, "Transports"):
+        `server.transport`, where "auto" is the native transport when it is built and the
+        configuration does not need grpcio's (gRPC-Web)."""
+        return transport_of(self.cfg.server)
 
     @property
     def ready(self) -> bool:
@@ -243,6 +253,18 @@ class ServerApp:
         for register in self._registrars:
             register(self, cast(grpc.aio.Server, table))
         self.methods = table.handlers
+        chain = [*self._interceptors, _ReadyGate(self)]
+        if self.transport == "native":  # grpcio's server only collected the handlers
+            native = NativeFront(table.checked, table.generic, chain, limits, self.cfg.server.tls)
+            try:
+                port = await native.start(address)
+                self.http_address, self.metrics_address = await self._http.start()
+            except BaseException:
+                await native.stop(0)
+                raise
+            self._native = native
+            self._listening(SocketAddress(address.host, port))
+            return SocketAddress(address.host, port)
         # gRPC-Web (docs/grpc-web.md): grpcio on an internal loopback port, with the same TLS
         # if any, the public one served by the front, which relays native gRPC to grpcio and
         # answers HTTP/1.1 itself (ending TLS for it: docs/grpc-web.md, "TLS").
@@ -261,7 +283,7 @@ class ServerApp:
             if grpc_web is not None:
                 front = GrpcWebFront(
                     self,
-                    [*self._interceptors, _ReadyGate(self)],
+                    chain,
                     SocketAddress("127.0.0.1", port),
                     grpc_web.allowed_origins,
                     self._grpc_web_tls,
@@ -275,13 +297,17 @@ class ServerApp:
             raise
         self._server = server
         self._front = front
-        self.grpc_address = SocketAddress(address.host, port)
+        self._listening(SocketAddress(address.host, port))
+        return SocketAddress(address.host, port)
+
+    def _listening(self, grpc_address: SocketAddress) -> None:
+        self.grpc_address = grpc_address
         tls = self._credentials is not None
-        event(log, logging.INFO, "listening", grpc=self.grpc_address, tls=tls)
+        transport = self.transport
+        event(log, logging.INFO, "listening", grpc=grpc_address, tls=tls, transport=transport)
         event(log, logging.INFO, "listening", http=self.http_address, tls=tls)
         if self.metrics_address is not None:
             event(log, logging.INFO, "listening", metrics=self.metrics_address, tls=False)
-        return self.grpc_address
 
     async def lead(self) -> None:
         """Start the scheduler (a standby waits here for the leadership) and serve; when the
@@ -326,6 +352,8 @@ class ServerApp:
                 await hook()
             except Exception:
                 log.exception("a stop hook failed")
+        if self._native is not None:
+            await self._native.stop(DRAIN_S)
         if self._server is not None:
             if self._front is not None:  # no new connections; relays carry the drain
                 self._front.stop_listening()
@@ -406,19 +434,23 @@ class _MethodTable:
         self._server = server
         self._max = max_message_bytes
         self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        # what the server got (the native transport serves those)
+        self.checked: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        self.generic: list[grpc.GenericRpcHandler] = []
 
     def add_registered_method_handlers(
         self, service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
     ) -> None:
+        checked = {name: size_checked(h, self._max) for name, h in method_handlers.items()}
         for name, handler in method_handlers.items():
             self.handlers[f"/{service_name}/{name}"] = handler
-        checked = {name: size_checked(h, self._max) for name, h in method_handlers.items()}
+            self.checked[f"/{service_name}/{name}"] = checked[name]
         self._server.add_registered_method_handlers(service_name, checked)
 
     def add_generic_rpc_handlers(self, generic_handlers: Sequence[grpc.GenericRpcHandler]) -> None:
-        self._server.add_generic_rpc_handlers(
-            tuple(_SizeChecked(g, self._max) for g in generic_handlers)
-        )
+        checked = [_SizeChecked(g, self._max) for g in generic_handlers]
+        self.generic.extend(checked)
+        self._server.add_generic_rpc_handlers(tuple(checked))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -91,6 +92,9 @@ MIN_DRAIN_TIME_S = 0.001  # pools[].drain_time_s
 MAX_MULTIPLIER = 1000.0  # pools[].retry.multiplier (and a task's own, docs/server-api.md)
 MIN_KEEP_FINISHED_S = 60.0  # store.keep_finished_s
 MAX_ORIGINS = 64  # server.grpc_web.allowed_origins
+TRANSPORTS = ("auto", "native", "grpcio")  # server.transport
+TRANSPORT_ENV = "CRONOQ_TRANSPORT"
+NOT_BUILT = "the native transport (cronoq._native) is not built in this installation"
 MIN_TOKEN_LEN = 16  # shorter is an error (docs/configuration.md, "[auth]")
 SHORT_TOKEN_LEN = 32  # shorter logs a warning
 ROLES = ("client", "worker", "metrics", "admin")
@@ -189,6 +193,8 @@ class ServerSettings:
     insecure_peer_http: bool = False
     log_level: str = "info"
     dashboard: bool = True
+    # "auto", "native" or "grpcio": what serves the gRPC port (docs/server.md, "Transports")
+    transport: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -460,7 +466,7 @@ def validate(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> 
     """
     errors: list[str] = []
     top = _Table(errors, "", raw)
-    server = _server(top.table("server"))
+    server = _server(top.table("server"), env)
     # The store's {shard} is this server's shard (docs/configuration.md, "The store of a
     # shard"); whether that names one of the [[shards]] is for _shards to say.
     plan = raw.get("shards")
@@ -873,7 +879,7 @@ def _file(t: _Table, key: str) -> str | None:
     return path
 
 
-def _server(t: _Table) -> ServerSettings:
+def _server(t: _Table, env: Mapping[str, str]) -> ServerSettings:
     default = ServerSettings()
     grpc_addr = _address(t, "grpc_addr", default.grpc_addr)
     http_addr = _address(t, "http_addr", default.http_addr)
@@ -931,6 +937,7 @@ def _server(t: _Table) -> ServerSettings:
         insecure_peer_http=t.boolean("insecure_peer_http", default.insecure_peer_http),
         log_level=t.string("log_level", default.log_level, choices=LOG_LEVELS),
         dashboard=t.boolean("dashboard", default.dashboard),
+        transport=_transport(t, env, grpc_web is not None),
     )
     listeners = {"grpc_addr": grpc_addr, "http_addr": http_addr, "metrics_addr": metrics_addr}
     taken: dict[SocketAddress, str] = {}
@@ -942,6 +949,42 @@ def _server(t: _Table) -> ServerSettings:
         taken.setdefault(address, key)
     t.close()
     return settings
+
+
+def _transport(t: _Table, env: Mapping[str, str], grpc_web: bool) -> str:
+    """`server.transport`, else CRONOQ_TRANSPORT, else "auto" (docs/server.md, "Transports")."""
+    if t.has("transport"):
+        transport = t.string("transport", "auto", choices=TRANSPORTS)
+    else:
+        transport = env.get(TRANSPORT_ENV) or "auto"
+        if transport not in TRANSPORTS:
+            listed = ", ".join(_quote(c) for c in TRANSPORTS)
+            t.fail(
+                "transport", f"{TRANSPORT_ENV} must be one of {listed} (got {_quote(transport)})"
+            )
+            return "auto"
+    if transport == "native" and not native_built():
+        t.fail("transport", f'"native": {NOT_BUILT}; use "auto" or "grpcio"')
+    elif transport == "native" and grpc_web:
+        t.fail(
+            "transport",
+            '"native" does not serve gRPC-Web ([server.grpc_web]): use "auto" or "grpcio"',
+        )
+    return transport
+
+
+def transport_of(server: ServerSettings) -> str:
+    """The transport `server.transport` names: "auto" is "native" when the extension is built
+    and neither TLS nor gRPC-Web is on, else "grpcio" (docs/server.md, "Transports")."""
+    if server.transport != "auto":
+        return server.transport
+    plain = server.tls is None and server.grpc_web is None
+    return "native" if native_built() and plain else "grpcio"
+
+
+def native_built() -> bool:
+    """Is the native transport (the `cronoq._native` extension) in this installation?"""
+    return importlib.util.find_spec("cronoq._native") is not None
 
 
 def _check_listeners(errors: list[str], server: ServerSettings, auth: AuthSettings) -> None:

@@ -25,7 +25,7 @@ import logging
 import re
 import ssl
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 from urllib.parse import quote
@@ -37,7 +37,7 @@ from .config import SocketAddress
 from .decode import Handler, size_checked
 from .errors import refusal
 from .hosts import loopback_host
-from .http import _Aborted, _Call
+from .http import CallDetails, _Aborted, _Call, resolver
 
 if TYPE_CHECKING:
     from .app import ServerApp
@@ -210,7 +210,6 @@ class _Cursor:
 
 # --- the listener -----------------------------------------------------------------------------
 
-Continuation: TypeAlias = "Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]]"
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _TIMEOUT = re.compile(r"([0-9]{1,8})([HMSmun])")
 
@@ -240,14 +239,6 @@ class _Writer(Protocol):
 _T = TypeVar("_T")
 Peer: TypeAlias = "Mapping[str, list[bytes]]"
 """What grpcio's `auth_context()` would say of a call's client certificate (auth.py reads it)."""
-
-
-@dataclass(frozen=True)
-class _Details:
-    """What interceptors read of a call (grpc.HandlerCallDetails)."""
-
-    method: str
-    invocation_metadata: tuple[tuple[str, str], ...]
 
 
 @dataclass
@@ -383,7 +374,18 @@ class GrpcWebFront:
         self._tls = tls
         if tls is not None:
             tls.set_alpn_protocols(["http/1.1"])
-        self._interceptors = tuple(interceptors)
+        max_bytes = app.cfg.limits.max_message_bytes
+
+        async def served(d: grpc.HandlerCallDetails) -> Handler | None:
+            handler = app.methods.get(d.method)
+            if handler is None:
+                return None
+            if handler.request_streaming:
+                return refusal(grpc.StatusCode.UNIMPLEMENTED, NOT_BIDI)
+            return size_checked(handler, max_bytes)
+
+        # the handler grpcio would run for a call, through the app's interceptors
+        self.resolve = resolver(interceptors, served)
         self._internal = internal
         self._allowed = allowed_origins
         cfg = app.cfg
@@ -556,23 +558,6 @@ class GrpcWebFront:
         call = _WebCall(self, request, mode, cors, writer, peer)
         await call.run(frames)
 
-    async def resolve(self, details: _Details) -> Handler | None:
-        """The handler grpcio would run for `details`, through the app's interceptors."""
-        max_bytes = self._app.cfg.limits.max_message_bytes
-
-        async def served(d: grpc.HandlerCallDetails) -> Handler | None:
-            handler = self._app.methods.get(d.method)
-            if handler is None:
-                return None
-            if handler.request_streaming:
-                return refusal(grpc.StatusCode.UNIMPLEMENTED, NOT_BIDI)
-            return size_checked(handler, max_bytes)
-
-        continuation: Continuation = served
-        for interceptor in reversed(self._interceptors):
-            continuation = _link(interceptor, continuation)
-        return await continuation(details)  # type: ignore[arg-type]
-
 
 class _WebCall:
     """One gRPC-Web call: resolve its handler, run it, answer its messages and status."""
@@ -605,7 +590,7 @@ class _WebCall:
         trailers: tuple[tuple[str, str], ...] = ()
         try:
             async with asyncio.timeout(deadline):
-                await self._call(frames, context, _Details(request.path, metadata))
+                await self._call(frames, context, CallDetails(request.path, metadata))
         except _Aborted as e:
             code, message, trailers = e.code, e.details, e.trailers
         except TimeoutError:
@@ -618,7 +603,7 @@ class _WebCall:
         await self._finish(code, message, dict(trailers), context.initial_metadata)
 
     async def _call(
-        self, frames: list[tuple[int, bytes]], context: _Call, details: _Details
+        self, frames: list[tuple[int, bytes]], context: _Call, details: CallDetails
     ) -> None:
         messages = [data for flag, data in frames if flag == MESSAGE]
         if len(messages) != 1 or len(frames) != 1:
@@ -715,13 +700,6 @@ class _WebContext(_Call):
 _HOP_HEADERS = frozenset(
     {"host", "connection", "content-length", "transfer-encoding", "keep-alive", "grpc-timeout"}
 )
-
-
-def _link(interceptor: grpc.aio.ServerInterceptor, inner: Continuation) -> Continuation:
-    async def call(details: grpc.HandlerCallDetails) -> Handler | None:
-        return await interceptor.intercept_service(inner, details)
-
-    return call
 
 
 async def _once(item: Any) -> AsyncIterator[Any]:

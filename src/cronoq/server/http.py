@@ -51,6 +51,7 @@ from google.protobuf.message import Message  # type: ignore[import-untyped]
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from . import httpjson
 from .config import ConfigError, SocketAddress, TlsSettings
+from .decode import Handler as RpcHandler
 from .hosts import loopback_host
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .shards import FORWARDED
@@ -236,6 +237,40 @@ class _Call:
         if self._deadline is None:
             return None
         return max(0.0, self._deadline - self._loop.time())
+
+
+@dataclass(frozen=True)
+class CallDetails:
+    """What interceptors read of a call (grpc.HandlerCallDetails), for calls grpcio does not
+    serve (gRPC-Web, the native transport)."""
+
+    method: str
+    invocation_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable["RpcHandler | None"]]
+
+
+def resolver(
+    interceptors: Iterable[grpc.aio.ServerInterceptor], served: Continuation
+) -> Callable[[CallDetails], Awaitable[RpcHandler | None]]:
+    """The handler grpcio would run for a call: `served(details)` (the app's own handler, or
+    None for an unknown method) through `interceptors` in grpcio's order, outermost first."""
+    continuation = served
+    for interceptor in reversed(tuple(interceptors)):
+        continuation = _link(interceptor, continuation)
+
+    async def resolve(details: CallDetails) -> RpcHandler | None:
+        return await continuation(details)  # type: ignore[arg-type]
+
+    return resolve
+
+
+def _link(interceptor: grpc.aio.ServerInterceptor, inner: Continuation) -> Continuation:
+    async def call(details: grpc.HandlerCallDetails) -> RpcHandler | None:
+        return await interceptor.intercept_service(inner, details)
+
+    return call
 
 
 # Every route's call runs under limits.request_timeout_s; these may also wait, so theirs is

@@ -1,0 +1,44 @@
+# Types of the native transport extension (native/src/lib.rs), for mypy: the extension has none.
+
+from typing import Any, Final
+
+Event = tuple[Any, ...]  # (kind, call_id, ...): see native/src/lib.rs
+Metadata = list[tuple[str, str | bytes]]
+
+# Event kinds, the first item of each drained tuple.
+CALL: Final = 0
+MESSAGE: Final = 1
+HALF_CLOSE: Final = 2
+GONE: Final = 3
+WRITABLE: Final = 4  # (4, call_id): pending bytes back at LOW_WATER after a send over HIGH_WATER
+# Backpressure thresholds on a call's pending bytes (see Transport.send).
+HIGH_WATER: Final = 65536
+LOW_WATER: Final = 16384
+
+class Transport:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        max_receive_bytes: int,
+        max_concurrent_streams: int,
+        keepalive_interval_s: float,
+        keepalive_timeout_s: float,
+        tls_cert: bytes | None = None,
+        tls_key: bytes | None = None,
+        client_ca: bytes | None = None,
+    ) -> None: ...
+    @property
+    def port(self) -> int: ...
+    def fileno(self) -> int: ...
+    def drain(self) -> list[Event]: ...
+    def send(self, call_id: int, messages: list[bytes]) -> int:
+        """Queue framed messages; the call's pending bytes after them (framed bytes not yet
+        passed to HTTP/2 with flow-control window), or -1 (nothing queued) if the call is gone.
+        A result over HIGH_WATER arms one (WRITABLE, call_id) event for when the pending bytes
+        fall to LOW_WATER or below."""
+    def headers(self, call_id: int, metadata: Metadata) -> bool: ...
+    def finish(self, call_id: int, code: int, message: str, trailers: Metadata) -> None: ...
+    def stop_accepting(self) -> None: ...
+    def close(self) -> None: ...
