@@ -513,7 +513,7 @@ async def test_shutdown_abandons_leases_and_reconnects_after_the_backoff() -> No
             assert w.last_shutdown == "shutdown"
 
 
-async def test_not_leader_reconnects_after_the_first_backoff_step() -> None:
+async def test_not_leader_resets_the_grown_backoff() -> None:
     async def script(conn: Conn) -> None:
         n = len(f.conns)
         if n <= 4:
@@ -529,8 +529,27 @@ async def test_not_leader_reconnects_after_the_first_backoff_step() -> None:
             conns = [await f.next() for _ in range(6)]
     gaps = [b.at - a.at for a, b in itertools.pairwise(conns)]
     assert gaps[3] >= 0.35, gaps  # 0.05, 0.1, 0.2, 0.4: the delay has grown
-    assert gaps[4] < 0.3, gaps  # after not_leader: backoff[0] again
+    assert gaps[4] < 0.3, gaps  # after not_leader: no grown delay
     assert w.last_shutdown == "lost"
+
+
+async def test_not_leader_reconnects_without_a_backoff_wait() -> None:
+    """A leadership change reconnects right away: with an hour of backoff, the second
+    connection could only come without a wait."""
+
+    async def script(conn: Conn) -> None:
+        await conn.register()
+        if len(f.conns) == 1:
+            await conn.send(shutdown=pb.Shutdown(reason="moved", not_leader=True))
+        await conn.eof.wait()
+
+    async with fake(script) as f:
+        w = Worker(f.address, "p", echo, backoff=(3600.0, 3600.0))
+        async with running(w):
+            await f.next()
+            await f.next()
+            await w.wait_registered(5)
+            assert (w.connections, w.last_shutdown) == (2, "moved")
 
 
 async def test_backoff_doubles_up_to_its_maximum() -> None:

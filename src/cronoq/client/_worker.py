@@ -383,7 +383,12 @@ class Worker:
                 if not self.reconnect:
                     raise ClientError("unavailable", "worker stream ended")
                 log.info("worker stream ended (%s); reconnecting", self.last_shutdown or "closed")
-            if not_leader or loop.time() - started > _HEALTHY * most:
+            if not_leader:
+                # A leadership change: the new leader is (or is about to be) there, so
+                # reconnect at once; a failure after that backs off from the start.
+                delay = first
+                continue
+            if loop.time() - started > _HEALTHY * most:
                 delay = first
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ls.wake.wait(), delay)
