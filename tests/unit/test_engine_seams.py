@@ -127,6 +127,49 @@ def test_has_room_for_n_and_desired() -> None:
     assert [p.desired for p in eng.snapshot(1.0).pools] == [0, 3]
 
 
+def test_desired_with_remote_capacity_keeps_its_course() -> None:
+    """With capacity from outside (`elastic=False`), a backlog that no connected worker can
+    drain asks for `max` and keeps asking, stepping up from the last target as if it had been
+    applied; once the demand is gone it steps down as an elastic pool would (after the
+    stabilization window, one per cooldown), not straight to 0."""
+    eng = Engine(
+        [PoolConfig("p", capacity=0, min=0, max=10, autoscale=AutoscaleSettings())],
+        0.0,
+        elastic=False,
+    )
+    recs = [submit(eng) for _ in range(20)]
+    course = []
+    for t in range(0, 121):
+        eng.advance(float(t))
+        course.append(eng.desired("p"))
+    assert course[:4] == [4, 8, 10, 10]
+    assert set(course[2:]) == {10}  # the backlog stays and no worker comes: max, and it stays
+    for rec in recs:
+        eng.cancel(rec.id, 120.5)
+    later = {}
+    for t in range(121, 400):
+        eng.advance(float(t))
+        later[t] = eng.desired("p")
+    assert later[179] == 10  # the window (60 s) still holds the backlog's target of t=120
+    downs = [t for t in range(122, 400) if later[t] < later[t - 1]]
+    assert downs[:3] == [180, 210, 240] and later[240] == 7  # -1 per 30 s cooldown
+
+
+def test_a_connected_worker_ends_the_stranded_demand() -> None:
+    """One worker's slot makes the backlog drainable again: the demand is the formula's."""
+    scaling = AutoscaleSettings(stabilization_window=0.0, cooldown=0.0, max_step_down=10)
+    eng = Engine(
+        [PoolConfig("p", capacity=0, min=0, max=10, autoscale=scaling)], 0.0, elastic=False
+    )
+    submit(eng)
+    eng.advance(0.0)
+    assert eng.desired("p") == 4  # stranded: towards max
+    eng.set_capacity("p", 1, 0.5)
+    eng.dispatch(0.5)
+    eng.advance(1.0)
+    assert eng.desired("p") == 1  # one running task (busy 1), nothing queued: one worker
+
+
 def test_take_journal_hands_over_what_changed() -> None:
     eng = make(journal=True)
     rec = submit(eng)

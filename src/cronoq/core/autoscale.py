@@ -16,9 +16,12 @@ Signals handed to `evaluate`
 * `service_time`      mean attempt runtime learned by the engine (`default_duration` before any),
 * `backlog_by_class`  ready + due + retrying tasks per class, index 0 = critical .. 3 = low,
 * `busy`              running attempts,
-* `capacity`          the pool's current capacity,
+* `capacity`          the pool's current capacity (its last target when the capacity is
+                      managed outside the engine: `PoolState.evaluate_scaler`),
 * `reserved`          peak number of concurrent fixed-start reservations starting within
-                      `reservation_horizon`.
+                      `reservation_horizon`,
+* `stranded`          the capacity is managed outside the engine (remote workers) and none is
+                      connected: no worker can ever drain the backlog, however small it is.
 
 The formula (times in seconds; `S` = settings, `B` = sum(backlog_by_class), `s` = service_time)
 ------------------------------------------------------------------------------------------------
@@ -38,7 +41,8 @@ The formula (times in seconds; `S` = settings, `B` = sum(backlog_by_class), `s` 
                 drains within c's maximum predicted queue wait; when S.slo[c] == 0 the term is
                 `max` if that backlog is non-empty, else 0
    * reserved = reserved
-   `raw = max(load, drain, slo_c..., reserved)`; each term, and `raw`, is capped at `max`
+   * stranded = max                                      if `stranded` and B > 0
+   `raw = max(load, drain, slo_c..., reserved, stranded)`; each term, and `raw`, is capped at `max`
    (a non-finite term counts as `max`).
 3. Target: `target = 0 if raw < 0.01 else ceil(raw - 1e-9)`, then clamped to `[min, max]`.
 4. Scale up, when `target > capacity`:
@@ -155,10 +159,13 @@ class Autoscaler:
         backlog_by_class: Sequence[int],
         busy: int,
         reserved: int,
+        stranded: bool,
     ) -> float:
         """Workers wanted right now (step 2 of the formula), capped at `max`; uses `ewma`."""
         s = self.settings
         cap = float(self.max)
+        if stranded and sum(backlog_by_class):
+            return cap
 
         def bounded(x: float) -> float:
             return x if x <= cap else cap  # also turns inf and NaN into cap
@@ -204,6 +211,7 @@ class Autoscaler:
         busy: int,
         capacity: int,
         reserved: int,
+        stranded: bool = False,
     ) -> int:
         """Return the new capacity; sets self.desired and advances self.next_eval by interval."""
         s = self.settings
@@ -215,6 +223,7 @@ class Autoscaler:
             backlog_by_class=backlog_by_class,
             busy=busy,
             reserved=reserved,
+            stranded=stranded,
         )
         target = self._target(raw)
         stabilized = self._stabilized(now, target)

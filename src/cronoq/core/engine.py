@@ -806,7 +806,7 @@ class Engine:
         self._after_failure(att.task, pool, now, ABORT_LEASE, False, None, OUTCOME_LEASE_EXPIRED)
 
     def _on_scale(self, pool: PoolState, tag: int, when: float, now: float) -> None:
-        new = pool.evaluate_scaler(now)
+        new = pool.evaluate_scaler(now, self.elastic)
         if self.elastic and new != pool.unlabeled:
             self.set_capacity(pool.name, new, now)
         scaler = pool.scaler

@@ -80,9 +80,15 @@ class PoolState:
         """The learned mean runtime, or the pool's default before any task succeeded."""
         return self.cfg.default_duration if self.learned is None else self.learned
 
-    def evaluate_scaler(self, now: float) -> int:
+    def evaluate_scaler(self, now: float, elastic: bool) -> int:
         """One autoscaler evaluation (core/autoscale.py has the formula): the unlabeled slots
-        the pool should have. Resets the arrivals counted since the last one."""
+        the pool should have. Resets the arrivals counted since the last one.
+
+        Without `elastic` nothing applies the result here: an external scaler (KEDA, a webhook)
+        acts on it and workers connect later, if ever. The autoscaler then steps from its own
+        last target, as if it had been applied, so the target keeps its course (up by steps,
+        down after the stabilization window) instead of being recomputed from a capacity that
+        lags; and a backlog with no worker connected asks for `max`."""
         scaler = self.scaler
         assert scaler is not None
         backlog = [q.n for q in self.queues.classes]
@@ -99,8 +105,9 @@ class PoolState:
             service_time=self.service_time(),
             backlog_by_class=backlog,
             busy=self.busy,
-            capacity=self.unlabeled,
+            capacity=self.unlabeled if elastic else scaler.desired,
             reserved=peak_overlap(upcoming, now, math.inf),
+            stranded=not elastic and self.unlabeled == 0,
         )
         self.arrivals = 0
         return new
