@@ -141,7 +141,8 @@ async def test_a_worker_gets_at_most_1024_slots(wide: Serving) -> None:
 async def test_the_default_pool_autoscales(serving: Serving) -> None:
     """Pending tasks and no worker: the autoscaler asks for workers (`desired`, what KEDA or an
     HPA reads), up to the pool's max, since no connected worker can drain the backlog (that it
-    keeps asking is tests/unit/test_engine_seams.py's). Without autoscaling, `desired` would stay the capacity: 0."""
+    keeps asking is tested in tests/unit/test_engine_seams.py). Without autoscaling, `desired`
+    would stay the capacity: 0."""
     async with stubs(serving) as ch:
         tasks = cronoq_pb2_grpc.TasksStub(ch)
         for _ in range(3):
