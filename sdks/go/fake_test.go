@@ -581,6 +581,52 @@ func TestDrainOnTheWire(t *testing.T) {
 	}
 }
 
+// TestDrainHeartbeatsUntilOutcome checks that a lease whose handler the drain timeout
+// cancelled is still heartbeaten until the handler returns, so that with a short lease TTL
+// the lease is alive when its outcome is reported within the grace.
+func TestDrainHeartbeatsUntilOutcome(t *testing.T) {
+	send := make(chan *pb.ServerMessage, 10)
+	got := make(chan *pb.WorkerMessage, 10)
+	ttl := 0.9
+	f := startFake(t, "127.0.0.1", nil, interactive(&pb.Registered{Slots: 1, ProtocolVersion: 3, LeaseTtlS: &ttl}, send, got))
+	const drainTimeout = time.Minute // never waited for in real time: the fake clock ends it
+	clk := newFakeClock()
+	running := make(chan struct{})
+	causes := make(chan error, 1)
+	finish := make(chan struct{})
+	done, cancel := runFake(t, WorkerOptions{Target: f.addr, DrainTimeout: drainTimeout}, clk,
+		func(ctx context.Context, l *Lease) ([]byte, error) {
+			close(running)
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			<-finish
+			return []byte("late"), nil
+		})
+	send <- leaseMsg(1, "slow")
+	<-running
+	cancel()
+	if m := next(t, got); m.GetSetSlots() == nil {
+		t.Fatalf("first message of the drain: %v", m)
+	}
+	clk.take(t, drainTimeout)()
+	if cause := <-causes; !errors.Is(cause, ErrDrainTimeout) {
+		t.Fatalf("the cause at the drain timeout: %v", cause)
+	}
+	for range 3 {
+		clk.take(t, 300*time.Millisecond)()
+		if hb := next(t, got).GetHeartbeat(); hb.GetLease() != 1 {
+			t.Fatalf("after the drain timeout: want a heartbeat, got %v", hb)
+		}
+	}
+	close(finish)
+	if c := next(t, got).GetComplete(); c.GetLease() != 1 || string(c.GetOutput()) != "late" {
+		t.Fatalf("the outcome after the drain timeout: %v", c)
+	}
+	if err := returned(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestFatalFromServer(t *testing.T) {
 	f := startFake(t, "127.0.0.1", nil, func(int32, pb.Workers_WorkServer) error {
 		return status.Error(codes.Unimplemented, "no workers here")

@@ -356,7 +356,7 @@ func (w *worker) session(ctx context.Context, endpoint string) sessionEnd {
 type run struct {
 	lease  *Lease
 	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the handler returned
+	gone   chan struct{} // closed when the lease leaves the running set
 }
 
 // session is the state of one Work stream. mu guards everything below it.
@@ -407,7 +407,7 @@ func (s *session) receive() sessionEnd {
 			s.mu.Lock()
 			if r, ok := s.runs[m.Abort.GetLease()]; ok {
 				// The server already freed the slot; so does the worker, at once.
-				s.remove(m.Abort.GetLease())
+				s.remove(r)
 				r.cancel(fmt.Errorf("%w: %s", ErrAborted, m.Abort.GetReason()))
 			}
 			s.mu.Unlock()
@@ -481,14 +481,16 @@ func (s *session) lease(m *pb.Lease) {
 	// The handler's context keeps RunWorker's values but not its cancellation: ending ctx
 	// drains the worker instead of killing running attempts.
 	hctx, cancel := context.WithCancelCause(context.WithoutCancel(s.ctx))
-	r := &run{lease: l, cancel: cancel, done: make(chan struct{})}
+	r := &run{lease: l, cancel: cancel, gone: make(chan struct{})}
 	s.runs[l.ID] = r
-	go s.heartbeat(hctx, r, ttl)
+	go s.heartbeat(r, ttl)
 	go s.handle(hctx, r)
 }
 
-// heartbeat keeps the lease alive every ttl/3 until the handler returns or is cancelled.
-func (s *session) heartbeat(ctx context.Context, r *run, ttl time.Duration) {
+// heartbeat keeps the lease alive every ttl/3 while it is running: also after the drain
+// timeout cancelled its handler, so that an outcome reported within outcomeGrace still finds
+// the lease alive.
+func (s *session) heartbeat(r *run, ttl time.Duration) {
 	if ttl <= 0 {
 		return
 	}
@@ -496,9 +498,7 @@ func (s *session) heartbeat(ctx context.Context, r *run, ttl time.Duration) {
 	msg := &pb.WorkerMessage{Msg: &pb.WorkerMessage_Heartbeat{Heartbeat: &pb.Heartbeat{Lease: r.lease.ID}}}
 	for {
 		select {
-		case <-r.done:
-			return
-		case <-ctx.Done():
+		case <-r.gone:
 			return
 		case <-s.w.after(every):
 			if s.send(msg) != nil {
@@ -510,11 +510,10 @@ func (s *session) heartbeat(ctx context.Context, r *run, ttl time.Duration) {
 
 func (s *session) handle(ctx context.Context, r *run) {
 	out, err := s.call(ctx, r.lease)
-	close(r.done)
 	s.mu.Lock()
 	current := !s.closed && s.runs[r.lease.ID] == r
 	if current {
-		s.remove(r.lease.ID)
+		s.remove(r)
 		s.reporting.Add(1)
 	}
 	maxMessage := s.maxMessage
@@ -573,9 +572,11 @@ func outcome(lease uint64, out []byte, err error, maxMessage int) *pb.WorkerMess
 	}
 }
 
-// remove takes a lease out of the running set; s.mu must be held.
-func (s *session) remove(id uint64) {
-	delete(s.runs, id)
+// remove takes a running lease out of the running set, which ends its heartbeats; s.mu must
+// be held.
+func (s *session) remove(r *run) {
+	delete(s.runs, r.lease.ID)
+	close(r.gone)
 	if len(s.runs) == 0 {
 		select {
 		case s.emptied <- struct{}{}:
@@ -590,8 +591,8 @@ func (s *session) abandon(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	for id, r := range s.runs {
-		delete(s.runs, id)
+	for _, r := range s.runs {
+		s.remove(r)
 		r.cancel(cause)
 	}
 }
