@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
+from cronoq import client as cq
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
@@ -42,6 +43,8 @@ from helpers.auth import (
     token,
 )
 from helpers.servers import led_elsewhere, running_app
+from helpers.transports import TRANSPORTS
+from helpers.waiting import until
 
 
 def running(text: str) -> contextlib.AbstractAsyncContextManager[ServerApp]:
@@ -215,6 +218,48 @@ async def test_watch_filters_other_pools_out() -> None:
         everything.cancel()
         denied = s.tasks.Watch(pb.WatchRequest(pools=["b"]), metadata=md("client_a"))
         assert await code_of(denied) is Code.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_restricted_client_watches_its_pools_tasks_end(transport: str) -> None:
+    """The Python client's Watch (terminal events, no pool filter) with a pool-restricted
+    token sees each of its pool's tasks end, and nothing of the other pools, on both
+    transports."""
+    app = build(load_config(CONFIG.replace("[server]\n", f'[server]\ntransport = "{transport}"\n')))
+    async with running_app(app, ready=True):
+        address = str(app.grpc_address)
+
+        async def done(lease: Any) -> bytes:
+            return b"ok"
+
+        workers = [cq.Worker(address, p, done, token=token("worker")) for p in ("a", "b")]
+        running = [asyncio.ensure_future(w.run()) for w in workers]
+        async with (
+            cq.Client(address, token=token("client_a")) as mine,
+            cq.Client(address, token=token("admin")) as admin,
+        ):
+            seen: list[cq.Event] = []
+            watching = asyncio.Event()
+
+            async def watch() -> None:
+                async for ev in mine.watch():
+                    seen.append(ev)
+                    watching.set()
+
+            watcher = asyncio.ensure_future(watch())
+            while not watching.is_set():  # until the Watch surely subscribed
+                await mine.submit(b"x", pool="a")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(watching.wait(), 0.1)
+            other = await admin.submit(b"x", pool="b")
+            last = await mine.submit(b"x", pool="a")
+            await until(lambda: any(ev.id == last.id for ev in seen), 10, "the last task's end")
+            watcher.cancel()
+            assert {ev.pool for ev in seen} == {"a"} and other.id not in {ev.id for ev in seen}
+            assert {ev.status for ev in seen} == {"succeeded"}
+        for w in workers:
+            await w.stop()
+        await asyncio.gather(*running)
 
 
 # --- tenants (docs/server.md, "Authentication") ---------------------------------------------------
