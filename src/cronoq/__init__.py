@@ -7,6 +7,7 @@ Library mode runs `async def run(ctx, payload)` executors in-process on an async
         print(await handle)
 """
 
+from ._attempt import CancellationToken
 from ._options import AutoscaleConfig, Dep, Pool, Resource, Task
 from .core.model import PoolSnapshot, Priority, RetryPolicy, Snapshot, StatusEvent
 from .errors import (
@@ -25,6 +26,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "AutoscaleConfig",
+    "CancellationToken",
     "Codec",
     "CronoqError",
     "Dep",

@@ -21,6 +21,7 @@ from enum import Enum
 from types import TracebackType
 from typing import Any, Protocol, cast
 
+from ._attempt import AttemptMembers, CancellationToken
 from ._durable import Durable, encode_payload
 from ._lifecycle import Lifecycle, table
 from ._options import Pool, Resource, Task, build_task
@@ -243,15 +244,19 @@ class TaskHandle:
         return f"TaskHandle(id={self.id}, duplicate={self.duplicate})"
 
 
-class TaskContext(Attempt):
+class TaskContext(Attempt, AttemptMembers):
     """First argument of every executor: who this attempt is, and its cancellation state.
 
     It is the engine's attempt record itself (the engine creates it), so handing it to the
-    executor costs nothing extra.
+    executor costs nothing extra. `cancellation_token()`, `tag()` and `traceparent()` are
+    shared with the remote worker's `Lease` (docs/library.md, "Cancellation tokens, tags and
+    traces").
     """
 
-    __slots__ = ("_clock",)  # the scheduler's clock, set when the attempt is launched
+    # the scheduler's clock and the attempt's token, both set when the attempt is launched
+    __slots__ = ("_clock", "_token")
     _clock: Callable[[], float]
+    _token: CancellationToken
 
     id = property(lambda self: self.task.id)
     attempt = property(lambda self: self.number)
@@ -273,6 +278,11 @@ class TaskContext(Attempt):
     def is_cancelled(self) -> bool:
         """True once the engine gave up on this attempt (cancel, timeout, lease loss, shutdown)."""
         return self.abort_reason is not None
+
+    async def cancelled(self) -> None:
+        """Return once the engine gives up on this attempt. The executor's own task is
+        cancelled then too, so this serves work the executor started elsewhere."""
+        await self._token.wait()
 
     def heartbeat(self) -> None:
         """Extend the attempt's lease (no-op without lease_ttl); safe from executor threads,
@@ -1060,9 +1070,10 @@ class Scheduler:
             self._launcher.abort(aborts)
             return
         tasks = s.tasks
-        for att in aborts:
+        for att in cast("list[TaskContext]", aborts):
             t = tasks.pop(att.lease, None)
-            if t is not None:
+            if t is not None:  # launched, so it has its token
+                att._token._cancel()
                 t.cancel()
 
     def _launch(self, s: _Session, starts: list[Attempt]) -> None:
@@ -1078,6 +1089,7 @@ class Scheduler:
         for att in cast("list[TaskContext]", starts):
             if not att.ended:  # with a store, it may have been aborted while being written
                 att._clock = clock
+                att._token = CancellationToken()
                 tasks[att.lease] = create_task(run(s, att, *executors[att.task.pool]))
 
     async def _run_attempt(

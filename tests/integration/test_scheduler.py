@@ -618,6 +618,102 @@ async def test_tag_and_label_types() -> None:
         assert (await sched.snapshot()).totals["submitted"] == 1
 
 
+async def test_tag_and_traceparent() -> None:
+    seen: list[tuple[str | None, str | None, str | None]] = []
+
+    async def record(ctx: TaskContext, payload: Any) -> None:
+        seen.append((ctx.tag("n"), ctx.tag("absent"), ctx.traceparent()))
+
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with make(record) as sched:
+        await outcome(await sched.submit("traced", tags={"n": 1, "traceparent": trace}))
+        await outcome(await sched.submit("plain"))
+    assert seen == [("1", None, trace), (None, None, None)]
+
+
+async def test_cancellation_token_cancelled_and_callbacks_on_cancel(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The token outlives the executor's task: work it started elsewhere learns of the
+    cancellation through `ctx.cancelled()`, `token.wait()` and callbacks."""
+    contexts: list[TaskContext] = []
+    calls: list[str] = []
+    helpers: list[asyncio.Task[None]] = []
+    started = asyncio.Event()
+
+    def fails() -> None:
+        raise RuntimeError("callback bug")
+
+    async def watch(ctx: TaskContext) -> None:
+        await ctx.cancelled()
+        calls.append("cancelled()")
+
+    async def slow(ctx: TaskContext, payload: Any) -> None:
+        token = ctx.cancellation_token()
+        assert token is ctx.cancellation_token() and not token.is_cancelled()
+        token.add_callback(lambda: calls.append("first"))
+        token.add_callback(fails)  # logged; the others still run
+        token.add_callback(lambda: calls.append("second"))
+        removed = lambda: calls.append("removed")  # noqa: E731
+        token.add_callback(removed)
+        assert token.remove_callback(removed) and not token.remove_callback(removed)
+        helpers.append(asyncio.get_running_loop().create_task(watch(ctx)))
+        contexts.append(ctx)
+        started.set()
+        await asyncio.sleep(60)
+
+    async with make(slow) as sched:
+        handle = await sched.submit("x")
+        await within(started.wait())
+        await asyncio.sleep(0)  # the helper is waiting
+        assert await sched.cancel(handle.id)
+        assert (await failure(handle)).status == "cancelled"
+        await within(helpers[0])
+    ctx = contexts[0]
+    token = ctx.cancellation_token()
+    assert token.is_cancelled() and ctx.is_cancelled()
+    assert calls == ["first", "second", "cancelled()"]
+    assert "cancellation callback" in caplog.text and "callback bug" in caplog.text
+    token.add_callback(lambda: calls.append("late"))  # after the cancellation: at once
+    await within(token.wait())  # returns at once
+    await within(ctx.cancelled())
+    assert calls[-1] == "late"
+    assert repr(token) == "CancellationToken(cancelled=True)"
+
+
+async def test_cancellation_token_callback_added_from_a_thread() -> None:
+    """A plain executor runs in a thread: it adds its callback there, and the cancellation
+    (on the loop) runs it, which ends the thread's wait."""
+    added = threading.Event()
+    fired = threading.Event()
+    tokens: list[Any] = []
+
+    def blocking(ctx: TaskContext, payload: Any) -> None:
+        token = ctx.cancellation_token()
+        tokens.append(token)
+        token.add_callback(fired.set)
+        added.set()
+        fired.wait(30)
+
+    async with make(blocking) as sched:
+        handle = await sched.submit("x")
+        await asyncio.to_thread(added.wait, 30)
+        assert await sched.cancel(handle.id)
+        assert (await failure(handle)).status == "cancelled"
+        assert fired.is_set() and tokens[0].is_cancelled()
+
+
+async def test_a_completed_attempt_keeps_an_uncancelled_token() -> None:
+    contexts: list[TaskContext] = []
+
+    async def keep(ctx: TaskContext, payload: Any) -> None:
+        contexts.append(ctx)
+
+    async with make(keep) as sched:
+        await outcome(await sched.submit("x"))
+    assert not contexts[0].cancellation_token().is_cancelled()
+
+
 # --- timeouts (docs/library.md, "What happens to a running attempt") ------------------------------
 
 

@@ -1136,6 +1136,52 @@ async def test_real_abort_cancels_the_handler_and_sends_nothing(real: Serving) -
         assert (await s.totals()).stale_completions == stale  # no outcome reached the server
 
 
+async def test_real_lease_token_tags_and_traceparent(real: Serving) -> None:
+    """The lease offers the library TaskContext's members: tag(), traceparent() from the
+    submitter's `traceparent` header, and a token the abort cancels (wait, callbacks)."""
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    gate = Gate()
+    plain: list[Lease] = []
+    calls: list[str] = []
+    watchers: list[asyncio.Task[None]] = []
+
+    async def watch(lease: Lease) -> None:
+        await lease.cancellation_token().wait()
+        calls.append(f"wait saw is_cancelled={lease.is_cancelled()}")
+
+    async def handler(lease: Lease) -> Any:
+        if lease.key == "plain":
+            plain.append(lease)
+            return None
+        lease.cancellation_token().add_callback(lambda: calls.append("callback"))
+        watchers.append(asyncio.get_running_loop().create_task(watch(lease)))
+        return await gate(lease)
+
+    w = real_worker(real, "abort", handler)
+    async with running(w), stubs(real.address) as s:
+        await w.wait_registered(5)
+        assert (await s.wait(await s.submit("abort", key="plain"))).status == (
+            pb.TASK_STATUS_SUCCEEDED
+        )
+        spec = pb.TaskSpec(pool="abort", tags={"n": "1"})
+        traced = await s.tasks.Submit(
+            pb.SubmitRequest(task=spec), metadata=(*MD, ("traceparent", trace)), timeout=5
+        )
+        await asyncio.wait_for(gate.started.wait(), 5)
+        lease = gate.leases[0]
+        assert (lease.tag("n"), lease.tag("absent"), lease.traceparent()) == ("1", None, trace)
+        assert not lease.is_cancelled() and not lease.cancellation_token().is_cancelled()
+        await s.cancel(traced.id)
+        await asyncio.wait_for(watchers[0], 5)
+    assert (plain[0].tag("n"), plain[0].traceparent(), plain[0].is_cancelled()) == (
+        None,
+        None,
+        False,
+    )
+    assert calls == ["callback", "wait saw is_cancelled=True"]
+    assert lease.cancelled.is_set() and lease.cancellation_token().is_cancelled()
+
+
 async def test_real_granted_slots_are_a_ceiling(real: Serving) -> None:
     now = peak = 0
 

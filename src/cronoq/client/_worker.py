@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import grpc
 import grpc.aio
 
+from cronoq._attempt import AttemptMembers, CancellationToken
 from cronoq._lifecycle import Lifecycle, table
 from cronoq._net import loopback
 from cronoq.errors import Permanent, Retryable
@@ -78,9 +79,13 @@ _MSG_NO_SLOT = "worker has no free slot"
 
 
 @dataclass
-class Lease:
+class Lease(AttemptMembers):
     """One attempt handed to the handler: the task's data plus `cancelled`, set when the
-    attempt is abandoned (abort, end of the stream, stop), so a handler can notice it."""
+    attempt is abandoned (abort, end of the stream, stop), so a handler can notice it.
+
+    `cancelled` stays the published asyncio.Event, so the library's `cancelled()` coroutine
+    has no namesake here: `await lease.cancelled.wait()` is it, and `cancellation_token()`,
+    `is_cancelled()`, `tag()` and `traceparent()` are the library TaskContext's."""
 
     id: int
     task_id: int
@@ -96,6 +101,13 @@ class Lease:
     priority: str | None = None
     lease_ttl: float | None = None
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    _token: CancellationToken = field(
+        default_factory=CancellationToken, init=False, repr=False, compare=False
+    )
+
+    def is_cancelled(self) -> bool:
+        """True once the attempt was abandoned (`cancelled` is set)."""
+        return self.cancelled.is_set()
 
     def json(self) -> Any:
         """The payload decoded as JSON; an empty payload is None (a task submitted without)."""
@@ -174,6 +186,7 @@ class _Attempt:
     def abandon(self) -> None:
         """The server gave this attempt up (or will): tell the handler, report nothing."""
         self.lease.cancelled.set()
+        self.lease._token._cancel()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
