@@ -164,7 +164,7 @@ class Autoscaler:
         """Workers wanted right now (step 2 of the formula), capped at `max`; uses `ewma`."""
         s = self.settings
         cap = float(self.max)
-        if stranded and sum(backlog_by_class):
+        if stranded and any(backlog_by_class):
             return cap
 
         def bounded(x: float) -> float:
