@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.auth import mtls_config
-from helpers.servers import PORT0, serving_process
+from helpers.servers import PORT0, free_port, serving_process
 from helpers.workers import EchoWorker
 
 COMMAND = [sys.executable, "-m", "cronoq.cli"]
@@ -297,13 +297,16 @@ def test_version_and_help() -> None:
     assert "--all-transitions" in cronoq(None, "watch", "--help").stdout
 
 
-def test_an_unreachable_server_fails_fast_with_4() -> None:
+def test_an_unreachable_server_fails_with_4() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    done = cronoq(f"http://127.0.0.1:{port}", "list")
+    done = cronoq(f"http://127.0.0.1:{port}", "--connect-timeout", "300ms", "list")
     assert done.returncode == 4
-    assert f"cannot reach http://127.0.0.1:{port}" in one_error_line(done)
+    assert one_error_line(done) == (
+        f"cronoq: error: unavailable: cannot reach http://127.0.0.1:{port}: connection failed "
+        "(is the server running, with TLS only if the address says https://?)"
+    )
     with socket.socket() as silent:  # accepts TCP, never speaks HTTP/2
         silent.bind(("127.0.0.1", 0))
         silent.listen()
@@ -311,6 +314,48 @@ def test_an_unreachable_server_fails_fast_with_4() -> None:
         hung = cronoq(address, "--connect-timeout", "500ms", "get", "1")
     assert hung.returncode == 4
     assert "no connection within 0.5s" in one_error_line(hung)
+
+
+def test_a_refused_connection_is_tried_again_until_the_connect_timeout() -> None:
+    port = free_port()
+    env = ENV | {"CRONOQ_CONNECT_TIMEOUT": "300ms"}
+    done = subprocess.run([*COMMAND, "--server", f"127.0.0.1:{port}", "--debug", "list"],
+                          capture_output=True, text=True, env=env, timeout=30)  # fmt: skip
+    assert done.returncode == 4
+    assert f"127.0.0.1:{port} refuses connections (not listening yet?)" in done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.endswith("connection failed (is the server running, with TLS only if the "
+                         "address says https://?)")  # fmt: skip
+
+
+def test_the_command_waits_for_a_server_that_is_starting(tmp_path: Path) -> None:
+    """The README's server-mode block: the command runs before the server listens."""
+    port = free_port()
+    env = ENV | {"CRONOQ_CONNECT_TIMEOUT": "60"}
+    command = [*COMMAND, "--server", f"127.0.0.1:{port}", "--debug", "list", "--json"]
+    early = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)  # fmt: skip
+    try:
+        assert early.stderr is not None
+        for line in early.stderr:  # the command was refused at least once: start the server
+            if "refuses connections" in line:
+                break
+        else:
+            raise AssertionError("the command ended without waiting for the server")
+        config = PORT0.replace('grpc_addr = "127.0.0.1:0"', f'grpc_addr = "127.0.0.1:{port}"')
+        with serving_process(tmp_path, config + '[[pools]]\nname = "default"\n'):
+            out, err = early.communicate(timeout=60)
+        assert early.returncode == 0, err
+        assert json.loads(out)["tasks"] == []
+    finally:
+        early.kill()
+
+
+def test_a_bad_connect_timeout_is_a_usage_error() -> None:
+    bad = subprocess.run([*COMMAND, "list"], capture_output=True, text=True, timeout=30,
+                         env=ENV | {"CRONOQ_CONNECT_TIMEOUT": "soon"})  # fmt: skip
+    assert bad.returncode == 2
+    assert "--connect-timeout" in one_error_line(bad) and "bad duration 'soon'" in bad.stderr
 
 
 def test_a_bad_token_is_refused_with_3(tmp_path: Path) -> None:

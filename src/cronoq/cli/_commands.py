@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 import grpc
@@ -24,7 +25,7 @@ from rich.console import Console, RenderableType
 
 from cronoq import __version__
 from cronoq.client import Client, ClientError, Payload, TaskInfo
-from cronoq.client._common import open_channel
+from cronoq.client._common import open_channel, strip_target
 
 from . import _top
 from ._params import DURATION, PAIR, REF, RESOURCE, TIME
@@ -49,6 +50,9 @@ EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 
 DEFAULT_SERVER = "http://127.0.0.1:7070"
+log = logging.getLogger("cronoq.cli")
+
+_REFUSED_RETRY = 0.05  # how often a refused connection is tried again within --connect-timeout
 PIPE_WIDTH = 200
 STATUSES = (
     "blocked", "scheduled", "ready", "running", "retrying", "succeeded", "failed",
@@ -103,30 +107,69 @@ def _console() -> Console:
 
 async def _probe(settings: Settings) -> None:
     """Raise Unreachable unless a channel like the client's gets ready in time."""
-    channel = open_channel(
-        settings.server, tls=False, credentials=settings.credentials, options=None
-    )
+    server = settings.server
+    deadline = asyncio.get_running_loop().time() + settings.connect_timeout
     try:
-        await asyncio.wait_for(_ready(channel, settings.server), settings.connect_timeout)
+        async with asyncio.timeout_at(deadline):
+            await _listening(server, deadline)
+            channel = open_channel(
+                server, tls=False, credentials=settings.credentials, options=None
+            )
+            try:
+                await _ready(channel, server)
+            finally:
+                await channel.close()
     except TimeoutError:
         raise Unreachable(
-            f"cannot reach {settings.server}: no connection within {settings.connect_timeout:g}s"
+            f"cannot reach {server}: no connection within {settings.connect_timeout:g}s"
         ) from None
-    finally:
-        await channel.close()
+
+
+async def _listening(server: str, deadline: float) -> None:
+    """Wait while the server's port refuses connections: a server started just before the
+    command may not listen yet (the README's server-mode block does exactly that)."""
+    try:
+        parts = urlsplit("//" + strip_target(server))
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if host is None or port is None:
+        return  # a target only gRPC understands (unix:, dns:///): it decides alone
+    loop = asyncio.get_running_loop()
+    told = False
+    while True:
+        try:
+            _, writer = await asyncio.open_connection(host, port)
+        except ConnectionRefusedError:
+            if deadline - loop.time() <= _REFUSED_RETRY:
+                raise _failed(server) from None
+            if not told:
+                log.debug("%s refuses connections (not listening yet?); trying again", server)
+                told = True
+            await asyncio.sleep(_REFUSED_RETRY)
+        except OSError:
+            raise _failed(server) from None
+        else:
+            writer.close()
+            await writer.wait_closed()
+            return
 
 
 async def _ready(channel: grpc.aio.Channel, server: str) -> None:
-    """Wait for READY; a failed attempt (refused, TLS mismatch) is final, not retried."""
+    """Wait for READY; a failed attempt (TLS mismatch, a refused handshake) is final."""
     state = channel.get_state(try_to_connect=True)
     while state is not grpc.ChannelConnectivity.READY:
         if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            raise Unreachable(
-                f"cannot reach {server}: connection failed (is the server running, with TLS "
-                "only if the address says https://?)"
-            )
+            raise _failed(server)
         await channel.wait_for_state_change(state)
         state = channel.get_state(try_to_connect=True)
+
+
+def _failed(server: str) -> Unreachable:
+    return Unreachable(
+        f"cannot reach {server}: connection failed (is the server running, with TLS "
+        "only if the address says https://?)"
+    )
 
 
 def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -176,10 +219,12 @@ _PEM = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
 @click.option("--key", "key_file", type=_PEM, help="PEM private key of --cert.")
 @click.option(
     "--connect-timeout",
+    envvar="CRONOQ_CONNECT_TIMEOUT",
     type=DURATION,
     default=5.0,
     show_default=True,
-    help="Give up when the server accepts no connection within this time.",
+    help="Wait this long for the server to listen and accept a connection. "
+    "Env CRONOQ_CONNECT_TIMEOUT.",
 )
 @_output_flags
 @click.pass_context
