@@ -38,7 +38,10 @@ from cronoq.server.http import (
     HttpError,
     Route,
     loopback_host,
+    served_routes,
 )
+from helpers.vclock import VirtualEventLoop
+from helpers.waiting import until
 from helpers.workers import Worker
 
 PORTS0 = """
@@ -333,7 +336,8 @@ async def test_body_limit_refuses_before_parsing() -> None:
             for _ in range(10):
                 yield b"y" * 1024
 
-        status, answer = await c.request("POST", "/v1/tasks", data=chunks())
+        headers = {"Content-Type": "application/json"}
+        status, answer = await c.request("POST", "/v1/tasks", data=chunks(), headers=headers)
         assert (status, answer["code"]) == (413, "payload_too_large")
         status, _ = await c.post("/v1/tasks", {"json": "x" * 20})
         assert status == 200
@@ -591,11 +595,11 @@ async def trickle(writer: asyncio.StreamWriter, data: bytes, sent: list[int]) ->
             await asyncio.sleep(0.05)  # the pace of the slow client, not a wait for anything
 
 
-def assert_408(status: int, headers: dict[str, str], body: Any) -> None:
+def assert_408(status: int, headers: dict[str, str], body: Any, read_s: float = 0.5) -> None:
     assert status == 408
     assert headers["connection"].lower() == "close"
     assert body["code"] == "request_timeout"
-    assert "limits.request_timeout_s (0.5 s)" in body["error"]
+    assert f"limits.request_timeout_s ({read_s:g} s)" in body["error"]
 
 
 async def test_a_declared_body_that_never_comes_is_408_and_the_connection_closes() -> None:
@@ -606,6 +610,56 @@ async def test_a_declared_body_that_never_comes_is_408_and_the_connection_closes
             assert_408(*await read_answer(reader))
             assert await closed_by_server(reader) == b""
         assert (await c.get("/v1/tasks"))[1]["tasks"] == []  # nothing was submitted
+
+
+@pytest.mark.virtual_time
+async def test_a_stalled_body_gets_the_408_and_the_close_at_the_timeout_on_every_route() -> None:
+    """On every route that reads a body: headers with a Content-Length, part of the body, then
+    nothing. The 408 comes at request_timeout_s and the close right with it, not after a
+    lingering read of the rest (which kept a connection of the default 30 s for 40 s). On the
+    virtual clock, which jumps only for the timers (the server's own starts and stops in real
+    time: grpcio's threads are no timers), so the times compared are exact."""
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, VirtualEventLoop)
+    read_s = 2.0
+    loop.autojump = False
+    app = build(load_config(PORTS0 + f"[limits]\nrequest_timeout_s = {read_s}\n"))
+    async with running(app) as c:
+        routes = [r for r in served_routes(True) if not r.probe]
+        assert {"/v1/tasks", "/v1/tasks:batch", "/v1/recurring"} <= {r.path for r in routes}
+
+        async def stall(route: Route) -> tuple[Route, int, float, bytes]:
+            path = route.path.replace("{id}", "1").replace("{key}", "k").replace("{name}", "n")
+            async with connection(app.http_address) as (reader, writer):
+                sent = loop.time()
+                writer.write(raw_request(route.verb, path, b'{"key": "stall', length=100))
+                status, headers, body = await read_answer(reader)
+                answered = loop.time()
+                assert_408(status, headers, body, read_s)
+                rest = await closed_by_server(reader)
+                return route, answered - sent, loop.time() - answered, rest
+
+        loop.autojump = True
+        try:
+            outcomes = await asyncio.gather(*(stall(route) for route in routes))
+        finally:
+            loop.autojump = False
+        for route, answered_s, closed_s, rest in outcomes:
+            assert answered_s == pytest.approx(read_s), route
+            assert closed_s < read_s / 2 and rest == b"", (route, closed_s)  # 0 here, else read_s
+        # nothing was carried out, and nothing of those requests is left running
+        assert (await c.get("/v1/tasks"))[1]["tasks"] == []
+        assert (await c.get("/v1/recurring"))[1]["schedules"] == []
+        await until(lambda: not _request_handlers(), what="the connections' handlers to end")
+
+
+def _request_handlers() -> list[asyncio.Task[Any]]:
+    """The asyncio tasks of aiohttp's connection handlers (besides the test's own client's)."""
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if "RequestHandler.start" in t.get_coro().__qualname__  # type: ignore[union-attr]
+    ]
 
 
 async def test_a_body_trickled_past_the_timeout_is_408() -> None:

@@ -72,6 +72,7 @@ CONFIG = (
 PORTS0 = '[server]\ngrpc_addr = "127.0.0.1:0"\nhttp_addr = "127.0.0.1:0"\nshutdown_grace_s = 0.1\n'
 DIGITS = re.compile(r"[0-9]+")
 TEXT = "text/plain; charset=utf-8"
+JSON_BODY = {"Content-Type": "application/json"}
 
 
 # --- the OpenAPI document, as the check of every answer --------------------------------------
@@ -364,9 +365,11 @@ async def test_submit_refusals_by_status(target: Target) -> None:
         first = await h.post("/v1/tasks", fixed)
         assert_error(await h.call("POST", "/v1/tasks", fixed), 409, "conflict")
         await h.ok("DELETE", f"/v1/tasks/{first['id']}")
-        answer = await h.call("POST", "/v1/tasks", data=b"{not json")
+        answer = await h.call("POST", "/v1/tasks", data=b"{not json", headers=JSON_BODY)
         assert_error(answer, 400, "bad_request").startswith("the body is not JSON")
-        answer = await h.call("POST", "/v1/tasks", data=b'{"deadline_in_s": NaN}')
+        answer = await h.call(
+            "POST", "/v1/tasks", data=b'{"deadline_in_s": NaN}', headers=JSON_BODY
+        )
         assert_error(answer, 400, "bad_request").startswith("the body is not JSON")
         assert_error(await h.call("POST", "/v1/tasks", [1]), 400, "bad_request")
 
@@ -800,7 +803,8 @@ async def test_404_and_405_come_before_authentication() -> None:
 
 
 async def test_other_statuses_of_the_table() -> None:
-    """413, 408 (the body limit and its time), 500 (a bug) and 501 (no service)."""
+    """413, 415, 408 (the body limit, its type and its time), 500 (a bug) and 501 (no
+    service)."""
     config = PORTS0 + "[limits]\nmax_http_body_bytes = 4096\nrequest_timeout_s = 0.5\n"
     async with running(config) as (app, h):
         answer = await h.call("POST", "/v1/tasks", data=b" " * 4097)
@@ -815,9 +819,22 @@ async def test_other_statuses_of_the_table() -> None:
             for _ in range(10):
                 yield b" " * 1000
 
-        assert_error(await h.call("POST", "/v1/tasks", data=chunks()), 413, "payload_too_large")
+        answer = await h.call("POST", "/v1/tasks", data=chunks(), headers=JSON_BODY)
+        assert_error(answer, 413, "payload_too_large")
+        answer = await h.call(
+            "POST", "/v1/tasks", data=b"{}", headers={"Content-Type": "text/plain"}
+        )
+        assert_error(
+            answer,
+            415,
+            "unsupported_media_type",
+            "a request body must be sent as Content-Type: application/json",
+        )
         reader, writer = await asyncio.open_connection(app.http_address.host, app.http_address.port)
-        head = "POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n"
+        head = (
+            "POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            "Content-Length: 10\r\n\r\n"
+        )
         writer.write(head.encode())  # and no body: 408 once request_timeout_s is over
         answer = await asyncio.wait_for(reader.read(), 5)
         writer.close()

@@ -26,7 +26,7 @@ Slow clients (docs/http.md, "Timeouts"): reading a request is bounded by
 timer (`keepalive_timeout`), armed when a connection opens and again after each response and not
 pushed back by bytes that arrive, closes a connection still waiting for complete headers, an idle
 one included, at that time; no answer is sent. Body: `_read_body` gives it `request_timeout_s`,
-then answers 408 and closes the connection.
+then answers 408 and closes the connection right after it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from aiohttp.web_protocol import RequestHandler
 # Untyped for mypy: types-protobuf would type it, but it also makes the generated message
 # classes strict, which the code built before it does not yet satisfy.
 from google.protobuf.message import Message  # type: ignore[import-untyped]
+from yarl import URL
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from . import httpjson
@@ -105,10 +106,15 @@ NO_ROUTE = "no such route"
 NO_METHOD = "method not allowed"
 NOT_LEADER = "not the leader (standby or shutting down)"
 NOT_LOOPBACK = "without auth the API only answers requests for a loopback host"
-# aiohttp's default lingering time: after answering a request whose body was not read in full,
-# how long the server reads and discards what more arrives before it closes the connection
-# (so that a client still sending sees the answer rather than a reset). Capped at
-# limits.request_timeout_s, so that a 408 closes the connection soon.
+CROSS_SITE = "a page of another origin may not change anything here"
+NOT_JSON = "a request body must be sent as Content-Type: application/json"
+# The methods that change something: refused from another origin (docs/http.md, "Cross-site
+# requests"). Reads stay open: without CORS headers the browser keeps their answers from the page.
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# aiohttp's default lingering time: after answering a request whose body was not read (a 401 or
+# a 413 sent before it), how long the server reads and discards what more arrives before it
+# closes the connection (so that a client still sending sees the answer rather than a reset).
+# Capped at limits.request_timeout_s. A 408 closes at once (`_answer_and_close`).
 LINGER_S = 10.0
 # A standby's connections (docs/http.md, "Connections on a standby"): closed once this old, as
 # seen by a sweep every RECYCLE_EVERY_S (so between RECYCLE_S and RECYCLE_S + RECYCLE_EVERY_S).
@@ -384,9 +390,11 @@ class HttpListener:
         cfg = self.app.cfg
         if not (metrics_only or cfg.auth.enabled or cfg.server.insecure_no_auth):
             middlewares.append(self._host_check)
+        if not metrics_only:
+            middlewares.append(self._same_origin)
         if self._authorize is not None and not metrics_only:
             middlewares.append(self._authenticate)
-        middlewares += [self._ready_gate, self._body_limit, self._read_body]
+        middlewares += [self._ready_gate, self._body_checks, self._read_body]
         limit = cfg.limits.max_http_body_bytes
         web_app = web.Application(middlewares=middlewares, client_max_size=limit)
         for route in routes:
@@ -408,6 +416,8 @@ class HttpListener:
         try:
             return await handler(request)
         except HttpError as e:
+            if e.close:
+                return await _answer_and_close(request, e.response())
             return e.response()
         except httpjson.BadRequest as e:
             return HttpError(400, str(e)).response()
@@ -439,6 +449,16 @@ class HttpListener:
         return await handler(request)
 
     @web.middleware
+    async def _same_origin(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
+        """A write that a browser says comes from a page of another origin is 403, credentials
+        or not (a browser sends a client certificate on its own): no "simple" request from
+        another site, which a browser sends without asking the server first, changes anything
+        (docs/http.md, "Cross-site requests")."""
+        if request.method in WRITES and _checked(request) and _cross_origin(request):
+            raise HttpError(403, CROSS_SITE)
+        return await handler(request)
+
+    @web.middleware
     async def _authenticate(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
         route = _route_of(request)
         if route is not None and route.method is not None and self._authorize is not None:
@@ -453,13 +473,16 @@ class HttpListener:
         return await handler(request)
 
     @web.middleware
-    async def _body_limit(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
-        """Refuse a declared oversized body unread; a chunked one is cut off by aiohttp's
-        `client_max_size` (the same limit) as it is read."""
+    async def _body_checks(self, request: web.Request, handler: Endpoint) -> web.StreamResponse:
+        """Refuse a declared oversized body unread (413; a chunked one is cut off by aiohttp's
+        `client_max_size`, the same limit, as it is read), then a body not declared JSON (415):
+        the types a page may send another origin without a CORS preflight are not JSON."""
         limit = self.app.cfg.limits.max_http_body_bytes
         declared = request.content_length
         if _checked(request) and declared is not None and declared > limit:
             raise HttpError(413, _too_large(limit))
+        if _checked(request) and request.body_exists and not _json_declared(request):
+            raise HttpError(415, NOT_JSON)
         return await handler(request)
 
     @web.middleware
@@ -594,6 +617,16 @@ class _Recycler:
         return response
 
 
+async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send `response`, then close the connection at once, without aiohttp's lingering read of
+    a body that did not all come: a stalled body gets its 408 and the close together, at
+    limits.request_timeout_s (docs/http.md, "Timeouts")."""
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()  # the transport sends what it holds, then closes
+    return response
+
+
 def _route_of(request: web.Request) -> Route | None:
     """The request's route; None for aiohttp's 404 and 405 of unserved paths and methods."""
     return getattr(request.match_info.handler, "route", None)
@@ -603,6 +636,33 @@ def _checked(request: web.Request) -> bool:
     """Does the request go through the checks? Not a probe's, nor an unserved one's."""
     route = _route_of(request)
     return route is not None and not route.probe
+
+
+def _cross_origin(request: web.Request) -> bool:
+    """Does the browser that sent `request` say a page of another origin made it? Its
+    `Sec-Fetch-Site` is not `same-origin` (nor `none`, a request the user made), or its `Origin`
+    (`null` included) names another host or port than the request's `Host` (whose port, if it
+    has none, is the default of the origin's scheme: a proxy may end TLS). Clients other than
+    browsers send neither header."""
+    site = request.headers.get("Sec-Fetch-Site", "none").lower()
+    if site not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get(hdrs.ORIGIN)
+    if origin is None:
+        return False
+    try:
+        theirs = URL(origin)
+        # the Host as the origin's scheme would name it: a default port implied alike
+        ours = URL.build(scheme=theirs.scheme, authority=request.host)
+    except ValueError:
+        return True
+    return not theirs.absolute or (theirs.host, theirs.port) != (ours.host, ours.port)
+
+
+def _json_declared(request: web.Request) -> bool:
+    """`Content-Type: application/json`, with parameters (`; charset=utf-8`) or not."""
+    declared = request.headers.get(hdrs.CONTENT_TYPE, "")
+    return declared.split(";", 1)[0].strip().lower() == JSON_CONTENT_TYPE
 
 
 def _too_large(limit: int) -> str:
@@ -656,10 +716,11 @@ async def healthz(gw: HttpListener, request: web.Request) -> web.Response:
 
 async def readyz(gw: HttpListener, request: web.Request) -> web.Response:
     """`ready`, or 503 `standby` with the reason in a header (the body stays as scripts grep)."""
-    if gw.app.ready:
+    reason = gw.app.unready_reason
+    if reason is None:
         return _text("ready")
     response = _text("standby", 503)
-    response.headers[STANDBY_REASON] = header_text(gw.app.standby_reason)
+    response.headers[STANDBY_REASON] = header_text(reason)
     return response
 
 
