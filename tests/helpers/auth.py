@@ -39,6 +39,12 @@ TOKENS = {
 }
 AUTH = "".join(f'[[auth.tokens]]\ntoken = "{token(n)}"\n{keys}\n' for n, keys in TOKENS.items())
 CONFIG = PORT0 + POOLS + AUTH
+# What every authentication refusal adds to the published words (docs/server.md,
+# "Authentication").
+HOW = (
+    "pass a token with --token or CRONOQ_TOKEN (cronoq), token= (cronoq.client) or an "
+    '"authorization: Bearer <token>" header'
+)
 
 
 def md(who: str | None) -> list[tuple[str, str]]:

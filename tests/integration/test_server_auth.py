@@ -27,6 +27,7 @@ from cronoq.server.assemble import build
 from cronoq.server.config import load_config, native_built
 from helpers.auth import (
     CONFIG,
+    HOW,
     METHODS,
     POOLS,
     PORT0,
@@ -96,18 +97,32 @@ async def test_unknown_or_malformed_credentials_are_unauthenticated() -> None:
             # blanks around the token are ignored, as the published server does
             meta = [("authorization", header)]
             assert await code_of(s.tasks.ListTasks(pb.ListTasksRequest(), metadata=meta)) is Code.OK
+        # the published words first, then how to pass a token (and the roles, when denied)
         basic = [("authorization", f"Basic {token('admin')}")]
         assert await details_of(s.tasks.ListTasks(pb.ListTasksRequest(), metadata=basic)) == (
-            "missing credentials (bearer token or client certificate)"
+            f"missing credentials (bearer token or client certificate); {HOW}"
         )
         assert await details_of(s.tasks.ListTasks(pb.ListTasksRequest())) == (
-            "missing credentials (bearer token or client certificate)"
+            f"missing credentials (bearer token or client certificate); {HOW}"
         )
         unknown = [("authorization", "Bearer unknown-token-0123456789abcdef")]
         c = s.tasks.ListTasks(pb.ListTasksRequest(), metadata=unknown)
-        assert await details_of(c) == "invalid token"
+        assert await details_of(c) == f"invalid token: the server knows no such token; {HOW}"
         c = s.tasks.ListTasks(pb.ListTasksRequest(), metadata=md("worker"))
-        assert await details_of(c) == "credentials lack the required role"
+        assert await details_of(c) == (
+            'credentials lack the required role: this call needs role "client" or "admin", '
+            f'these credentials have role "worker"; {HOW}'
+        )
+        c = s.admin.Snapshot(pb.Empty(), metadata=md("client"))
+        assert await details_of(c) == (
+            'credentials lack the required role: this call needs role "metrics" or "admin", '
+            f'these credentials have role "client"; {HOW}'
+        )
+        nope = s.channel.unary_unary("/cronoq.v1.Tasks/Nope")
+        assert await details_of(nope(b"", metadata=md("client"))) == (
+            'credentials lack the required role: this call needs role "admin", these '
+            f'credentials have role "client"; {HOW}'
+        )
 
 
 async def test_unknown_methods_are_for_the_admin_alone() -> None:
@@ -469,7 +484,9 @@ async def test_client_certificates_map_to_principals(pki: Path, transport: str) 
             for stubs in (stranger, ip):
                 c = stubs.tasks.ListTasks(pb.ListTasksRequest())
                 assert await code_of(c) is Code.UNAUTHENTICATED
-            assert "not mapped" in await details_of(stranger.tasks.ListTasks(pb.ListTasksRequest()))
+            assert await details_of(stranger.tasks.ListTasks(pb.ListTasksRequest())) == (
+                f"the client certificate is not mapped to a role; {HOW}"
+            )
             # an unknown method is still authenticated and role-checked first
             for stubs, code in ((stranger, Code.UNAUTHENTICATED), (ops, Code.PERMISSION_DENIED)):
                 nope = stubs.channel.unary_unary("/cronoq.v1.Tasks/Nope")

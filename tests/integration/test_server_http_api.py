@@ -34,7 +34,7 @@ from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.server.http import ROUTES, openapi_document
-from helpers.auth import AUTH, token
+from helpers.auth import AUTH, HOW, token
 from helpers.auth import POOLS as AUTH_POOLS
 from helpers.facts import TOTALS_KEYS
 from helpers.servers import PORT0, Serving, serving_process
@@ -782,16 +782,18 @@ async def test_404_and_405_come_before_authentication() -> None:
         assert_error(await h.call("GET", "/nope"), 404, "not_found")
         assert_error(await h.call("PUT", "/v1/tasks"), 405, "method_not_allowed")
         answer = await h.call("GET", "/v1/tasks")
-        assert_error(
-            answer, 401, "unauthorized", "missing credentials (bearer token or client certificate)"
-        )
+        missing = f"missing credentials (bearer token or client certificate); {HOW}"
+        assert_error(answer, 401, "unauthorized", missing)
         bad = {"Authorization": "Bearer wrong-token"}
-        assert_error(
-            await h.call("GET", "/v1/tasks", headers=bad), 401, "unauthorized", "invalid token"
-        )
+        invalid = f"invalid token: the server knows no such token; {HOW}"
+        assert_error(await h.call("GET", "/v1/tasks", headers=bad), 401, "unauthorized", invalid)
         client_token = {"Authorization": f"Bearer {token('client')}"}
         answer = await h.call("GET", "/metrics", headers=client_token)
-        assert_error(answer, 403, "forbidden", "credentials lack the required role")
+        denied = (
+            'credentials lack the required role: this call needs role "metrics" or "admin", '
+            f'these credentials have role "client"; {HOW}'
+        )
+        assert_error(answer, 403, "forbidden", denied)
         metrics_token = {"Authorization": f"Bearer {token('metrics')}"}
         answer = await h.call("POST", "/v1/tasks", {}, headers=metrics_token)
         assert_error(answer, 403, "forbidden")

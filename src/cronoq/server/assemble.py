@@ -19,6 +19,7 @@ from .auth import (
     Unauthenticated,
     allowed,
     certificate_dns_names,
+    denial,
     use_principal,
 )
 from .config import ServerConfig
@@ -109,7 +110,7 @@ def _http_authorize(
         except Unauthenticated as e:
             raise HttpError(401, str(e)) from None
         if route.method is not None and not allowed(principal, route.method):
-            raise HttpError(403, "credentials lack the required role")
+            raise HttpError(403, denial(principal, route.method))
         use_principal(principal)
 
     return authorize

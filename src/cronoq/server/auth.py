@@ -39,6 +39,7 @@ __all__ = [
     "Unauthenticated",
     "allowed",
     "current_principal",
+    "denial",
     "use_principal",
 ]
 
@@ -91,6 +92,14 @@ class Principal:
 
 ADMIN = Principal("admin")  # everyone, when no credential is configured
 
+# Each refusal starts with the published server's words, which clients may match, and then
+# says how to present a credential.
+_HOW = (
+    "pass a token with --token or CRONOQ_TOKEN (cronoq), token= (cronoq.client) or an "
+    '"authorization: Bearer <token>" header'
+)
+_MISSING = f"missing credentials (bearer token or client certificate); {_HOW}"
+
 _current: ContextVar[Principal] = ContextVar("cronoq_principal", default=ADMIN)
 
 
@@ -109,6 +118,16 @@ def allowed(principal: Principal, method: str) -> bool:
     `/cronoq.v1.Tasks/Get`. Paths outside the table, unknown methods included, are the admin's
     alone."""
     return principal.role == "admin" or principal.role in _ROLES.get(method, ())
+
+
+def denial(principal: Principal, method: str) -> str:
+    """The PERMISSION_DENIED text when `allowed` said no: the roles `method` needs and the
+    one the caller has, so that the fix (another token) is plain."""
+    needed = " or ".join(f'"{role}"' for role in (*sorted(_ROLES.get(method, ())), "admin"))
+    return (
+        f"credentials lack the required role: this call needs role {needed}, these "
+        f'credentials have role "{principal.role}"; {_HOW}'
+    )
 
 
 def certificate_dns_names(peercert: Mapping[str, Any] | None) -> list[str]:
@@ -145,8 +164,8 @@ class Authenticator:
             if dns in names:
                 return principal
         if names:
-            raise Unauthenticated("the client certificate is not mapped to a role")
-        raise Unauthenticated("missing credentials (bearer token or client certificate)")
+            raise Unauthenticated(f"the client certificate is not mapped to a role; {_HOW}")
+        raise Unauthenticated(_MISSING)
 
     def _bearer(self, header: str) -> Principal:
         # `Bearer <token>`, the scheme in any case and blanks around the token ignored, as the
@@ -155,7 +174,7 @@ class Authenticator:
         scheme, _, token = header.strip().partition(" ")
         token = token.strip()
         if scheme.casefold() != "bearer" or not token:
-            raise Unauthenticated("missing credentials (bearer token or client certificate)")
+            raise Unauthenticated(_MISSING)
         digest = hashlib.sha256(token.encode()).digest()
         # Every digest is compared, in constant time, so the time taken tells nothing about
         # which token (if any) matched or how much of it.
@@ -164,7 +183,7 @@ class Authenticator:
             if hmac.compare_digest(digest, known):
                 found = principal
         if found is None:
-            raise Unauthenticated("invalid token")
+            raise Unauthenticated(f"invalid token: the server knows no such token; {_HOW}")
         return dataclasses.replace(found, bearer=token)
 
 
@@ -204,7 +223,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         except Unauthenticated as e:
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
         if not allowed(principal, method):
-            raise Refused(grpc.StatusCode.PERMISSION_DENIED, "credentials lack the required role")
+            raise Refused(grpc.StatusCode.PERMISSION_DENIED, denial(principal, method))
         return principal
 
     def _by_certificate(self, method: str) -> Callable[[Context], Awaitable[None]]:
