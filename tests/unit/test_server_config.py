@@ -131,6 +131,7 @@ def test_limits_and_outputs_defaults() -> None:
         "request_timeout_s": 30.0,
         "max_concurrent_requests": 4096,
         "max_concurrent_streams": 1024,
+        "max_unsent_bytes_per_connection": 67_108_864,
         "max_slots_per_worker": 1024,
         "keepalive_interval_s": 20.0,
         "keepalive_timeout_s": 20.0,
@@ -1054,6 +1055,20 @@ def test_a_wrong_bound_is_not_compared_with_the_other() -> None:
 )
 def test_unknown_keys_are_rejected_at_every_level(text: str, path: str) -> None:
     assert errors_of(text, env={}) == [f"{path}: unknown key"]
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "known"),
+    [
+        ("[limts]\nmax_tags = 4", "limts", "limits"),
+        ('[server]\ngrpc_adr = "127.0.0.1:0"', "server.grpc_adr", "grpc_addr"),
+        (POOL + "mxa = 2", "pools[0].mxa", "max"),
+        (POOL + "retry = { max_atempts = 3 }", "pools[0].retry.max_atempts", "max_attempts"),
+        ('[store]\nkind = "sqlite"\npaht = "x.db"', "store.paht", "path"),
+    ],
+)
+def test_a_misspelt_key_names_the_closest_known_one(text: str, path: str, known: str) -> None:
+    assert f'{path}: unknown key; did you mean "{known}"?' in errors_of(text, env={})
 
 
 def test_unknown_keys_in_server_tls_and_shards(pem: Path) -> None:

@@ -21,6 +21,7 @@ pass on (a webhook token, a PostgreSQL URL) are kept as given but left out of ev
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import importlib.util
 import ipaddress
@@ -282,6 +283,9 @@ class LimitsSettings:
     request_timeout_s: float = field(default=30.0, metadata={"min": MIN_TIMEOUT_S})
     max_concurrent_requests: int = 4096
     max_concurrent_streams: int = 1024
+    max_unsent_bytes_per_connection: int = field(
+        default=64 * MIB, metadata={"min": MIN_MESSAGE_BYTES}
+    )
     max_slots_per_worker: int = 1024
     keepalive_interval_s: float = field(default=20.0, metadata={"min": MIN_TIMEOUT_S})
     keepalive_timeout_s: float = field(default=20.0, metadata={"min": MIN_TIMEOUT_S})
@@ -667,7 +671,13 @@ class _Table:
     def close(self) -> None:
         for key in self.data:
             if key not in self._asked:
-                self.errors.append(f"{self.path_of(key)}: unknown key")
+                self.errors.append(f"{self.path_of(key)}: unknown key{self._closest(key)}")
+
+    def _closest(self, key: str) -> str:
+        """`; did you mean "limits"?` for the known key of this table nearest to a misspelt
+        one (the keys its getters asked for), or nothing when none is near."""
+        near = difflib.get_close_matches(key, sorted(self._asked), n=1)
+        return f"; did you mean {_quote(near[0])}?" if near else ""
 
     def _raw(self, key: str, types: tuple[type, ...], what: str) -> Any:
         self._asked.add(key)
