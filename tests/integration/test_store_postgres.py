@@ -826,13 +826,7 @@ async def test_commits_are_retried_when_the_pools_sessions_are_terminated(
         # During a commit: it waits for the leader row (which the test holds), its session is
         # terminated, and the commit is retried on a new one.
         async def waiting() -> list[int]:
-            rows = await fetch(
-                pg,
-                "SELECT pid FROM pg_stat_activity WHERE application_name = $1 "
-                "AND wait_event_type = 'Lock'",
-                app,
-            )
-            return [pid for (pid,) in rows]
+            return await lock_waiters(pg, app)
 
         async with pgstore.connected(pg) as blocker, blocker.transaction():
             await blocker.execute("SELECT 1 FROM cronoq_leader FOR UPDATE")
@@ -853,6 +847,46 @@ async def test_commits_are_retried_when_the_pools_sessions_are_terminated(
         assert await pgstore.lock_pid(pg) == lock
     retried = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
     assert any("terminating connection due to administrator command" in m for m in retried)
+
+
+async def test_a_session_lost_inside_a_transaction_is_retried_with_its_own_error(
+    pg: Where, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prune() runs a transaction of several statements: when its session ends inside it, the
+    retry's warning says why the session ended, not that the rollback found it closed."""
+    app = f"cronoq_{pg.schema}"
+    where = As(pgstore.with_params(pg.url, application_name=app), pg.schema)
+    caplog.set_level(logging.WARNING, logger="cronoq")
+    async with leading(where, retention=60.0) as store:
+        async with pgstore.connected(pg) as blocker, blocker.transaction():
+            await blocker.execute("SELECT 1 FROM cronoq_leader FOR UPDATE")
+            pruning = asyncio.ensure_future(store.prune(time.time()))
+            # (its fenced check waits for the leader row, which the test holds)
+            (victim,) = await until(
+                lambda: lock_waiters(pg, app), 3.0, "the prune to wait for the leader row"
+            )
+            await pgstore.terminate(pg, [victim])
+
+            async def retried() -> list[int]:
+                return [pid for pid in await lock_waiters(pg, app) if pid != victim]
+
+            await until(retried, 3.0, "the prune to wait again, on another session")
+        assert await asyncio.wait_for(pruning, 3.0) == 0
+    warnings = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert warnings
+    assert all("terminating connection due to administrator command" in m for m in warnings), (
+        warnings
+    )
+
+
+async def lock_waiters(pg: Where, app: str) -> list[int]:
+    """The sessions of `app` waiting for a lock (the leader row the test holds)."""
+    rows = await fetch(
+        pg,
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        app,
+    )
+    return [pid for (pid,) in rows]
 
 
 async def proxy(listen: int, target: tuple[str, int]) -> asyncio.Server:

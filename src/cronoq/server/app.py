@@ -213,8 +213,9 @@ class ServerApp:
 
     @property
     def standby_reason(self) -> str:
-        """Why this server does not serve, in a few words (`/readyz` of a standby): what a
-        PostgreSQL store waits for (the database, another server's lock), else a fixed text."""
+        """Why this server does not serve, in a few words (`/readyz` of a standby): what the
+        store waits for (PostgreSQL: the database, another server's lock; SQLite: room on a
+        full disk), else a fixed text."""
         if self.stopping:
             return "shutting down"
         status = getattr(self.store, "status", None)

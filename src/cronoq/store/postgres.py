@@ -36,7 +36,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -571,7 +571,7 @@ class PostgresStore:
         return SchedulerError(f"store {self.location}: {reason}")
 
     async def _prepare_schema(self, conn: asyncpg.Connection) -> None:
-        async with conn.transaction():
+        async with _transaction(conn):
             await conn.execute(
                 "SELECT pg_advisory_xact_lock($1, hashtext($2))", MIGRATION_CLASS, self.schema
             )
@@ -874,7 +874,7 @@ class PostgresStore:
             raise
 
     async def _prune_some(self, before: int) -> int:
-        async with self._pool_or_fail().acquire() as conn, conn.transaction():
+        async with self._pool_or_fail().acquire() as conn, _transaction(conn):
             await self._fenced(conn)
             status = await conn.execute(_PRUNE, before)
         return int(status.rpartition(" ")[2])
@@ -920,6 +920,25 @@ def _change(row: tuple[Any, ...], text: tuple[int, ...]) -> tuple[Any, ...]:
         out[i] = _clean_text(out[i])
     out[-1] = signed(out[-1])
     return tuple(out)
+
+
+@contextlib.asynccontextmanager
+async def _transaction(conn: _Conn) -> AsyncIterator[None]:
+    """conn.transaction(), except on a connection lost inside it: the transaction is gone with
+    the session, and the error that says why propagates (asyncpg's own would raise the failed
+    rollback's "the underlying connection is closed" instead)."""
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        yield
+    except BaseException:
+        try:
+            await tx.rollback()
+        except Exception as e:
+            if not _connection_lost(e):
+                raise
+        raise
+    await tx.commit()
 
 
 async def _no_reset(conn: object) -> None:

@@ -23,6 +23,12 @@ its holder string again (`lock_holder`). A standby that finds an unexpired lease
 is on its own host and had the lock, and that can take the lock itself, knows the holder is
 gone and takes over at once; in every other case (another host, a file shared over a network,
 a holder that never had the lock) it waits the lease out.
+
+A full disk (docs/durability.md, "A full disk"): SQLite rolls a transaction back by itself when
+it runs out of space, so the store rolls back only a transaction still open, and the caller sees
+SQLite's own error. The store notes the outage (`status`, for the server's /readyz); `open()`
+and `lead()` then wait, polling, until the file can be read and the file system has ROOM free
+again, instead of failing.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import socket
 import sqlite3
 import sys
@@ -65,6 +72,9 @@ if sys.platform != "win32":
 SCHEMA_VERSION = 4
 APPLICATION = "cronoq"
 LOCK_SUFFIX = "-leader"  # the lock file: the database's path with this appended
+# The free space a store that ran out of it waits for before it leads again: leading with a
+# few pages free would only fail the next commits the same way.
+ROOM = 1 << 20
 
 log = logging.getLogger("cronoq")
 
@@ -239,6 +249,9 @@ class SqliteStore(QueuedStore):
         # Set by _try_lead when it waited because a holder on this host has the lock file:
         # lead() then waits for that lock in a thread, to take over the moment it is freed.
         self._lock_busy = False
+        # Why the store cannot go on for now (the server's /readyz says it), else "".
+        self.status = ""
+        self._full = False  # it ran out of disk space: it leads again only once there is ROOM
 
     @property
     def location(self) -> str:
@@ -263,7 +276,7 @@ class SqliteStore(QueuedStore):
                 target=_serve, args=(self._jobs,), name="cronoq-sqlite", daemon=True
             ).start()
         try:
-            await self._call(self._open)
+            await self._until_room(self._open)
         except BaseException:
             await self.close(release=False)
             raise
@@ -282,7 +295,7 @@ class SqliteStore(QueuedStore):
         try:
             while True:
                 freed.clear()  # before trying: a lock freed meanwhile is seen next round
-                epoch = await self._call(self._try_lead)
+                epoch = await self._until_room(self._try_lead)
                 if epoch is not None:
                     self.epoch = epoch
                     return epoch
@@ -303,6 +316,17 @@ class SqliteStore(QueuedStore):
             jobs, self._jobs = self._jobs, None
             jobs.put(None)  # the thread ends
 
+    async def _until_room(self, fn: Callable[[], T]) -> T:
+        """fn() on the store thread, tried again every lock_poll seconds while it fails for
+        want of disk space (a full disk is no reason to give up: it is freed sooner or later)."""
+        while True:
+            try:
+                return await self._call(fn)
+            except sqlite3.Error as e:
+                if not _no_room(e):
+                    raise
+            await asyncio.sleep(self.lock_poll)
+
     # --- on the store's thread ---------------------------------------------------------------
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
@@ -312,8 +336,31 @@ class SqliteStore(QueuedStore):
             raise SchedulerError(f"store {self.path!r} is not open")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._jobs.put((loop, fut, fn, args))
+        self._jobs.put((loop, fut, self._noting, (fn, *args)))
         return fut
+
+    def _noting(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args), noting a failure for want of disk space, whichever call met it: the
+        server's /readyz says so from the moment the session is lost, until it leads again."""
+        try:
+            return fn(*args)
+        except sqlite3.Error as e:
+            if _no_room(e):
+                if not self._full:
+                    log.warning(
+                        "store %r: %s: waiting for %d bytes free to go on", self.path, e, ROOM
+                    )
+                self._full = True
+                self.status = f"disk full: {e}"
+            raise
+
+    def _room(self) -> bool:
+        """Has the file system of the database ROOM free (or can nobody tell)?"""
+        try:
+            free = shutil.disk_usage(os.path.dirname(os.path.abspath(self.path))).free
+        except OSError:
+            return True  # (the write will tell)
+        return free >= ROOM
 
     def _fail(self, reason: str) -> SchedulerError:
         return SchedulerError(f"store {self.path!r}: {reason}")
@@ -333,6 +380,8 @@ class SqliteStore(QueuedStore):
                 self._migrate(db)
         except sqlite3.Error as e:
             db.close()
+            if _no_room(e):
+                raise  # (open() waits for room)
             raise self._fail(f"cannot use it: {e}") from None
         except BaseException:
             db.close()
@@ -344,6 +393,8 @@ class SqliteStore(QueuedStore):
         try:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except sqlite3.DatabaseError as e:
+            if _no_room(e):  # (SQLite could not make its WAL index: the file may be fine)
+                raise
             raise self._fail(f"not a cronoq database ({e})") from None
         if not tables:
             return None
@@ -376,7 +427,7 @@ class SqliteStore(QueuedStore):
             SqliteStore._upgrade(db, 1)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     @staticmethod
@@ -390,7 +441,7 @@ class SqliteStore(QueuedStore):
                 SqliteStore._upgrade(db, current)
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     @staticmethod
@@ -411,6 +462,8 @@ class SqliteStore(QueuedStore):
         db = self._conn()
         where = self._lock.where()  # (opens the lock file the first time)
         self._lock_busy = False
+        if self._full and not self._room():
+            return None
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
@@ -464,13 +517,16 @@ class SqliteStore(QueuedStore):
             )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             self._lock.release()
             raise
         # (Also set here, on this thread: if lead() was cancelled meanwhile, close() still
         # gives up what we took.)
         self.epoch = int(epoch)
         self._lock.keep = True
+        if self._full:
+            log.info("store %r: there is room again", self.path)
+            self._full, self.status = False, ""
         return int(epoch)
 
     def _load(self) -> Stored:
@@ -528,7 +584,7 @@ class SqliteStore(QueuedStore):
                 )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         self._expires = expires
 
@@ -555,7 +611,7 @@ class SqliteStore(QueuedStore):
             cur = db.execute(_PRUNE, (before_ns,))
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         return cur.rowcount
 
@@ -740,6 +796,19 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
         fut.set_exception(error)
     else:
         fut.set_result(result)
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back the transaction if it is still open: after some errors (a full disk) SQLite
+    already did, and a ROLLBACK would then only replace the error with its own."""
+    if db.in_transaction:
+        db.execute("ROLLBACK")
+
+
+def _no_room(e: BaseException) -> bool:
+    """Did SQLite fail for want of disk space (a write, or the WAL index of a file it opens)?"""
+    code = getattr(e, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_SHMSIZE)
 
 
 def _locked(e: sqlite3.OperationalError) -> bool:
