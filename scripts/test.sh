@@ -47,8 +47,9 @@ CRONOQ_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_server_e2e.py
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	go test -count=1 .  # cronoqpb (generated) has no tests of its own
 )
-# The Rust worker crate: formatting, lints and its tests, which start the server from this
-# .venv. Its build output is kept in sdks/rust/target (git-ignored) between runs.
+# The Rust crates (the sdks/rust workspace: cronoq, cronoq-worker, cronoq-server): formatting,
+# lints and the tests of every crate, which start the server from this .venv. Their build
+# output is kept in sdks/rust/target (git-ignored) between runs.
 (
 	export CRONOQ_PYTHON="$PWD/.venv/bin/python"
 	cd sdks/rust

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from("../../src/cronoq/proto");
+    let root = PathBuf::from("../../../../src/cronoq/proto");
     let proto = root.join("cronoq/v1/cronoq.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
     println!("cargo:rerun-if-env-changed=PROTOC");

@@ -23,7 +23,6 @@
 //!
 //! See [`worker::run_worker`] for what the worker does, and the crate's README for the rules.
 
-mod error;
 mod lease;
 pub mod worker;
 
@@ -33,5 +32,5 @@ pub mod proto {
     tonic::include_proto!("cronoq.v1");
 }
 
-pub use error::TaskError;
+pub use cronoq::TaskError;
 pub use lease::Lease;

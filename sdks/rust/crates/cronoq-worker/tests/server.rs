@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{CLIENT_TOKEN, CronoqServer, WORKER_TOKEN, task};
+use common::{CLIENT_TOKEN, CronoqServer, WORKER_TOKEN, example, task};
 use cronoq_worker::proto::{self, TaskStatus};
 use cronoq_worker::worker::{WorkerError, WorkerOptions, WorkerTls, run_worker};
 use cronoq_worker::{Lease, TaskError};
@@ -431,7 +431,7 @@ async fn mtls_with_a_client_certificate() {
 /// and stop it with Ctrl-C (SIGINT).
 #[tokio::test]
 async fn the_readme_examples_serve_submit_and_stop_on_ctrl_c() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../../README.md");
     for (name, source) in [
         ("worker", include_str!("../examples/worker.rs")),
         ("client", include_str!("../examples/client.rs")),
@@ -488,20 +488,6 @@ async fn the_readme_examples_serve_submit_and_stop_on_ctrl_c() {
     .unwrap()
     .unwrap();
     assert!(exit.success(), "{exit}");
-}
-
-/// An example program, which `cargo test` builds next to the test binaries.
-fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(path.exists(), "{} is built by `cargo test`", path.display());
-    path
 }
 
 /// A loopback port nobody listens on now, for configurations that must name every shard's

@@ -1,21 +1,22 @@
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Why an attempt did not succeed: it decides what the worker reports to the server.
+/// Why an attempt did not succeed: it decides what becomes of the task.
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub enum TaskError {
     /// The task is retried after the pool's backoff, and never sooner than `retry_after`;
     /// it is dead-lettered when its attempts are used up.
     Retryable {
-        message: String,
+        message: Arc<str>,
         retry_after: Option<Duration>,
     },
     /// No retry can fix it: the task ends failed.
-    Permanent { message: String },
-    /// The attempt stopped because it was cancelled. After the worker cancelled the lease
-    /// (abort, lost connection, drain timeout) nothing is reported, since the server has
-    /// already given the attempt up; returned otherwise, it ends the task as cancelled.
+    Permanent { message: Arc<str> },
+    /// The attempt stopped because it was cancelled. Returned on the attempt's own initiative
+    /// it ends the task as cancelled; a remote worker reports nothing for an attempt it
+    /// cancelled itself (abort, lost connection, drain timeout), since the server has already
+    /// given that attempt up.
     Cancelled,
 }
 
@@ -26,7 +27,7 @@ impl TaskError {
     }
 
     /// A failure that a later attempt may not hit.
-    pub fn retryable(message: impl Into<String>) -> Self {
+    pub fn retryable(message: impl Into<Arc<str>>) -> Self {
         Self::Retryable {
             message: message.into(),
             retry_after: None,
@@ -35,7 +36,7 @@ impl TaskError {
 
     /// A retryable failure whose next attempt must not start sooner than `after`, for when
     /// the remote side said when to come back.
-    pub fn retry_after(message: impl Into<String>, after: Duration) -> Self {
+    pub fn retry_after(message: impl Into<Arc<str>>, after: Duration) -> Self {
         Self::Retryable {
             message: message.into(),
             retry_after: Some(after),
@@ -45,7 +46,7 @@ impl TaskError {
     /// A failure that retrying cannot fix (invalid input, a refused request).
     pub fn permanent(message: impl fmt::Display) -> Self {
         Self::Permanent {
-            message: message.to_string(),
+            message: message.to_string().into(),
         }
     }
 }

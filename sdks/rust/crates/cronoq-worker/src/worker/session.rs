@@ -346,8 +346,8 @@ impl<C> Session<'_, C> {
             Ok(Err(TaskError::Retryable {
                 message,
                 retry_after,
-            })) => fail(message, false, retry_after),
-            Ok(Err(TaskError::Permanent { message })) => fail(message, true, None),
+            })) => fail(message.to_string(), false, retry_after),
+            Ok(Err(TaskError::Permanent { message })) => fail(message.to_string(), true, None),
             // Cancelled by the drain timeout: the server retries it when the stream ends.
             Ok(Err(TaskError::Cancelled)) if run.cancel.is_cancelled() => return,
             Ok(Err(TaskError::Cancelled)) => Msg::Cancelled(proto::Cancelled { lease: id }),

@@ -26,7 +26,7 @@ pub const ADMIN_TOKEN: &str = "admin-token-for-the-sdk-tests-00000001";
 /// with pools of the Rust tests' own: the shared `outcomes` pool has a 1 s lease TTL, which
 /// a loaded machine can miss, so only the heartbeat case runs on a TTL, a longer one.
 fn config(grpc_addr: &str) -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/server.toml");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../testdata/server.toml");
     let shared = std::fs::read_to_string(path).unwrap();
     shared.replace("{grpc_addr}", grpc_addr)
         + "\n[[pools]]\nname = \"rust-outcomes\"\n\
@@ -40,7 +40,7 @@ fn python() -> PathBuf {
         || {
             PathBuf::from(concat!(
                 env!("CARGO_MANIFEST_DIR"),
-                "/../../.venv/bin/python"
+                "/../../../../.venv/bin/python"
             ))
         },
         PathBuf::from,
@@ -231,4 +231,18 @@ pub fn task(pool: &str, payload: &str) -> proto::TaskSpec {
         payload: payload.to_owned().into(),
         ..Default::default()
     }
+}
+
+/// An example program of the workspace, which `cargo test` builds next to the test binaries.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(path.exists(), "{} is built by `cargo test`", path.display());
+    path
 }
