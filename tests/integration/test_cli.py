@@ -358,6 +358,37 @@ def test_a_bad_connect_timeout_is_a_usage_error() -> None:
     assert "--connect-timeout" in one_error_line(bad) and "bad duration 'soon'" in bad.stderr
 
 
+def test_localhost_works_for_the_server_the_command_the_client_and_the_worker(
+    tmp_path: Path,
+) -> None:
+    """A host name where an address goes: the server's listeners resolve it (to 127.0.0.1),
+    and the command, the client and the worker connect by it."""
+    from cronoq.client import Client, Lease, Worker
+
+    config = PORT0.replace('"127.0.0.1:0"', '"localhost:0"') + '[[pools]]\nname = "default"\n'
+    with serving_process(tmp_path, config) as s:
+        assert s.address.startswith("127.0.0.1:") and s.http_address.startswith("127.0.0.1:")
+        local = "localhost:" + s.address.rsplit(":", 1)[1]
+
+        async def handle(lease: Lease) -> bytes:
+            return lease.payload
+
+        async def submit() -> str | None:
+            worker = Worker(local, "default", handle)
+            run = asyncio.create_task(worker.run())
+            await worker.wait_registered(30)
+            async with Client(f"http://{local}") as client:
+                done = await client.submit(b"hi", wait=True, wait_timeout=30)
+            await worker.stop()
+            await run
+            return None if done.result is None else done.result.status
+
+        assert asyncio.run(submit()) == "succeeded"
+        listed = cronoq(local, "--json", "list")
+        assert listed.returncode == 0, listed.stderr
+        assert [t["status"] for t in json.loads(listed.stdout)["tasks"]] == ["succeeded"]
+
+
 def test_a_bad_token_is_refused_with_3(tmp_path: Path) -> None:
     config = PORT0 + '[[auth.tokens]]\ntoken = "cli-admin-token-0123456789abcdef"\nrole = "admin"\n'
     with serving_process(tmp_path, config) as s:

@@ -547,11 +547,29 @@ def test_socket_addresses(text: str, address: SocketAddress) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["x", "127.0.0.1", "localhost:7070", "::1:7070", "[127.0.0.1]:1", "1.2.3.4:65536"]
+    "text",
+    ["x", "127.0.0.1", "::1:7070", "[127.0.0.1]:1", "1.2.3.4:65536", "[localhost]:1", ":1"],
 )
 def test_not_socket_addresses(text: str) -> None:
     assert errors_of(f'[server]\ngrpc_addr = "{text}"\n') == [
         f'server.grpc_addr: not a socket address ("{text}")'
+    ]
+
+
+def test_a_host_name_is_resolved_to_its_ip() -> None:
+    """`localhost` is 127.0.0.1 (the first IPv4 address), so the listener is loopback and
+    needs no credential."""
+    text = '[server]\ngrpc_addr = "localhost:7070"\nmetrics_addr = "LocalHost:0"\n'
+    cfg = load_config(text, env={})
+    assert cfg.server.grpc_addr == SocketAddress("127.0.0.1", 7070)
+    assert cfg.server.metrics_addr == SocketAddress("127.0.0.1", 0)
+    assert cfg.server.grpc_addr.is_loopback
+
+
+def test_a_host_name_that_does_not_resolve_asks_for_an_ip() -> None:
+    assert errors_of('[server]\nhttp_addr = "no-such-host.invalid:7071"\n', env={}) == [
+        'server.http_addr: not a socket address ("no-such-host.invalid:7071"): the host name '
+        '"no-such-host.invalid" does not resolve; give an IP address, such as 127.0.0.1:7070'
     ]
 
 
@@ -927,6 +945,10 @@ RANGES = [
     ),
     ("[limits]\nmax_message_bytes = 4095", "limits.max_message_bytes: must be >= 4096"),
     ("[limits]\nmax_http_body_bytes = 4095", "limits.max_http_body_bytes: must be >= 4096"),
+    (
+        "[limits]\nmax_unsent_bytes_per_connection = 4095",
+        "limits.max_unsent_bytes_per_connection: must be >= 4096",
+    ),
     ("[limits]\nmax_list = 0", "limits.max_list: must be from 1 to 100000"),
     ("[limits]\nmax_list = 100001", "limits.max_list: must be from 1 to 100000"),
     ("[limits]\nmax_wait_s = -0.5", "limits.max_wait_s: must be >= 0 and at most one year"),

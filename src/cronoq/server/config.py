@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,7 +140,8 @@ class ConfigError(SchedulerError):
 
 @dataclass(frozen=True)
 class SocketAddress:
-    """A listener address: an IP literal (no host names, so loopback is known) and a port."""
+    """A listener address: an IP literal (a host name is resolved first, so loopback is known)
+    and a port."""
 
     host: str
     port: int
@@ -811,32 +813,52 @@ def _library_rules(table: _Table, build: Callable[..., object], args: dict[str, 
 # --- [server] ----------------------------------------------------------------------------------
 
 
-def _socket_address(text: str) -> SocketAddress | None:
-    """ "host:port" or "[v6 host]:port" with an IP literal host and a port 0-65535."""
+def _socket_address(text: str) -> SocketAddress:
+    """ "host:port" or "[v6 host]:port" with a port 0-65535 and an IP literal host, or a host
+    name that resolves (`localhost:7070`): a ValueError says why not."""
     host, sep, port = text.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5):
-        return None
+    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5) or int(port) > 65535:
+        raise ValueError(f"not a socket address ({_quote(text)})")
     bracketed = host.startswith("[") and host.endswith("]")
     if bracketed:
         host = host[1:-1]
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        return None
-    if (ip.version == 6) != bracketed or int(port) > 65535:
-        return None
+        if bracketed or not host:
+            raise ValueError(f"not a socket address ({_quote(text)})") from None
+        return SocketAddress(_resolve(text, host), int(port))
+    if (ip.version == 6) != bracketed:
+        raise ValueError(f"not a socket address ({_quote(text)})")
     return SocketAddress(str(ip), int(port))
+
+
+def _resolve(text: str, name: str) -> str:
+    """The IP a listener on host `name` binds: its first IPv4 address, else its first IPv6
+    one, so that `localhost` means 127.0.0.1 as the clients' default address does. The
+    SocketAddress keeps the IP, so whether the listener is loopback is still known."""
+    try:
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        found = []
+    ips = [str(info[4][0]) for info in found if info[0] in (socket.AF_INET, socket.AF_INET6)]
+    if not ips:
+        raise ValueError(
+            f"not a socket address ({_quote(text)}): the host name {_quote(name)} does not "
+            "resolve; give an IP address, such as 127.0.0.1:7070"
+        )
+    return next((ip for ip in ips if ":" not in ip), ips[0])
 
 
 def _address(t: _Table, key: str, default: _T) -> SocketAddress | _T:
     text = t.string(key, None)
     if text is None:
         return default
-    address = _socket_address(text)
-    if address is None:
-        t.fail(key, f"not a socket address ({_quote(text)})")
+    try:
+        return _socket_address(text)
+    except ValueError as e:
+        t.fail(key, str(e))
         return default
-    return address
 
 
 def _url_problem(text: str, *, bare: bool = False) -> str | None:
