@@ -7,6 +7,10 @@ message becomes an `_Bad` marker, and the handler's wrapper answers INVALID_ARGU
 unary request, or raises `Undecodable` from the request iterator of a streaming one (the Work
 stream then ends that worker's stream alone).
 
+A string field that is not UTF-8 (a lone surrogate, say) fails protobuf's decoding without
+saying where; `text_error` finds it on the wire, so the refusal names the field (`task.kind`,
+`tasks[2].tags.key`) for every method alike.
+
 The size limit (docs/server.md, "Listener"): gRPC's own receive limit would
 answer RESOURCE_EXHAUSTED, which clients take for "busy, try again" and retry forever. So the
 app lets gRPC read somewhat more than the limit (`receive_limit`) and checks each message's
@@ -22,6 +26,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias
 
 import grpc
+
+# Untyped for mypy (see http.py).
+from google.protobuf import descriptor_pool  # type: ignore[import-untyped]
+from google.protobuf.descriptor import Descriptor, FieldDescriptor  # type: ignore[import-untyped]
 
 from .config import GRPC_MAX_MESSAGE_BYTES
 
@@ -69,6 +77,66 @@ class _Bad:
         self.code = code
 
 
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]  # IndexError past the end: not a message
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, at
+
+
+def text_error(message: Descriptor, data: bytes, where: str = "") -> str | None:
+    """The path of the first string field of `data`, a `message` on the wire, whose bytes are
+    not UTF-8 (`tasks[2].kind`; a map's `tags.key`), or None when there is none (or `data`
+    is not even well framed: the generic refusal then stands)."""
+    seen: dict[int, int] = {}
+    at = 0
+    try:
+        while at < len(data):
+            key, at = _varint(data, at)
+            number, wire = key >> 3, key & 7
+            if wire == 0:
+                _, at = _varint(data, at)
+            elif wire in (1, 5):
+                at += 8 if wire == 1 else 4
+            elif wire == 2:
+                size, at = _varint(data, at)
+                chunk, at = data[at : at + size], at + size
+                field = message.fields_by_number.get(number)
+                if field is None:
+                    continue
+                index = seen[number] = seen.get(number, -1) + 1
+                name = f"{where}{field.name}"
+                if field.is_repeated and not _is_map(field):
+                    name += f"[{index}]"
+                if field.type == FieldDescriptor.TYPE_STRING and not _utf8(chunk):
+                    return name
+                if field.type == FieldDescriptor.TYPE_MESSAGE:
+                    inner = text_error(field.message_type, chunk, name + ".")
+                    if inner is not None:
+                        return inner
+            else:
+                return None  # groups: no cronoq message has them
+    except IndexError:
+        return None
+    return None
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return bool(field.message_type is not None and field.message_type.GetOptions().map_entry)
+
+
 def _lenient(deserializer: Callable[[bytes], Any], method: str) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
         try:
@@ -76,12 +144,24 @@ def _lenient(deserializer: Callable[[bytes], Any], method: str) -> Callable[[byt
         except Oversized as e:
             return _Bad(f"{method}: {e}", grpc.StatusCode.OUT_OF_RANGE)
         except Exception as e:
-            return _Bad(
-                f"{method}: the request is not a valid message ({type(e).__name__})",
-                grpc.StatusCode.INVALID_ARGUMENT,
+            field = _text_error_of(method, data)
+            what = (
+                f"{field}: not valid UTF-8 text"
+                if field is not None
+                else f"the request is not a valid message ({type(e).__name__})"
             )
+            return _Bad(f"{method}: {what}", grpc.StatusCode.INVALID_ARGUMENT)
 
     return decode
+
+
+def _text_error_of(method: str, data: bytes) -> str | None:
+    """`text_error` of a request of `method` (`/cronoq.v1.Tasks/Submit`)."""
+    try:
+        found = descriptor_pool.Default().FindMethodByName(method.strip("/").replace("/", "."))
+    except KeyError:
+        return None
+    return text_error(found.input_type, data)
 
 
 async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:

@@ -688,6 +688,8 @@ async def _body(request: web.Request) -> Any:
     raw = await request.read()
     try:
         return httpjson.loads(raw) if raw else {}
+    except httpjson.BadRequest:
+        raise
     except ValueError as e:
         raise _invalid(f"the body is not JSON: {e}") from None
     except RecursionError:

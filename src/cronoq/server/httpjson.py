@@ -114,10 +114,39 @@ def _reject(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
 
 
+# A `\uD800`-`\uDFFF` escape: the only way a JSON text (which is UTF-8) can hold a surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def loads(data: bytes) -> Any:
     """One strict JSON text: UTF-8, no NaN or Infinity, no number out of a double's range.
-    ValueError (or RecursionError for absurd nesting) otherwise."""
-    return json.loads(data.decode(), parse_constant=_reject, parse_float=_finite)
+    ValueError (or RecursionError for absurd nesting) otherwise; BadRequest naming the field
+    for a lone surrogate (`"\ud800"`), which JSON lets through but no text is made of (protobuf
+    and every encoder refuse it)."""
+    value = json.loads(data.decode(), parse_constant=_reject, parse_float=_finite)
+    if _SURROGATE_ESCAPE.search(data):  # else there is none to look for (pairs decode whole)
+        _check_text(value, "")
+    return value
+
+
+def _check_text(value: Any, where: str) -> None:
+    """BadRequest at the first string (or object key) under `value` holding a surrogate."""
+    if isinstance(value, str):
+        if found := _SURROGATE.search(value):
+            raise BadRequest(f"{where or 'the body'}: {_lone(found[0])}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_text(item, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if found := _SURROGATE.search(key):
+                raise BadRequest(f"{where or 'the body'}: a field name {_lone(found[0])}")
+            _check_text(item, f"{where}.{key}" if where else key)
+
+
+def _lone(surrogate: str) -> str:
+    return f"holds a lone surrogate (\\u{ord(surrogate):04x}), which is not Unicode text"
 
 
 # --- scalars -----------------------------------------------------------------------------------
