@@ -14,6 +14,7 @@ import {
   CronoqError,
   Permanent,
   Reject,
+  LeaseAborted,
   Retryable,
   runWorker,
   type Handler,
@@ -290,6 +291,35 @@ test("leases beyond the grant, and during the drain, are handed back", async () 
   assert.equal((await s.next("complete")).complete?.lease, "1");
   // The worker half-closes once drained; the fake then ends the stream.
   await s.closedByWorker();
+  await stopped;
+  f.stop();
+});
+
+test("a lease cut by the drain timeout is heartbeaten until its outcome", async () => {
+  const f = await FakeServer.start(async (s) => {
+    await s.next("register");
+    s.registered(1, 0.3);
+    s.lease(1, "slow");
+  });
+  const beatsSince = (at: number): number =>
+    (f.streams[0]?.received ?? []).filter((r) => r.heartbeat?.lease === "1" && r.at >= at).length;
+  let entered!: () => void;
+  const running = new Promise<void>((r) => (entered = r));
+  // Returns after the drain timeout aborted it, once the server has seen three more heartbeats:
+  // the lease must stay alive until its outcome, within the grace.
+  const w = start({ target: f.target, drainTimeout: 0.05 }, async (l) => {
+    entered();
+    await new Promise((r) => l.signal.addEventListener("abort", r, { once: true }));
+    assert.equal((l.signal.reason as LeaseAborted).why, "drain timeout");
+    const cut = Date.now();
+    await eventually(() => beatsSince(cut) >= 3, 4000, "heartbeats after the drain timeout");
+    return "late";
+  });
+  await running;
+  const stopped = w.stop();
+  const s = f.streams[0]!;
+  const done = await s.next("complete", 10_000);
+  assert.deepEqual([done.complete?.lease, done.complete?.output.toString()], ["1", "late"]);
   await stopped;
   f.stop();
 });

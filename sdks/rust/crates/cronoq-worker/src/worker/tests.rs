@@ -711,6 +711,60 @@ async fn drain_lets_handlers_finish_then_cuts_the_rest() {
     worker.result().await.unwrap();
 }
 
+/// A handler cut by the drain timeout keeps its lease heartbeaten until it returns, so that
+/// its outcome, reported within the grace, is not lost to a short lease TTL.
+#[tokio::test(start_paused = true)]
+async fn a_cut_lease_is_heartbeaten_until_its_outcome() {
+    let memory = Memory::default();
+    let mut server = memory.listen("127.0.0.1:1001");
+    let opts =
+        WorkerOptions::new("http://127.0.0.1:1001", "p").drain_timeout(Duration::from_millis(200));
+    let (entered_tx, mut entered) = mpsc::unbounded_channel();
+    let mut worker = start(&memory, opts, move |lease: Lease| {
+        entered_tx.send(()).unwrap();
+        async move {
+            lease.cancel.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(1050)).await;
+            Ok(Bytes::from_static(b"late"))
+        }
+    });
+    let mut reg = registered(1);
+    reg.lease_ttl_s = Some(0.9);
+    let mut stream = server.next().await.accept(reg).await;
+    let started = Instant::now();
+    stream.lease(1, "x");
+    entered.recv().await;
+    worker.shutdown();
+    let mut messages = Vec::new();
+    while let Some(msg) = stream.next().await {
+        let what = match msg {
+            Msg::SetSlots(s) => format!("set_slots {}", s.slots),
+            Msg::Heartbeat(h) => format!("{} heartbeat", h.lease),
+            Msg::Complete(c) => format!(
+                "{} complete {}",
+                c.lease,
+                String::from_utf8_lossy(&c.output)
+            ),
+            other => panic!("{other:?}"),
+        };
+        messages.push((what, (Instant::now() - started).as_millis()));
+    }
+    let at = |what: &str, ms| (what.to_string(), ms);
+    assert_eq!(
+        messages,
+        [
+            at("set_slots 0", 0),
+            at("1 heartbeat", 300),
+            at("1 heartbeat", 600),
+            at("1 heartbeat", 900),
+            at("1 heartbeat", 1200),
+            at("1 complete late", 1250),
+        ]
+    );
+    drop(stream);
+    worker.result().await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_server_that_never_ends_the_stream_is_left_after_the_close_wait() {
     let memory = Memory::default();
