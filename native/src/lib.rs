@@ -16,6 +16,7 @@
 //! - `(2, call_id)`: the client half-closed.
 //! - `(3, call_id)`: the call is gone (client reset, connection lost, or refused here for an
 //!   oversized or compressed message); never sent for a call Python ended with `finish`.
+//!   A call on a connection over its `max_unsent_bytes` is refused here before any event.
 //! - `(4, call_id)`: writable again: the call's pending bytes (see `Transport.send`) fell to
 //!   `LOW_WATER` or below after a `send` returned more than `HIGH_WATER`. One per such
 //!   `send` (later ones while armed add none); none after Gone, and none once the call's task
@@ -68,14 +69,15 @@ struct Transport {
 #[pymethods]
 impl Transport {
     #[new]
-    #[pyo3(signature = (host, port, *, max_receive_bytes, max_concurrent_streams,
-                        keepalive_interval_s, keepalive_timeout_s,
+    #[pyo3(signature = (host, port, *, max_receive_bytes, max_unsent_bytes,
+                        max_concurrent_streams, keepalive_interval_s, keepalive_timeout_s,
                         tls_cert=None, tls_key=None, client_ca=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         host: &str,
         port: u16,
         max_receive_bytes: usize,
+        max_unsent_bytes: usize,
         max_concurrent_streams: u32,
         keepalive_interval_s: f64,
         keepalive_timeout_s: f64,
@@ -104,6 +106,7 @@ impl Transport {
         let port = listeners[0].local_addr()?.port();
         let limits = Limits {
             max_receive_bytes,
+            max_unsent_bytes,
             max_concurrent_streams,
             keepalive_interval: duration(keepalive_interval_s, "keepalive_interval_s")?,
             keepalive_timeout: duration(keepalive_timeout_s, "keepalive_timeout_s")?
@@ -177,13 +180,22 @@ impl Transport {
     /// admits them. Returns the call's pending bytes after these (framed bytes queued and
     /// not yet passed to HTTP/2 with window for them), or -1, with nothing queued, if the
     /// call is gone. Over `HIGH_WATER`, this arms one `(4, call_id)` event for when the
-    /// pending bytes are back at `LOW_WATER` or below.
-    fn send(&self, call_id: u64, messages: &Bound<'_, PyList>) -> PyResult<i64> {
+    /// pending bytes are back at `LOW_WATER` or below. With `budgeted` (a unary call's
+    /// answer), -2 and nothing queued if the call's connection already holds bytes and these
+    /// would take it over `max_unsent_bytes`.
+    #[pyo3(signature = (call_id, messages, *, budgeted=false))]
+    fn send(&self, call_id: u64, messages: &Bound<'_, PyList>, budgeted: bool) -> PyResult<i64> {
         let mut data = bytes::BytesMut::new();
         for item in messages.iter() {
             codec::frame_into(&mut data, item.cast::<PyBytes>()?.as_bytes());
         }
-        Ok(self.shared.send(call_id, data.freeze()))
+        Ok(self.shared.send(call_id, data.freeze(), budgeted))
+    }
+
+    /// Bytes every connection holds for its client: queued answers not yet passed to HTTP/2
+    /// with flow-control window for them.
+    fn unsent_bytes(&self) -> usize {
+        self.shared.unsent.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Sends the response headers now, with this initial metadata (no-op if already sent).

@@ -56,24 +56,80 @@ pub const LOW_WATER: usize = 16 << 10;
 /// use and would hold connection window away from the connection's other streams.
 const MAX_RESERVE: usize = 1 << 20;
 
+/// What one connection's calls hold for its client: the sum of their [`Flow`]s' pending
+/// bytes, and the most it may hold before its new calls are refused (`max_unsent_bytes`).
+pub struct Unsent {
+    bytes: AtomicUsize,
+    budget: usize,
+    /// Every connection's bytes together (`Transport.unsent_bytes`).
+    total: Arc<AtomicUsize>,
+}
+
+impl Unsent {
+    pub fn new(budget: usize, total: Arc<AtomicUsize>) -> Self {
+        Unsent {
+            bytes: AtomicUsize::new(0),
+            budget,
+            total,
+        }
+    }
+
+    fn add(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::SeqCst);
+        self.total.fetch_add(n, Ordering::SeqCst);
+    }
+
+    fn sub(&self, n: usize) {
+        self.bytes.fetch_sub(n, Ordering::SeqCst);
+        self.total.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Over its budget: no new call on this connection.
+    fn over(&self) -> bool {
+        self.bytes.load(Ordering::SeqCst) > self.budget
+    }
+
+    /// Whether `n` more bytes may be held: always while nothing is, else within the budget.
+    fn admits(&self, n: usize) -> bool {
+        let held = self.bytes.load(Ordering::SeqCst);
+        held == 0 || held + n <= self.budget
+    }
+}
+
 /// A call's backpressure: bytes handed to `send()` (framed) that its task has not yet passed
-/// to h2 with flow-control capacity for them, and whether a Writable event is owed.
-#[derive(Default)]
+/// to h2 with flow-control capacity for them (counted in its connection's [`Unsent`] too),
+/// and whether a Writable event is owed.
 pub struct Flow {
     pending: AtomicUsize,
     armed: AtomicBool,
+    unsent: Arc<Unsent>,
 }
 
 impl Flow {
+    pub fn new(unsent: Arc<Unsent>) -> Self {
+        Flow {
+            pending: AtomicUsize::new(0),
+            armed: AtomicBool::new(false),
+            unsent,
+        }
+    }
+
     /// Counts `n` more bytes queued (before their command goes out, so the task never
     /// subtracts first); the pending bytes after them.
     fn queue(&self, n: usize) -> usize {
+        self.unsent.add(n);
         self.pending.fetch_add(n, Ordering::SeqCst) + n
     }
 
     /// Takes back bytes counted by [`Flow::queue`] whose command could not be sent.
     fn unqueue(&self, n: usize) {
+        self.unsent.sub(n);
         self.pending.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// The call's task ended: whatever it still held (queued, or in its channel) is dropped.
+    fn release(&self) {
+        self.unsent.sub(self.pending.swap(0, Ordering::SeqCst));
     }
 
     /// After a `send()` left `after` bytes pending: arms the Writable event if over
@@ -94,6 +150,7 @@ impl Flow {
 
     /// `n` bytes passed to h2; true if the Writable event is now due.
     fn passed(&self, n: usize) -> bool {
+        self.unsent.sub(n);
         let before = self.pending.fetch_sub(n, Ordering::SeqCst);
         before - n <= LOW_WATER && self.disarm()
     }
@@ -134,6 +191,8 @@ pub struct Shared {
     /// Live calls. Whoever removes an entry owns the call's end: `finish` (no Gone event)
     /// or the call's task (Gone event).
     pub calls: Mutex<HashMap<u64, CallHandle>>,
+    /// Bytes every connection holds for its client (see [`Unsent`]).
+    pub unsent: Arc<AtomicUsize>,
     next_id: AtomicU64,
 }
 
@@ -151,6 +210,7 @@ impl Shared {
             }),
             wake,
             calls: Mutex::new(HashMap::new()),
+            unsent: Arc::new(AtomicUsize::new(0)),
             next_id: AtomicU64::new(1),
         }
     }
@@ -170,13 +230,17 @@ impl Shared {
     }
 
     /// `Transport.send`: queues framed data for the call; its pending bytes after them, or
-    /// -1 (nothing queued) if the call is gone.
-    pub fn send(&self, id: u64, data: Bytes) -> i64 {
+    /// -1 (nothing queued) if the call is gone, or with `budgeted` -2 (nothing queued) if its
+    /// connection cannot hold these bytes too (see [`Unsent::admits`]).
+    pub fn send(&self, id: u64, data: Bytes, budgeted: bool) -> i64 {
         let n = data.len();
         let calls = lock(&self.calls);
         let Some(call) = calls.get(&id) else {
             return -1;
         };
+        if budgeted && !call.flow.unsent.admits(n) {
+            return -2;
+        }
         let after = call.flow.queue(n);
         if call.tx.send(Cmd::Data(data)).is_err() {
             call.flow.unqueue(n);
@@ -209,6 +273,8 @@ pub enum State {
 #[derive(Clone, Copy)]
 pub struct Limits {
     pub max_receive_bytes: usize,
+    /// What one connection may hold for its client before its new calls are refused.
+    pub max_unsent_bytes: usize,
     pub max_concurrent_streams: u32,
     pub keepalive_interval: Option<Duration>,
     pub keepalive_timeout: Duration,
@@ -335,6 +401,7 @@ pub async fn serve_connection<IO>(
     else {
         return;
     };
+    let unsent = Arc::new(Unsent::new(limits.max_unsent_bytes, shared.unsent.clone()));
     let ping_pong = conn.ping_pong();
     let keepalive = keepalive(ping_pong, limits);
     tokio::pin!(keepalive);
@@ -347,7 +414,7 @@ pub async fn serve_connection<IO>(
         tokio::select! {
             accepted = conn.accept() => match accepted {
                 Some(Ok((request, respond))) => {
-                    start_call(&shared, request, respond, &peer, &dns_names, limits);
+                    start_call(&shared, request, respond, &peer, &dns_names, &unsent, limits);
                 }
                 Some(Err(_)) | None => return,
             },
@@ -375,12 +442,16 @@ async fn keepalive(ping_pong: Option<PingPong>, limits: Limits) {
     }
 }
 
+/// RESOURCE_EXHAUSTED for a call on a connection over its [`Unsent`] budget (Python's too).
+pub const UNREAD: &str = "this connection holds too many answers its client has not read (limits.max_unsent_bytes_per_connection)";
+
 fn start_call(
     shared: &Arc<Shared>,
     request: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
     peer: &Arc<str>,
     dns_names: &Arc<[String]>,
+    unsent: &Arc<Unsent>,
     limits: Limits,
 ) {
     if request.method() != Method::POST {
@@ -392,6 +463,11 @@ fn start_call(
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
     if !grpc {
         return respond_plain(&mut respond, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    }
+    if unsent.over() {
+        // Refused here: Python never hears of it, so it takes no place of its calls.
+        let _ = Responder::Pending(respond).finish(status_trailers(8, UNREAD));
+        return;
     }
     let (parts, body) = request.into_parts();
     let mut metadata = Vec::with_capacity(parts.headers.len());
@@ -417,7 +493,7 @@ fn start_call(
     }
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::unbounded_channel();
-    let flow = Arc::new(Flow::default());
+    let flow = Arc::new(Flow::new(unsent.clone()));
     lock(&shared.calls).insert(
         id,
         CallHandle {
@@ -636,6 +712,15 @@ fn end_now(mut responder: Responder, mut out: Outgoing, trailers: HeaderMap) {
     let _ = responder.finish(trailers);
 }
 
+/// Gives back to its connection what a call's task still held when it ended.
+struct Release(Arc<Flow>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 /// How a call's task goes on after a command.
 enum Next {
     Continue,
@@ -675,6 +760,8 @@ async fn run_call(
     flow: Arc<Flow>,
     max_receive_bytes: usize,
 ) {
+    // However the task ends (after the call left `calls`, so nothing is queued after it).
+    let _release = Release(flow.clone());
     let mut responder = Responder::Pending(respond);
     let mut decoder = Decoder::new(max_receive_bytes);
     let mut out = Outgoing::default();
@@ -824,7 +911,7 @@ mod tests {
 
     #[test]
     fn writable_once_per_arming() {
-        let flow = Flow::default();
+        let flow = Flow::new(Arc::new(Unsent::new(0, Arc::default())));
         assert!(
             !flow.arm(flow.queue(HIGH_WATER)),
             "at HIGH_WATER: not armed"
@@ -847,6 +934,24 @@ mod tests {
         assert!(!flow.disarm());
     }
 
+    #[test]
+    fn a_connection_holds_its_calls_pending_bytes_until_they_end() {
+        let total = Arc::new(AtomicUsize::new(0));
+        let unsent = Arc::new(Unsent::new(100, total.clone()));
+        let (a, b) = (Flow::new(unsent.clone()), Flow::new(unsent.clone()));
+        assert!(unsent.admits(1000), "nothing held: any one answer goes");
+        a.queue(60);
+        assert!(unsent.admits(40) && !unsent.admits(41) && !unsent.over());
+        b.queue(50);
+        assert!(unsent.over());
+        assert_eq!(total.load(Ordering::SeqCst), 110);
+        a.passed(60);
+        assert!(!unsent.over());
+        b.release();
+        assert_eq!(total.load(Ordering::SeqCst), 0);
+        assert!(unsent.admits(1000));
+    }
+
     /// A real h2 client that reads nothing for a while, then everything.
     #[test]
     fn flow_control_holds_data_until_the_client_reads() {
@@ -865,6 +970,7 @@ mod tests {
             let (_state, state_rx) = watch::channel(State::Serving);
             let limits = Limits {
                 max_receive_bytes: 1000,
+                max_unsent_bytes: 1 << 30,
                 max_concurrent_streams: 10,
                 keepalive_interval: None,
                 keepalive_timeout: Duration::from_secs(20),
@@ -903,7 +1009,7 @@ mod tests {
             for i in 0..COUNT {
                 let mut data = BytesMut::new();
                 codec::frame_into(&mut data, &[i as u8; SIZE]);
-                results.push(shared.send(id, data.freeze()));
+                results.push(shared.send(id, data.freeze(), false));
                 tokio::task::yield_now().await;
             }
             assert!(results.windows(2).all(|w| w[0] <= w[1] + framed as i64));
@@ -911,7 +1017,7 @@ mod tests {
             assert!(*results.last().unwrap() <= (COUNT * framed) as i64);
             events().await;
             // h2's default 64 KiB window (less a byte) went out; the rest waits.
-            let pending = shared.send(id, Bytes::new());
+            let pending = shared.send(id, Bytes::new(), false);
             assert_eq!(pending, (COUNT * framed - 65_535) as i64);
             assert!(
                 !events()
@@ -936,7 +1042,7 @@ mod tests {
                 })
                 .collect();
             assert_eq!(writable, vec![id]);
-            assert_eq!(shared.send(id, Bytes::new()), 0);
+            assert_eq!(shared.send(id, Bytes::new(), false), 0);
             let mut decoder = Decoder::new(SIZE);
             decoder.push(&received);
             for i in 0..COUNT {
@@ -951,7 +1057,7 @@ mod tests {
             let _ = call.tx.send(Cmd::Finish(status_trailers(0, "")));
             let trailers = body.trailers().await.unwrap().unwrap();
             assert_eq!(trailers["grpc-status"], "0");
-            assert_eq!(shared.send(id, Bytes::new()), -1);
+            assert_eq!(shared.send(id, Bytes::new(), false), -1);
         });
     }
 

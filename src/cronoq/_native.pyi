@@ -22,6 +22,7 @@ class Transport:
         port: int,
         *,
         max_receive_bytes: int,
+        max_unsent_bytes: int,
         max_concurrent_streams: int,
         keepalive_interval_s: float,
         keepalive_timeout_s: float,
@@ -33,11 +34,13 @@ class Transport:
     def port(self) -> int: ...
     def fileno(self) -> int: ...
     def drain(self) -> list[Event]: ...
-    def send(self, call_id: int, messages: list[bytes]) -> int:
+    def send(self, call_id: int, messages: list[bytes], *, budgeted: bool = False) -> int:
         """Queue framed messages; the call's pending bytes after them (framed bytes not yet
         passed to HTTP/2 with flow-control window), or -1 (nothing queued) if the call is gone.
         A result over HIGH_WATER arms one (WRITABLE, call_id) event for when the pending bytes
-        fall to LOW_WATER or below."""
+        fall to LOW_WATER or below. With `budgeted`, -2 (nothing queued) if the connection
+        already holds bytes and these would take it over `max_unsent_bytes`."""
+    def unsent_bytes(self) -> int: ...
     def headers(self, call_id: int, metadata: Metadata) -> bool: ...
     def finish(self, call_id: int, code: int, message: str, trailers: Metadata) -> None: ...
     def stop_accepting(self) -> None: ...

@@ -5,11 +5,14 @@ open, and whether the server's frames are read (and so its pings acknowledged) a
 Everything runs in the calling thread: `pump` reads what the server sent, feeds it to h2 (which
 acknowledges the server's pings and SETTINGS as it parses them) and writes what h2 has queued.
 A peer that stops calling `pump` leaves the server's frames unread and its pings unanswered: a
-half-open peer, as far as the server can tell.
+half-open peer, as far as the server can tell. A peer made with `window=0` lets the server send
+no DATA at all: its streams' flow-control window is 0 and it never sends WINDOW_UPDATE, so every
+answer stays with the server (a client that never reads its answers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import struct
@@ -19,8 +22,10 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
+import h2.settings
 
 WAIT_S = 30.0  # only a safety net that fails a hung exchange; a busy machine may be slow
 
@@ -53,9 +58,10 @@ class Stream:
 
 
 class H2Peer:
-    """An HTTP/2 client connection to `address` ("host:port", plain text)."""
+    """An HTTP/2 client connection to `address` ("host:port", plain text); `window`: the
+    initial flow-control window of its streams (None: h2's default, given back as data comes)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, *, window: int | None = None) -> None:
         host, port = address.rsplit(":", 1)
         self.authority = address
         self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=WAIT_S)
@@ -71,6 +77,11 @@ class H2Peer:
         self._pings = 0
         self._settings_acked = False
         self._remote_settings = False
+        self.window = window
+        if window is not None:
+            self.conn.local_settings = h2.settings.Settings(
+                client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+            )
         self.conn.initiate_connection()
         self.flush()
 
@@ -119,8 +130,10 @@ class H2Peer:
         if isinstance(ev, h2.events.DataReceived):
             assert ev.stream_id is not None and ev.data is not None
             self.streams[ev.stream_id].buffer += ev.data
-            # give the window back at once, so flow control never stalls the server
-            self.conn.acknowledge_received_data(ev.flow_controlled_length or 0, ev.stream_id)
+            # give the window back at once, so flow control never stalls the server (unless the
+            # peer keeps a window of its own: then it never grows)
+            if self.window is None:
+                self.conn.acknowledge_received_data(ev.flow_controlled_length or 0, ev.stream_id)
         elif isinstance(ev, h2.events.ResponseReceived):
             assert ev.stream_id is not None
             self.streams[ev.stream_id].headers.update(_text(ev.headers))
@@ -185,9 +198,17 @@ class H2Peer:
 
     # --- gRPC calls ---
 
-    def open(self, path: str, *messages: Any, end: bool = False) -> int:
-        """Start a call to `path` ("/cronoq.v1.Workers/Work"), send `messages`, and with `end`
-        half-close it; the stream id."""
+    def open(
+        self,
+        path: str,
+        *messages: Any,
+        end: bool = False,
+        metadata: tuple[tuple[str, str], ...] = (),
+        send: bool = True,
+    ) -> int:
+        """Start a call to `path` ("/cronoq.v1.Workers/Work") with `metadata` (such as
+        `grpc-timeout`), send `messages`, and with `end` half-close it; the stream id. Without
+        `send` the frames wait for the next `flush`, to go out with the ones after them."""
         stream_id = self.conn.get_next_available_stream_id()
         self.streams[stream_id] = Stream()
         headers = [
@@ -197,12 +218,22 @@ class H2Peer:
             (":authority", self.authority),
             ("content-type", "application/grpc"),
             ("te", "trailers"),
+            *metadata,
         ]
         self.conn.send_headers(stream_id, headers, end_stream=end and not messages)
         for i, message in enumerate(messages, 1):
             self.conn.send_data(stream_id, frame(message), end_stream=end and i == len(messages))
-        self.flush()
+        if send:
+            self.flush()
         return stream_id
+
+    def reset(self, stream_id: int, *, send: bool = True) -> None:
+        """Cancel the call: RST_STREAM (CANCEL), as a client that gives up on it sends (unless
+        the server has ended it already)."""
+        with contextlib.suppress(h2.exceptions.StreamClosedError):
+            self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+        if send:
+            self.flush()
 
     def send(self, stream_id: int, message: Any, *, end: bool = False) -> None:
         self.conn.send_data(stream_id, frame(message), end_stream=end)

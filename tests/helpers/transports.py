@@ -17,6 +17,7 @@ import grpc
 
 from cronoq.server.config import LimitsSettings, SocketAddress, native_built
 from cronoq.server.decode import receive_limit
+from cronoq.server.inflight import Ledger
 from cronoq.server.native import NativeFront
 
 TRANSPORTS = ("grpcio", "native") if native_built() else ("grpcio",)
@@ -60,11 +61,12 @@ async def listening(
         return
     size = limits.max_message_bytes
     server = grpc.aio.server(
-        interceptors=interceptors,
+        interceptors=[Ledger(limits), *interceptors],  # as the app's listener
         options=[
             ("grpc.max_receive_message_length", receive_limit(size)),  # as the app's listener
             ("grpc.max_send_message_length", size),
         ],
+        maximum_concurrent_rpcs=limits.max_concurrent_requests,
     )
     add(server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -54,6 +54,7 @@ from .decode import receive_limit, size_checked
 from .errors import refusal
 from .grpcweb import GrpcWebFront
 from .http import Authorize, HttpListener, ssl_context
+from .inflight import Ledger, Load
 from .logs import event
 from .native import NativeFront
 from .ports import ensure_free
@@ -184,6 +185,7 @@ class ServerApp:
         self._server: grpc.aio.Server | None = None
         self._front: GrpcWebFront | None = None  # the public gRPC port with gRPC-Web on
         self._native: NativeFront | None = None  # the gRPC port on the native transport
+        self.grpc_load: Load | None = None  # what the gRPC listener holds, once it listens
         self._on_stop: list[StopHook] = []
         self._on_ready: list[Callable[[], None]] = []
         self._life = Lifecycle("ServerApp", _A.STANDBY, APP_TRANSITIONS)
@@ -223,6 +225,14 @@ class ServerApp:
             return WAITING
         return _STORE_STATUS.get(status, status)
 
+    @property
+    def unready_reason(self) -> str | None:
+        """Why `/readyz` fails, or None: a standby's `standby_reason`, or a gRPC listener that
+        has stayed full (inflight.FULL_S), which cannot take a call, workers' included."""
+        if not self.ready:
+            return self.standby_reason
+        return None if self.grpc_load is None else self.grpc_load.fullness.unready
+
     def on_ready(self, hook: Callable[[], None]) -> None:
         """Call `hook()` each time the app becomes ready (it leads, the scheduler runs): where
         what only the leader does starts (the webhook scaler, scaler.py). It ends by itself
@@ -245,8 +255,9 @@ class ServerApp:
         ensure_free(self.cfg.server.http_addr)
         if self.cfg.server.metrics_addr is not None:
             ensure_free(self.cfg.server.metrics_addr)
+        ledger = Ledger(limits)  # (grpcio's own accounting: the native transport has its own)
         server = grpc.aio.server(
-            interceptors=[*self._interceptors, _ReadyGate(self)],
+            interceptors=[ledger, *self._interceptors, _ReadyGate(self)],
             options=_grpc_options(limits),
             maximum_concurrent_rpcs=limits.max_concurrent_requests,
         )
@@ -263,7 +274,7 @@ class ServerApp:
             except BaseException:
                 await native.stop(0)
                 raise
-            self._native = native
+            self._native = self.grpc_load = native
             self._listening(SocketAddress(address.host, port))
             return SocketAddress(address.host, port)
         # gRPC-Web (docs/grpc-web.md): grpcio on an internal loopback port, with the same TLS
@@ -298,6 +309,7 @@ class ServerApp:
             raise
         self._server = server
         self._front = front
+        self.grpc_load = ledger
         self._listening(SocketAddress(address.host, port))
         return SocketAddress(address.host, port)
 

@@ -7,8 +7,10 @@ message read, half-close and cancellation since the last wake. Protobuf, the int
 (decoding, authentication, roles, readiness, request timeout) and the servicers stay in
 Python and are the very ones grpcio runs: `NativeFront` resolves each call's handler through
 the app's interceptor chain (`http.resolver`), runs it in a task of its own (so that the
-principal the interceptors set is the call's alone) and hands the serialized answers back,
-once per loop turn for every call that has some (`_Outbox`).
+principal the interceptors set is the call's alone) and hands the serialized answers back: a
+streaming call's once per loop turn (`_Outbox`), a unary call's at once, within its connection's
+budget of unsent answers (inflight.py). However a call's task ends, even cancelled before it
+ever ran, `_ended` frees its place and answers it (unless its client is gone) exactly once.
 
 What grpcio does for its servicers is done here the same way: limits.max_concurrent_requests
 (RESOURCE_EXHAUSTED past it), the send limit (limits.max_message_bytes), `grpc-timeout`
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -32,6 +35,7 @@ import grpc
 from .config import LimitsSettings, SocketAddress, TlsSettings
 from .decode import Handler, receive_limit
 from .http import CallDetails, _Aborted, _Call, resolver
+from .inflight import UNREAD, Fullness
 
 if TYPE_CHECKING:
     from cronoq import _native
@@ -44,8 +48,11 @@ _CALL, _MESSAGE, _HALF_CLOSE, _GONE, _WRITABLE = 0, 1, 2, 3, 4
 METHOD_NOT_FOUND = "Method not found!"
 TOO_MANY_CALLS = "Concurrent RPC limit exceeded!"
 DEADLINE = "Deadline Exceeded"
+OVER_BUDGET = -2  # `Transport.send` of an answer its connection cannot hold (inflight.py)
 
 Serializer = Callable[[Any], bytes]
+_Status = tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]  # code, details, trailers
+_CANCELLED: _Status = (grpc.StatusCode.CANCELLED, "Cancelled", ())
 
 
 def _identity(data: Any) -> Any:
@@ -214,8 +221,9 @@ class NativeFront:
             return handler
 
         self._resolve = resolver(interceptors, served)
-        self._calls: dict[int, tuple[_NativeContext, _Inbox, asyncio.Task[None]]] = {}
+        self._calls: dict[int, tuple[_NativeContext, _Inbox, asyncio.Task[_Status]]] = {}
         self._idle: asyncio.Event | None = None  # set while no call is open (stop() waits)
+        self.fullness = Fullness(limits.max_concurrent_requests)
         self._transport: _native.Transport | None = None
         self.outbox: _Outbox
 
@@ -235,6 +243,7 @@ class NativeFront:
             address.host,
             address.port,
             max_receive_bytes=receive_limit(limits.max_message_bytes),
+            max_unsent_bytes=limits.max_unsent_bytes_per_connection,
             max_concurrent_streams=limits.max_concurrent_streams,
             keepalive_interval_s=limits.keepalive_interval_s,
             keepalive_timeout_s=limits.keepalive_timeout_s,
@@ -249,6 +258,10 @@ class NativeFront:
     def transport(self) -> _native.Transport:
         assert self._transport is not None, "not started"
         return self._transport
+
+    @property
+    def unsent_bytes(self) -> int:
+        return self.transport.unsent_bytes()
 
     def stop_listening(self) -> None:
         """No new connections or calls; open calls go on."""
@@ -318,7 +331,24 @@ class NativeFront:
         task = asyncio.get_running_loop().create_task(
             self._serve(call_id, CallDetails(path, tuple(metadata)), context, inbox, timeout_s)
         )
+        task.add_done_callback(functools.partial(self._ended, call_id, context))
         self._calls[call_id] = (context, inbox, task)
+        self.fullness.count(len(self._calls))
+
+    def _ended(self, call_id: int, context: _NativeContext, task: asyncio.Task[_Status]) -> None:
+        """However the call's task ended, even cancelled before it first ran (its client reset
+        the call in the batch that opened it): its place is free again, and its client, unless
+        gone, gets the one status."""
+        del self._calls[call_id]
+        self.fullness.count(len(self._calls))
+        if self._idle is not None and not self._calls:
+            self._idle.set()
+        context.finished = True
+        if context.gone:
+            return
+        code, message, trailers = _CANCELLED if task.cancelled() else task.result()
+        self.outbox.flush_call(call_id)
+        self.transport.finish(call_id, code.value[0], message, list(trailers))
 
     async def _serve(
         self,
@@ -327,30 +357,21 @@ class NativeFront:
         context: _NativeContext,
         inbox: _Inbox,
         timeout_s: float | None,
-    ) -> None:
-        code, message = grpc.StatusCode.OK, ""
-        trailers: tuple[tuple[str, str], ...] = ()
+    ) -> _Status:
+        """The call's status (its end is `_ended`'s)."""
         try:
             async with asyncio.timeout(timeout_s):
                 await self._run(call_id, details, context, inbox)
         except _Aborted as e:
-            code, message, trailers = e.code, e.details, e.trailers
+            return e.code, e.details, e.trailers
         except TimeoutError:
-            code, message = grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE
-        except asyncio.CancelledError:
-            if not context.gone:  # stop(): the drain is over
-                code, message = grpc.StatusCode.CANCELLED, "Cancelled"
+            return grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE, ()
+        except asyncio.CancelledError:  # stop(): the drain is over (or the client is gone)
+            return _CANCELLED
         except Exception as e:
             log.exception("unexpected error serving %s", details.method)
-            code, message = grpc.StatusCode.UNKNOWN, f"Unexpected {type(e)}: {e}"
-        finally:
-            self._calls.pop(call_id, None)
-            if self._idle is not None and not self._calls:
-                self._idle.set()
-        context.finished = True
-        if not context.gone:
-            self.outbox.flush_call(call_id)
-            self.transport.finish(call_id, code.value[0], message, list(trailers))
+            return grpc.StatusCode.UNKNOWN, f"Unexpected {type(e)}: {e}", ()
+        return grpc.StatusCode.OK, "", ()
 
     async def _run(
         self, call_id: int, details: CallDetails, context: _NativeContext, inbox: _Inbox
@@ -382,8 +403,12 @@ class NativeFront:
                     await send(call_id, _encoded(encode, answer, limit))
             return
         answer = await result
-        if answer is not None:
-            self.outbox.send(call_id, _encoded(encode, answer, limit))
+        if answer is None:
+            return
+        # At once rather than at the end of the turn: the connection's budget may refuse it.
+        sent = self.transport.send(call_id, [_encoded(encode, answer, limit)], budgeted=True)
+        if sent == OVER_BUDGET:
+            raise _Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED, UNREAD)
 
 
 async def _requests(inbox: _Inbox, decode: Callable[[bytes], Any]) -> AsyncIterator[Any]:
