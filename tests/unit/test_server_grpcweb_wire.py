@@ -61,7 +61,7 @@ def test_text_chunks_decode_on_their_own() -> None:
 
 
 def test_cors_headers() -> None:
-    allowed = ("https://app.example",)
+    allowed = frozenset({grpcweb.origin_key("https://app.example")})
     listed = grpcweb.cors_headers("https://app.example", allowed)
     assert listed == {
         "access-control-allow-origin": "https://app.example",
@@ -72,7 +72,7 @@ def test_cors_headers() -> None:
         "access-control-expose-headers": "grpc-status, grpc-message, grpc-status-details-bin",
         "access-control-max-age": "600",
     }
-    for origin in ("https://evil.example", None):
+    for origin in ("https://evil.example", "null", None):
         unlisted = grpcweb.cors_headers(origin, allowed)
         assert "access-control-allow-origin" not in unlisted
         assert "access-control-allow-credentials" not in unlisted
@@ -118,3 +118,13 @@ def test_a_malformed_client_hello_is_refused() -> None:
     ):
         with pytest.raises(ValueError):
             grpcweb.client_hello_alpn(bad)
+
+
+def test_origin_keys_compare_as_origins() -> None:
+    key = grpcweb.origin_key("https://Dash.Example.com")
+    assert key == ("https", "dash.example.com", 443)
+    assert grpcweb.origin_key("HTTPS://dash.example.COM:443") == key
+    assert grpcweb.origin_key("https://dash.example.com:8443") != key
+    assert grpcweb.origin_key("http://dash.example.com") != key
+    assert grpcweb.origin_key("null") is None
+    assert grpcweb.origin_key("http://[::1") is None

@@ -25,12 +25,13 @@ import logging
 import re
 import ssl
 import struct
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 from urllib.parse import quote
 
 import grpc
+from yarl import URL
 
 from .auth import certificate_dns_names
 from .config import SocketAddress
@@ -54,6 +55,7 @@ __all__ = [
     "frame",
     "GrpcWebFront",
     "grpc_web_mode",
+    "origin_key",
     "percent_encode",
     "split_frames",
     "text_chunk",
@@ -140,16 +142,32 @@ def split_frames(body: bytes) -> list[tuple[int, bytes]]:
     return frames
 
 
-def cors_headers(origin: str | None, allowed: tuple[str, ...]) -> dict[str, str]:
-    """The CORS headers of an answer (a preflight or an actual request): the origin is echoed
-    only if it equals a configured one; never `access-control-allow-credentials`."""
+Origin: TypeAlias = "tuple[str, str, int | None]"
+
+
+def origin_key(origin: str) -> Origin | None:
+    """An origin as origins compare: scheme and host in lower case, the port (the scheme's
+    default when none is given); None for what is no origin (`null`, a bare word)."""
+    try:
+        url = URL(origin)
+    except ValueError:
+        return None
+    if not url.absolute or not url.host:
+        return None
+    return url.scheme.lower(), url.host.lower(), url.port
+
+
+def cors_headers(origin: str | None, allowed: frozenset[Origin]) -> dict[str, str]:
+    """The CORS headers of an answer (a preflight or an actual request): the request's origin
+    is echoed as it came, only if it is one of the `allowed` (`origin_key`s); never
+    `access-control-allow-credentials`."""
     headers = {
         "access-control-allow-methods": "POST",
         "access-control-allow-headers": ALLOW_HEADERS,
         "access-control-expose-headers": EXPOSE_HEADERS,
         "access-control-max-age": MAX_AGE,
     }
-    if origin is not None and origin in allowed:
+    if origin is not None and origin_key(origin) in allowed:
         headers["access-control-allow-origin"] = origin
     return headers
 
@@ -387,7 +405,7 @@ class GrpcWebFront:
         # the handler grpcio would run for a call, through the app's interceptors
         self.resolve = resolver(interceptors, served)
         self._internal = internal
-        self._allowed = allowed_origins
+        self._allowed = frozenset(k for o in allowed_origins if (k := origin_key(o)) is not None)
         cfg = app.cfg
         self._guarded = not (cfg.auth.enabled or cfg.server.insecure_no_auth)
         self._server: asyncio.Server | None = None
@@ -603,7 +621,7 @@ class _WebCall:
         await self._finish(code, message, dict(trailers), context.initial_metadata)
 
     async def _call(
-        self, frames: list[tuple[int, bytes]], context: _Call, details: CallDetails
+        self, frames: list[tuple[int, bytes]], context: _WebContext, details: CallDetails
     ) -> None:
         messages = [data for flag, data in frames if flag == MESSAGE]
         if len(messages) != 1 or len(frames) != 1:
@@ -632,6 +650,7 @@ class _WebCall:
             assert handler.stream_stream is not None
             result = behaviors.stream_stream(_once(request), context)
         if inspect.isasyncgen(result):
+            context.opened = lambda: self._open(context)
             async with contextlib.aclosing(result) as answers:
                 async for answer in answers:
                     await self._stream(frame(self._encode(answer)), context)
@@ -640,14 +659,20 @@ class _WebCall:
             if answer is not None:
                 self._answers.append(answer)
 
-    async def _stream(self, data: bytes, context: _Call) -> None:
-        """One frame of a streaming answer, written and drained as it comes."""
+    async def _open(self, context: _Call) -> None:
+        """The headers of a streaming answer (chunked), with the handler's initial metadata:
+        once, when the handler sends that metadata or its first message."""
         if not self._streaming:
             self._streaming = True
             headers = {**self._cors, **_initial(context.initial_metadata)}
             headers["content-type"] = answer_type(self._mode)
             headers["transfer-encoding"] = "chunked"
             self._writer.write(_head(200, headers, close=not self._request.keep_alive))
+            await self._writer.drain()
+
+    async def _stream(self, data: bytes, context: _Call) -> None:
+        """One frame of a streaming answer, written and drained as it comes."""
+        await self._open(context)
         await self._chunk(data)
 
     async def _chunk(self, data: bytes) -> None:
@@ -687,14 +712,22 @@ class _WebCall:
 
 class _WebContext(_Call):
     """http._Call with the client certificate of the connection, if any, in `auth_context()`
-    (over plain HTTP/1.1 there is none, as for the HTTP API)."""
+    (over plain HTTP/1.1 there is none, as for the HTTP API). The initial metadata of a
+    streaming call goes out at once (`opened`), as over HTTP/2; a unary call's waits for its
+    answer."""
 
     def __init__(self, headers: Sequence[tuple[str, str]], bound_s: float | None, peer: Peer):
         super().__init__(headers, bound_s)
         self._peer = peer
+        self.opened: Callable[[], Awaitable[None]] | None = None
 
     def auth_context(self) -> dict[str, list[bytes]]:
         return dict(self._peer)
+
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        await super().send_initial_metadata(metadata)
+        if self.opened is not None:
+            await self.opened()
 
 
 _HOP_HEADERS = frozenset(

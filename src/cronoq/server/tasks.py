@@ -442,6 +442,9 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         except Exception as e:
             code, message = _status(e)
             await context.abort(code, message)
+        # the headers now, not with the first event: the client knows it is subscribed (and a
+        # browser's fetch over gRPC-Web resolves)
+        await context.send_initial_metadata(())
         ids = set(request.ids)
         every = request.all_transitions
         try:
