@@ -76,7 +76,7 @@ class Ledger(grpc.aio.ServerInterceptor):
     """grpcio's side of what the native transport counts itself (see the module docstring):
     calls in flight, and by peer the bytes of unary answers whose calls have not ended. It
     goes first in the chain, so that it wraps whatever handler the others give, refusals
-    included; a unary answer is serialized here to be counted (grpcio then sends the bytes)."""
+    included."""
 
     def __init__(self, limits: LimitsSettings) -> None:
         self.fullness = Fullness(limits.max_concurrent_requests)
@@ -109,19 +109,19 @@ class Ledger(grpc.aio.ServerInterceptor):
         inner: Any = handler.unary_unary or handler.stream_unary
         encode = handler.response_serializer
 
-        async def answer(request: Any, context: Context) -> bytes:
+        async def answer(request: Any, context: Context) -> Any:
             await self._admitted(request, context)
             result = await inner(request, context)
-            data: bytes = result if encode is None else encode(result)
-            await self._hold(context, len(data))
-            return data
+            # sized, not serialized: a refused answer costs no copy (raw bytes without one)
+            await self._hold(context, len(result) if encode is None else result.ByteSize())
+            return result
 
         make = (
             grpc.unary_unary_rpc_method_handler
             if handler.unary_unary is not None
             else grpc.stream_unary_rpc_method_handler
         )
-        unary: Handler = make(answer, request_deserializer=decode)
+        unary: Handler = make(answer, request_deserializer=decode, response_serializer=encode)
         return unary
 
     async def _admitted(self, request: Any, context: Context) -> Any:
