@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import grpc
 
-__all__ = ["FIRST_MESSAGE_WAIT", "Refused", "refusal"]
+__all__ = ["FIRST_MESSAGE_WAIT", "Refused", "percent_encode", "refusal"]
 
 # How long a refusal waits for the caller's first message before ending the call anyway.
 FIRST_MESSAGE_WAIT = 1.0
@@ -44,3 +45,8 @@ def refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler[Any, A
         await context.abort(code, message)
 
     return grpc.stream_stream_rpc_method_handler(refuse)
+
+
+def percent_encode(message: str) -> str:
+    """gRPC's `grpc-message` encoding: printable ASCII but `%` stays, the rest is `%XX`."""
+    return quote(message, safe="".join(chr(c) for c in range(0x20, 0x7F) if c != 0x25))

@@ -28,7 +28,6 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
-from urllib.parse import quote
 
 import grpc
 from yarl import URL
@@ -36,9 +35,10 @@ from yarl import URL
 from .auth import certificate_dns_names
 from .config import SocketAddress
 from .decode import Handler, size_checked
-from .errors import refusal
+from .errors import percent_encode, refusal
 from .hosts import loopback_host
 from .http import CallDetails, _Aborted, _Call, resolver
+from .misdirected import HTTP2_PREFACE, preface_pending
 
 if TYPE_CHECKING:
     from .app import ServerApp
@@ -71,7 +71,6 @@ _TEXT = frozenset({"application/grpc-web-text", "application/grpc-web-text+proto
 ALLOW_HEADERS = "authorization, content-type, x-grpc-web, x-user-agent, grpc-timeout"
 EXPOSE_HEADERS = "grpc-status, grpc-message, grpc-status-details-bin"
 MAX_AGE = "600"
-HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 NOT_BIDI = "Workers/Work needs HTTP/2 gRPC (bidirectional streaming)"
 NOT_LOOPBACK = "without auth, gRPC-Web only answers requests for a loopback host"
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers of one HTTP/1.1 request
@@ -114,11 +113,6 @@ def trailer_frame(code: int, message: str = "", extra: Mapping[str, str] | None 
         lines.append("grpc-message:" + percent_encode(message))
     lines.extend(f"{k}:{v}" for k, v in (extra or {}).items())
     return frame("".join(line + "\r\n" for line in lines).encode("ascii"), TRAILER)
-
-
-def percent_encode(message: str) -> str:
-    """gRPC's `grpc-message` encoding: printable ASCII but `%` stays, the rest is `%XX`."""
-    return quote(message, safe="".join(chr(c) for c in range(0x20, 0x7F) if c != 0x25))
 
 
 def text_chunk(data: bytes) -> bytes:
@@ -447,7 +441,7 @@ class GrpcWebFront:
                 return
             head = b""
             # read until the bytes are the whole HTTP/2 preface or stop matching it
-            while len(head) < len(HTTP2_PREFACE) and HTTP2_PREFACE.startswith(head):
+            while preface_pending(head):
                 async with asyncio.timeout(self._app.cfg.limits.request_timeout_s):
                     data = await reader.read(len(HTTP2_PREFACE) - len(head))
                 if not data:

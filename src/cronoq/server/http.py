@@ -50,7 +50,7 @@ from google.protobuf.message import Message  # type: ignore[import-untyped]
 from yarl import URL
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
-from . import httpjson
+from . import httpjson, misdirected
 from .config import ConfigError, SocketAddress, TlsSettings
 from .decode import Handler as RpcHandler
 from .hosts import loopback_host
@@ -374,7 +374,14 @@ class HttpListener:
         )
         await runner.setup()
         self._runners.append(runner)
-        site = web.TCPSite(runner, address.host, address.port, ssl_context=ssl_context)
+        # a gRPC client on this port is told where gRPC is (docs/http.md, "gRPC on the HTTP port")
+        site = misdirected.Site(
+            runner,
+            address.host,
+            address.port,
+            lambda: self.app.grpc_address,
+            ssl_context=ssl_context,
+        )
         try:
             await site.start()
         except OSError as exc:
