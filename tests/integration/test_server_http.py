@@ -645,7 +645,7 @@ async def test_a_stalled_body_gets_the_408_and_the_close_at_the_timeout_on_every
         finally:
             loop.autojump = False
         for route, answered_s, closed_s, rest in outcomes:
-            assert answered_s == pytest.approx(read_s), route
+            assert read_s <= answered_s < read_s * 1.5, (route, answered_s)
             assert closed_s < read_s / 2 and rest == b"", (route, closed_s)  # 0 here, else read_s
         # nothing was carried out, and nothing of those requests is left running
         assert (await c.get("/v1/tasks"))[1]["tasks"] == []
