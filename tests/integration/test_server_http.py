@@ -628,7 +628,7 @@ async def test_a_stalled_body_gets_the_408_and_the_close_at_the_timeout_on_every
         routes = [r for r in served_routes(True) if not r.probe]
         assert {"/v1/tasks", "/v1/tasks:batch", "/v1/recurring"} <= {r.path for r in routes}
 
-        async def stall(route: Route) -> tuple[Route, int, float, bytes]:
+        async def stall(route: Route) -> tuple[Route, float, float, bytes]:
             path = route.path.replace("{id}", "1").replace("{key}", "k").replace("{name}", "n")
             async with connection(app.http_address) as (reader, writer):
                 sent = loop.time()
@@ -639,6 +639,7 @@ async def test_a_stalled_body_gets_the_408_and_the_close_at_the_timeout_on_every
                 rest = await closed_by_server(reader)
                 return route, answered - sent, loop.time() - answered, rest
 
+        before = set(_request_handlers())
         loop.autojump = True
         try:
             outcomes = await asyncio.gather(*(stall(route) for route in routes))
@@ -647,14 +648,17 @@ async def test_a_stalled_body_gets_the_408_and_the_close_at_the_timeout_on_every
         for route, answered_s, closed_s, rest in outcomes:
             assert read_s <= answered_s < read_s * 1.5, (route, answered_s)
             assert closed_s < read_s / 2 and rest == b"", (route, closed_s)  # 0 here, else read_s
-        # nothing was carried out, and nothing of those requests is left running
+        # nothing of those requests is left running, and nothing was carried out
+        await until(
+            lambda: not set(_request_handlers()) - before,
+            what="the stalled connections' handlers to end",
+        )
         assert (await c.get("/v1/tasks"))[1]["tasks"] == []
         assert (await c.get("/v1/recurring"))[1]["schedules"] == []
-        await until(lambda: not _request_handlers(), what="the connections' handlers to end")
 
 
 def _request_handlers() -> list[asyncio.Task[Any]]:
-    """The asyncio tasks of aiohttp's connection handlers (besides the test's own client's)."""
+    """The asyncio tasks of the server's connection handlers (aiohttp's), one per connection."""
     return [
         t
         for t in asyncio.all_tasks()
