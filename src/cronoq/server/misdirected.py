@@ -5,8 +5,9 @@ for a broken request: the client would report a failed connection ("is the serve
 and aiohttp would log a traceback per attempt. So the listener looks at each connection's first
 bytes (`Site`, `_Sniffer`): the preface gets `_GrpcHere`, just enough HTTP/2 for any gRPC client
 to show why: the server's SETTINGS, then every call answered as soon as its request has come,
-trailers only, with `UNAVAILABLE` and a message naming the gRPC address. Anything else goes to aiohttp as it came.
-The server logs one warning per peer and `WARN_EVERY_S`, not one per attempt.
+trailers only, with `UNAVAILABLE` and a message naming the gRPC address. Anything else goes to
+aiohttp as it came. The server logs one warning per peer and `WARN_EVERY_S`, not one per
+attempt.
 """
 
 from __future__ import annotations
