@@ -5,8 +5,6 @@
 #[path = "../../cronoq-worker/tests/common/mod.rs"]
 mod common;
 
-use std::time::Duration;
-
 use common::{Bearer, CLIENT_TOKEN, CronoqServer, Tasks, WORKER_TOKEN, task};
 use cronoq_worker::proto::tasks_client::TasksClient;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
@@ -38,7 +36,7 @@ async fn the_published_crates_worker_serves_over_tls_and_stops_on_ctrl_c() {
     );
     let server = CronoqServer::with_config(&config);
     let endpoint = format!("https://{}", server.addr);
-    let mut child = std::process::Command::new(common::example("remote_worker"))
+    let child = std::process::Command::new(common::example("remote_worker"))
         .env("CRONOQ_ENDPOINT", &endpoint)
         .env("CRONOQ_WORKER_TOKEN", WORKER_TOKEN)
         .env("CRONOQ_CA", write("ca.pem", &pki.ca()))
@@ -62,19 +60,6 @@ async fn the_published_crates_worker_serves_over_tls_and_stops_on_ctrl_c() {
         "{result:?}"
     );
 
-    let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let exit = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || child.wait()),
-    )
-    .await
-    .expect("the example did not stop")
-    .unwrap()
-    .unwrap();
-    assert!(exit.success(), "{exit}");
+    common::interrupt(child).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{CLIENT_TOKEN, CronoqServer, WORKER_TOKEN, example, task};
+use common::{CLIENT_TOKEN, CronoqServer, WORKER_TOKEN, example, interrupt, task};
 use cronoq_worker::proto::{self, TaskStatus};
 use cronoq_worker::worker::{WorkerError, WorkerOptions, WorkerTls, run_worker};
 use cronoq_worker::{Lease, TaskError};
@@ -442,7 +442,7 @@ async fn the_readme_examples_serve_submit_and_stop_on_ctrl_c() {
         );
     }
     let server = CronoqServer::start("127.0.0.1:0");
-    let mut child = std::process::Command::new(example("worker"))
+    let child = std::process::Command::new(example("worker"))
         .env("CRONOQ_ENDPOINT", server.endpoint())
         .env("CRONOQ_WORKER_TOKEN", WORKER_TOKEN)
         .spawn()
@@ -474,20 +474,7 @@ async fn the_readme_examples_serve_submit_and_stop_on_ctrl_c() {
     assert!(client.status.success(), "{client:?}");
     assert_eq!(String::from_utf8_lossy(&client.stdout), "ADA\n");
 
-    let killed = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let exit = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || child.wait()),
-    )
-    .await
-    .expect("the example did not stop")
-    .unwrap()
-    .unwrap();
-    assert!(exit.success(), "{exit}");
+    interrupt(child).await;
 }
 
 /// A loopback port nobody listens on now, for configurations that must name every shard's

@@ -246,3 +246,21 @@ pub fn example(name: &str) -> PathBuf {
     assert!(path.exists(), "{} is built by `cargo test`", path.display());
     path
 }
+
+/// Ctrl-C (SIGINT) for an example program, which must then exit cleanly within 30 s.
+pub async fn interrupt(mut child: Child) {
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let exit = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || child.wait()),
+    )
+    .await
+    .expect("the example did not stop")
+    .unwrap()
+    .unwrap();
+    assert!(exit.success(), "{exit}");
+}
