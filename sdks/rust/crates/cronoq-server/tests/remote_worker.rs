@@ -17,13 +17,7 @@ async fn the_published_crates_worker_serves_over_tls_and_stops_on_ctrl_c() {
         "README.md must show crates/cronoq-server/examples/remote_worker.rs as it is"
     );
     let pki = common::pki::Pki::new();
-    let dir = std::env::temp_dir().join(format!("cronoq-rust-seed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    };
+    let dir = common::Scratch::new("seed");
     let (cert, key) = pki.leaf(&["127.0.0.1"]);
     let config = format!(
         "[server]\ngrpc_addr = \"127.0.0.1:0\"\nhttp_addr = \"127.0.0.1:0\"\nshutdown_grace_s = 0.5\n\
@@ -31,15 +25,15 @@ async fn the_published_crates_worker_serves_over_tls_and_stops_on_ctrl_c() {
          [[auth.tokens]]\ntoken = {WORKER_TOKEN:?}\nrole = \"worker\"\n\
          [[auth.tokens]]\ntoken = {CLIENT_TOKEN:?}\nrole = \"client\"\n\
          [[pools]]\nname = \"default\"\n",
-        write("server.pem", &cert),
-        write("server.key", &key),
+        dir.write("server.pem", &cert),
+        dir.write("server.key", &key),
     );
     let server = CronoqServer::with_config(&config);
     let endpoint = format!("https://{}", server.addr);
     let child = std::process::Command::new(common::example("remote_worker"))
         .env("CRONOQ_ENDPOINT", &endpoint)
         .env("CRONOQ_WORKER_TOKEN", WORKER_TOKEN)
-        .env("CRONOQ_CA", write("ca.pem", &pki.ca()))
+        .env("CRONOQ_CA", dir.write("ca.pem", &pki.ca()))
         .spawn()
         .unwrap();
 
@@ -61,5 +55,4 @@ async fn the_published_crates_worker_serves_over_tls_and_stops_on_ctrl_c() {
     );
 
     common::interrupt(child).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

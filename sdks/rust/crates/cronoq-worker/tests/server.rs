@@ -369,13 +369,7 @@ async fn refusals_retrying_cannot_fix_are_returned() {
 #[tokio::test]
 async fn mtls_with_a_client_certificate() {
     let pki = common::pki::Pki::new();
-    let dir = std::env::temp_dir().join(format!("cronoq-rust-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    };
+    let dir = common::Scratch::new("tls");
     let (cert, key) = pki.leaf(&["127.0.0.1"]);
     let config = format!(
         "[server]\ngrpc_addr = \"127.0.0.1:0\"\nhttp_addr = \"127.0.0.1:0\"\nshutdown_grace_s = 0.5\n\
@@ -383,9 +377,9 @@ async fn mtls_with_a_client_certificate() {
          [[auth.certs]]\ndns_name = \"worker.test\"\nrole = \"worker\"\n\
          [[auth.certs]]\ndns_name = \"client.test\"\nrole = \"client\"\n\
          [[pools]]\nname = \"default\"\n",
-        write("server.pem", &cert),
-        write("server.key", &key),
-        write("ca.pem", &pki.ca()),
+        dir.write("server.pem", &cert),
+        dir.write("server.key", &key),
+        dir.write("ca.pem", &pki.ca()),
     );
     let server = CronoqServer::with_config(&config);
     let identity = |name| {
@@ -423,7 +417,6 @@ async fn mtls_with_a_client_certificate() {
         "{result:?}"
     );
     worker.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The README's examples are `examples/worker.rs` and `examples/client.rs`, which `cargo test`
