@@ -926,19 +926,21 @@ def _change(row: tuple[Any, ...], text: tuple[int, ...]) -> tuple[Any, ...]:
 async def _transaction(conn: _Conn) -> AsyncIterator[None]:
     """conn.transaction(), except on a connection lost inside it: the transaction is gone with
     the session, and the error that says why propagates (asyncpg's own would raise the failed
-    rollback's "the underlying connection is closed" instead)."""
-    tx = conn.transaction()
-    await tx.start()
+    rollback's "the underlying connection is closed" instead). It stays a managed transaction,
+    so a pool that gets the connection back mid-transaction (a cancelled task) rolls it back
+    without a warning."""
+    failed: BaseException | None = None
     try:
-        yield
-    except BaseException:
-        try:
-            await tx.rollback()
-        except Exception as e:
-            if not _connection_lost(e):
+        async with conn.transaction():
+            try:
+                yield
+            except BaseException as e:
+                failed = e
                 raise
+    except Exception as e:
+        if failed is not None and e is not failed and _connection_lost(e):
+            raise failed from None
         raise
-    await tx.commit()
 
 
 async def _no_reset(conn: object) -> None:
