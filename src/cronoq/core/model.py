@@ -1,4 +1,4 @@
-"""Plain values shared by the engine core, the library driver and (later) the stores and server.
+"""Plain values shared by the engine core, the library driver, the stores and the server.
 
 Nothing here does I/O or reads a clock. Statuses are small ints inside the core (cheap to compare
 and store) and lower-case names at every public edge.

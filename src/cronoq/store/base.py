@@ -2,9 +2,9 @@
 store-neutral values it exchanges with one (docs/durability.md, "Stores").
 
 A store keeps the task rows, the recurring schedules and one leader record (epoch, holder,
-lease expiry, highest task id issued). `SqliteStore` and `MemoryStore` implement `Store`; a new
-store (PostgreSQL) is one more class with these methods, reusing `Batch`, `Stored`, `Finished`,
-`LeadershipLost`, the column order `TASK_COLUMNS` and the time helpers below.
+lease expiry, highest task id issued). `SqliteStore`, `PostgresStore` and `MemoryStore`
+implement `Store`, each reusing `Batch`, `Stored`, `Finished`, `LeadershipLost`, the column order
+`TASK_COLUMNS` and the time helpers below.
 
 The rows are tuples whose order is `TASK_COLUMNS` (built by `store.rows`): a store moves them,
 it never interprets a payload or an output (bytes the scheduler's codec made).
