@@ -24,10 +24,10 @@ import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server import config as config_module
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import ConfigError, load_config, native_built
+from cronoq.server.config import reader as config_reader
 from cronoq.server.native import TOO_MANY_CALLS
 from helpers.servers import PORT0, Server, running_app, write
 from helpers.waiting import until
@@ -77,7 +77,7 @@ def test_impossible_choices_are_configuration_errors(monkeypatch: pytest.MonkeyP
     with pytest.raises(ConfigError, match='"native" does not serve gRPC-Web'):
         load_config(web)
     # an installation without the extension (a machine without Rust at install time)
-    monkeypatch.setattr(config_module, "native_built", lambda: False)
+    monkeypatch.setattr(config_reader, "native_built", lambda: False)
     with pytest.raises(ConfigError, match=r"cronoq\._native\) is not built in this installation"):
         load_config(PORT0 + 'transport = "native"\n')
     assert app_of(PORT0).transport == "grpcio"  # and "auto" falls back

@@ -34,7 +34,8 @@ from cronoq.core.model import (
 )
 from cronoq.core.recurring import Recurring
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.server.config import MAX_MULTIPLIER, LimitsSettings
+from cronoq.server.config import LimitsSettings
+from cronoq.server.config.settings import MAX_MULTIPLIER
 
 __all__ = [
     "CONTENT_TYPE_TAG",

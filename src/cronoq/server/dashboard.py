@@ -26,8 +26,9 @@ from ..core.model import FIRST_TERMINAL, STATUS_NAMES, SUCCEEDED, Priority, Task
 from ..errors import SchedulerError
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from . import httpjson
+from .calls import Aborted, Call
 from .convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
-from .http import HttpError, HttpListener, Route, _Aborted, _Call, json_answer
+from .http import HttpError, HttpListener, Route, json_answer
 from .shards import ShardPlan
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -404,7 +405,7 @@ async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
         raise HttpError(501, "Watch is not served")
     message = pb.WatchRequest(pools=sorted(_names(query, "pool")), all_transitions=True)
     # no deadline: the stream lasts as long as the client stays
-    context = cast(Any, _Call(request.headers.items(), None))
+    context = cast(Any, Call(request.headers.items(), None))
     watch = cast(AsyncGenerator[pb.StatusEvent, None], handler.unary_stream(message, context))
     async with contextlib.aclosing(watch):
         following: asyncio.Future[pb.StatusEvent] = asyncio.ensure_future(anext(watch))
@@ -415,7 +416,7 @@ async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
             if following.done() and following.exception() is not None:
                 try:
                     following.result()
-                except _Aborted as e:
+                except Aborted as e:
                     raise HttpError.of_grpc(e.code, e.details) from None
             engine = _engine(gw)
             response = web.StreamResponse(headers=_SSE_HEADERS)
@@ -432,7 +433,7 @@ async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
                     kind = _kind(engine, ev)
                     if (not statuses or ev.status in statuses) and (not kinds or kind in kinds):
                         await response.write(_event(ev, kind))
-            except (StopAsyncIteration, _Aborted, ConnectionError):
+            except (StopAsyncIteration, Aborted, ConnectionError):
                 pass  # the Watch ended (the scheduler stopped, it fell behind) or the client left
         finally:
             if not following.done():

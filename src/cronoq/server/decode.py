@@ -31,7 +31,7 @@ import grpc
 from google.protobuf import descriptor_pool  # type: ignore[import-untyped]
 from google.protobuf.descriptor import Descriptor, FieldDescriptor  # type: ignore[import-untyped]
 
-from .config import GRPC_MAX_MESSAGE_BYTES
+from .config.settings import GRPC_MAX_MESSAGE_BYTES
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the stubs

@@ -33,11 +33,11 @@ import grpc
 from yarl import URL
 
 from .auth import certificate_dns_names
+from .calls import Aborted, Call, CallDetails, resolver
 from .config import SocketAddress
 from .decode import Handler, size_checked
 from .errors import percent_encode, refusal
 from .hosts import loopback_host
-from .http import CallDetails, _Aborted, _Call, resolver
 from .misdirected import HTTP2_PREFACE, preface_pending
 
 if TYPE_CHECKING:
@@ -603,7 +603,7 @@ class _WebCall:
         try:
             async with asyncio.timeout(deadline):
                 await self._call(frames, context, CallDetails(request.path, metadata))
-        except _Aborted as e:
+        except Aborted as e:
             code, message, trailers = e.code, e.details, e.trailers
         except TimeoutError:
             code, message = grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded"
@@ -653,7 +653,7 @@ class _WebCall:
             if answer is not None:
                 self._answers.append(answer)
 
-    async def _open(self, context: _Call) -> None:
+    async def _open(self, context: Call) -> None:
         """The headers of a streaming answer (chunked), with the handler's initial metadata:
         once, when the handler sends that metadata or its first message."""
         if not self._streaming:
@@ -664,7 +664,7 @@ class _WebCall:
             self._writer.write(_head(200, headers, close=not self._request.keep_alive))
             await self._writer.drain()
 
-    async def _stream(self, data: bytes, context: _Call) -> None:
+    async def _stream(self, data: bytes, context: Call) -> None:
         """One frame of a streaming answer, written and drained as it comes."""
         await self._open(context)
         await self._chunk(data)
@@ -704,8 +704,8 @@ class _WebCall:
         await _send(self._writer, 200, headers, body, close=close)
 
 
-class _WebContext(_Call):
-    """http._Call with the client certificate of the connection, if any, in `auth_context()`
+class _WebContext(Call):
+    """calls.Call with the client certificate of the connection, if any, in `auth_context()`
     (over plain HTTP/1.1 there is none, as for the HTTP API). The initial metadata of a
     streaming call goes out at once (`opened`), as over HTTP/2; a unary call's waits for its
     answer."""

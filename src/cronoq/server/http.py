@@ -3,11 +3,11 @@ API that mirrors the gRPC calls, with the routes and shapes of the published cro
 
 The API runs no logic of its own. Each route builds the request message of the gRPC method it
 mirrors (httpjson.py turns the JSON into it) and calls the very handler the app's registrars
-gave the gRPC listener (`ServerApp.methods`), with `_Call` standing in for the servicer context:
-what tasks.py uses of it (`abort`, `invocation_metadata`, `time_remaining`). The answer goes back
-in the JSON shape of its route (httpjson.py again), and every refusal, a gRPC status or the
-listener's own, as `{"error": "<text>", "code": "<reason>"}` whose code is a function of the HTTP
-status alone (docs/http.md, "Errors"). So both listeners validate, refuse and answer alike.
+gave the gRPC listener (`ServerApp.methods`), with `calls.Call` standing in for the servicer
+context: what tasks.py uses of it (`abort`, `invocation_metadata`, `time_remaining`). The answer
+goes back in the JSON shape of its route (httpjson.py again), and every refusal, a gRPC status or
+the listener's own, as `{"error": "<text>", "code": "<reason>"}` whose code is a function of the
+HTTP status alone (docs/http.md, "Errors"). So both listeners validate, refuse and answer alike.
 
 Checks run as middlewares in the order of docs/http.md, "Checks, in order", all before the body
 is read: the Host header (only while no credential is configured and insecure_no_auth is off),
@@ -38,7 +38,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 from aiohttp import hdrs, web
@@ -51,11 +51,10 @@ from yarl import URL
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from . import httpjson, misdirected
+from .calls import Aborted, Call
 from .config import ConfigError, SocketAddress, TlsSettings
-from .decode import Handler as RpcHandler
 from .hosts import loopback_host
 from .metrics import CONTENT_TYPE, ServerMetrics
-from .shards import FORWARDED
 
 if TYPE_CHECKING:
     from .app import ServerApp
@@ -187,98 +186,6 @@ class Route:
     probe: bool = False
 
 
-# --- calling the gRPC handlers ----------------------------------------------------------------
-
-
-class _Aborted(Exception):
-    def __init__(
-        self, code: grpc.StatusCode, details: str, trailers: tuple[tuple[str, str], ...] = ()
-    ) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-        self.trailers = trailers
-
-
-class _Call:
-    """The servicer context of a call that does not come over HTTP/2 gRPC (an HTTP API route,
-    a gRPC-Web request): the request's headers as metadata (so a `traceparent` header reaches
-    the task, as over gRPC), a deadline of `bound_s` (None: none), an `abort` that raises
-    `_Aborted` for the caller to answer, and the initial metadata the handler sends, kept for
-    gRPC-Web (the HTTP API answers none: docs/sharding.md, "HTTP")."""
-
-    def __init__(
-        self,
-        headers: Iterable[tuple[str, str]],
-        bound_s: float | None,
-        *,
-        own_shard: bool = False,
-    ) -> None:
-        metadata = [(k.lower(), v) for k, v in headers]
-        if own_shard:  # answered by this server's shard alone (docs/sharding.md)
-            metadata.append((FORWARDED, "1"))
-        self._metadata = tuple(metadata)
-        self.initial_metadata: list[tuple[str, str]] = []
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._deadline = None if bound_s is None else loop.time() + bound_s
-
-    async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
-    ) -> NoReturn:
-        raise _Aborted(code, details, tuple(trailing_metadata or ()))
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
-
-    def auth_context(self) -> dict[str, list[bytes]]:
-        """No client certificate: these calls do not come over TLS gRPC (certificate
-        authentication then finds no names and answers UNAUTHENTICATED, as grpcio would)."""
-        return {}
-
-    async def send_initial_metadata(self, metadata: Any) -> None:
-        self.initial_metadata.extend(metadata)
-
-    def time_remaining(self) -> float | None:
-        if self._deadline is None:
-            return None
-        return max(0.0, self._deadline - self._loop.time())
-
-
-@dataclass(frozen=True)
-class CallDetails:
-    """What interceptors read of a call (grpc.HandlerCallDetails), for calls grpcio does not
-    serve (gRPC-Web, the native transport)."""
-
-    method: str
-    invocation_metadata: tuple[tuple[str, str | bytes], ...]
-
-
-Continuation = Callable[[grpc.HandlerCallDetails], Awaitable["RpcHandler | None"]]
-
-
-def resolver(
-    interceptors: Iterable[grpc.aio.ServerInterceptor], served: Continuation
-) -> Callable[[CallDetails], Awaitable[RpcHandler | None]]:
-    """The handler grpcio would run for a call: `served(details)` (the app's own handler, or
-    None for an unknown method) through `interceptors` in grpcio's order, outermost first."""
-    continuation = served
-    for interceptor in reversed(tuple(interceptors)):
-        continuation = _link(interceptor, continuation)
-
-    async def resolve(details: CallDetails) -> RpcHandler | None:
-        return await continuation(details)  # type: ignore[arg-type]
-
-    return resolve
-
-
-def _link(interceptor: grpc.aio.ServerInterceptor, inner: Continuation) -> Continuation:
-    async def call(details: grpc.HandlerCallDetails) -> RpcHandler | None:
-        return await interceptor.intercept_service(inner, details)
-
-    return call
-
-
 # Every route's call runs under limits.request_timeout_s; these may also wait, so theirs is
 # request_timeout_s + max_wait_s: a wait (capped by max_wait_s) or a submit held by a full
 # overflow="wait" pool (docs/http.md, "Timeouts"). Over gRPC, the call's own deadline does.
@@ -287,7 +194,7 @@ WAITING = frozenset(
 )
 
 
-UnaryHandler = Callable[[Message, _Call], Awaitable[Message]]
+UnaryHandler = Callable[[Message, Call], Awaitable[Message]]
 Endpoint = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -532,10 +439,8 @@ class HttpListener:
         timer = asyncio.timeout(bound)
         try:
             async with timer:
-                return await run(
-                    message, _Call(request.headers.items(), bound, own_shard=own_shard)
-                )
-        except _Aborted as e:
+                return await run(message, Call(request.headers.items(), bound, own_shard=own_shard))
+        except Aborted as e:
             raise HttpError.of_grpc(e.code, e.details) from None
         except TimeoutError:
             if not timer.expired():

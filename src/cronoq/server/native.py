@@ -6,7 +6,7 @@ framing, and hands this module, once per wake of the event loop, every call open
 message read, half-close and cancellation since the last wake. Protobuf, the interceptors
 (decoding, authentication, roles, readiness, request timeout) and the servicers stay in
 Python and are the very ones grpcio runs: `NativeFront` resolves each call's handler through
-the app's interceptor chain (`http.resolver`), runs it in a task of its own (so that the
+the app's interceptor chain (`calls.resolver`), runs it in a task of its own (so that the
 principal the interceptors set is the call's alone) and hands the serialized answers back: a
 streaming call's once per loop turn (`_Outbox`), a unary call's at once, within its connection's
 budget of unsent answers (inflight.py). However a call's task ends, even cancelled before it
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from .calls import Aborted, Call, CallDetails, resolver
 from .config import LimitsSettings, SocketAddress, TlsSettings
 from .decode import Handler, receive_limit
-from .http import CallDetails, _Aborted, _Call, resolver
 from .inflight import UNREAD, Fullness
 
 if TYPE_CHECKING:
@@ -92,8 +92,8 @@ class _Inbox:
         return self._items.popleft()
 
 
-class _NativeContext(_Call):
-    """The servicer context of a native call: http._Call (metadata, deadline, `abort`) with
+class _NativeContext(Call):
+    """The servicer context of a native call: calls.Call (metadata, deadline, `abort`) with
     the call's peer, its client certificate's DNS names, and its initial metadata sent at once."""
 
     def __init__(
@@ -362,7 +362,7 @@ class NativeFront:
         try:
             async with asyncio.timeout(timeout_s):
                 await self._run(call_id, details, context, inbox)
-        except _Aborted as e:
+        except Aborted as e:
             return e.code, e.details, e.trailers
         except TimeoutError:
             return grpc.StatusCode.DEADLINE_EXCEEDED, DEADLINE, ()
@@ -408,7 +408,7 @@ class NativeFront:
         # At once rather than at the end of the turn: the connection's budget may refuse it.
         sent = self.transport.send(call_id, [_encoded(encode, answer, limit)], budgeted=True)
         if sent == OVER_BUDGET:
-            raise _Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED, UNREAD)
+            raise Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED, UNREAD)
 
 
 async def _requests(inbox: _Inbox, decode: Callable[[bytes], Any]) -> AsyncIterator[Any]:
@@ -429,7 +429,7 @@ async def _single(inbox: _Inbox, context: _NativeContext) -> bytes:
 def _encoded(encode: Serializer, answer: Any, limit: int) -> bytes:
     data = encode(answer)
     if len(data) > limit:  # (grpcio's words for its send limit)
-        raise _Aborted(
+        raise Aborted(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"Sent message larger than max ({len(data)} vs. {limit})",
         )
