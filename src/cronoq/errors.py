@@ -1,4 +1,6 @@
-"""Exceptions raised to users of cronoq and by executors to steer retries.
+"""Exceptions raised to users of cronoq and by executors to steer retries, and the check of
+duration arguments that `Retryable` shares with the core (which imports it from here, so this
+module depends on nothing of cronoq's).
 
 Every class keeps its constructor arguments in `args` and defines `__reduce__`, so instances
 cross process boundaries (pickle, multiprocessing) with all their attributes intact.
@@ -6,9 +8,8 @@ cross process boundaries (pickle, multiprocessing) with all their attributes int
 
 from __future__ import annotations
 
+import math
 from typing import Any
-
-from cronoq.core.model import check_seconds
 
 __all__ = [
     "SUBMIT_ERROR_CODES",
@@ -35,6 +36,16 @@ SUBMIT_ERROR_CODES: frozenset[str] = frozenset(
         "invalid",
     }
 )
+
+
+def check_seconds(name: str, value: object, *, allow_inf: bool = False) -> float:
+    """A duration argument: finite (or inf where allowed) and non-negative, else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds (got {value!r})")
+    v = float(value)
+    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
+        raise ValueError(f"{name} must be a finite, non-negative number of seconds (got {value!r})")
+    return v
 
 
 class CronoqError(Exception):

@@ -13,7 +13,6 @@ is linked when a task with that key is admitted, and an `await_timeout` skips th
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from ..errors import SubmitError
 from .model import (
@@ -27,10 +26,8 @@ from .model import (
     Extras,
     TaskRecord,
 )
-
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .pool import PoolState
+from .pool import PoolState
+from .state import State
 
 MSG_AWAIT_TIMEOUT = "timed out awaiting unknown dependency"
 
@@ -40,10 +37,10 @@ Resolved = list[tuple[TaskRecord | None, str | None, str]]
 class Dependencies:
     """The engine's dependency graph (see the module docstring)."""
 
-    __slots__ = ("_cascade", "_eng", "_settling", "awaiting")
+    __slots__ = ("_cascade", "_settling", "_st", "awaiting")
 
-    def __init__(self, eng: Engine) -> None:
-        self._eng = eng
+    def __init__(self, st: State) -> None:
+        self._st = st
         # key -> (dependent, condition) edges waiting for a task with that key to be submitted
         self.awaiting: dict[str, list[tuple[TaskRecord, str]]] = {}
         self._cascade: deque[TaskRecord] = deque()
@@ -55,22 +52,22 @@ class Dependencies:
         deps = extra.deps
         if not deps:
             return
-        eng = self._eng
+        st = self._st
         resolved: Resolved = []
         for target, on in deps:
             if isinstance(target, str):
                 if target == rec.key:
                     raise SubmitError("cycle", "dependency cycle")
-                parent = eng.keys.get(target)
+                parent = st.keys.get(target)
                 if parent is None and batch is not None:
                     parent = batch.get(target)
                 if parent is None:
-                    if eng.pools[rec.pool].cfg.unknown_dependency != "await":
+                    if st.pools[rec.pool].cfg.unknown_dependency != "await":
                         raise SubmitError("unknown_dependency", f"unknown dependency {target!r}")
                     resolved.append((None, target, on))
                     continue
             else:
-                parent = eng.tasks.get(target)
+                parent = st.tasks.get(target)
                 if parent is None:
                     raise SubmitError("unknown_dependency", f"unknown dependency '{target}'")
             resolved.append((parent, None, on))
@@ -107,7 +104,7 @@ class Dependencies:
     def attach(self, rec: TaskRecord, extra: Extras, pool: PoolState, now: float) -> None:
         """Link a task being admitted to its parents: it waits for the live ones, is skipped
         if an ended one did not meet its edge, and is released if every edge is met."""
-        eng = self._eng
+        st = self._st
         waiting = 0
         dead: str | None = None
         # `resolved` stays while the task is blocked if some task awaits a key: the await-cycle
@@ -123,7 +120,7 @@ class Dependencies:
                 extra.awaits.add(awaited)
                 timeout = pool.cfg.await_timeout
                 if timeout is not None:
-                    eng.timers.set(rec.submitted_at + max(0.0, timeout), self._await_expired, rec)
+                    st.timers.set(rec.submitted_at + max(0.0, timeout), self._await_expired, rec)
                 waiting += 1
             elif parent.status < FIRST_TERMINAL:
                 _children(parent).append((rec, on))
@@ -131,13 +128,13 @@ class Dependencies:
             elif not edge_met(parent.status, on):
                 dead = STATUS_NAMES[parent.status]
         if dead is not None:
-            eng._finish(rec, SKIPPED, now, f"dependency ended as {dead}")
+            st.finish(rec, SKIPPED, now, f"dependency ended as {dead}")
         elif waiting:
             extra.waiting = waiting
             if not self.awaiting:
                 extra.resolved = None
         else:
-            eng._release(rec, pool, now)
+            st.release(rec, pool, now)
 
     def ended(self, rec: TaskRecord, now: float) -> None:
         """A task with waiting children ended: settle their edges (skips cascade)."""
@@ -145,7 +142,7 @@ class Dependencies:
         if self._settling:
             return  # the loop below, already running, takes it
         cascade = self._cascade
-        eng = self._eng
+        st = self._st
         self._settling = True
         try:
             while cascade:
@@ -162,17 +159,17 @@ class Dependencies:
                         assert child_extra is not None
                         child_extra.waiting -= 1
                         if not child_extra.waiting:
-                            eng._release(child, eng.pools[child.pool], now)
+                            st.release(child, st.pools[child.pool], now)
                     else:
                         msg = f"dependency {parent.id} ended as {STATUS_NAMES[status]}"
-                        eng._finish(child, SKIPPED, now, msg)
+                        st.finish(child, SKIPPED, now, msg)
         finally:
             self._settling = False
 
     def _await_expired(self, rec: TaskRecord, tag: int, when: float, now: float) -> None:
         extra = rec.extra
         if rec.status == BLOCKED and extra is not None and extra.awaits:
-            self._eng._finish(rec, SKIPPED, now, MSG_AWAIT_TIMEOUT)
+            self._st.finish(rec, SKIPPED, now, MSG_AWAIT_TIMEOUT)
 
 
 def edge_met(status: int, on: str) -> bool:

@@ -14,14 +14,11 @@ at its start time while an earlier occurrence is still live.
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING
 
 from ..errors import SubmitError
 from .model import FAILED, MISSED, READY, SCHEDULED, SKIPPED, Extras, TaskRecord
-
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .pool import PoolState
+from .pool import PoolState, peak_overlap
+from .state import State
 
 MSG_MISSED = "fixed start missed"
 MSG_OVERLAP = "previous occurrence still running"
@@ -30,10 +27,10 @@ MSG_OVERLAP = "previous occurrence still running"
 class FixedStarts:
     """The engine's fixed-start bookkeeping (see the module docstring)."""
 
-    __slots__ = ("_batch", "_eng", "in_batch")
+    __slots__ = ("_batch", "_st", "in_batch")
 
-    def __init__(self, eng: Engine) -> None:
-        self._eng = eng
+    def __init__(self, st: State) -> None:
+        self._st = st
         self.in_batch = False  # checking a batch: its reservations count against each other
         self._batch: dict[str, list[tuple[float, float]]] = {}
 
@@ -52,25 +49,25 @@ class FixedStarts:
 
     def arrive(self, rec: TaskRecord, extra: Extras, pool: PoolState, now: float) -> None:
         """The task may run: wait for its time, run now, or apply on_miss."""
-        eng = self._eng
+        st = self._st
         start = extra.start_at
         assert start is not None
         if _too_late(extra, now):
-            eng._move(rec, SCHEDULED, now, None)
+            st.move(rec, SCHEDULED, now, None)
             self.missed(rec, extra, pool, now)
         elif now >= start:
             self._make_due(rec, extra, pool, now)
         else:
-            eng._move(rec, SCHEDULED, now, None)
+            st.move(rec, SCHEDULED, now, None)
             lead = max(extra.tolerance, pool.service_time())
-            eng.timers.set(start - lead, self._on_hold, rec)
-            eng.timers.set(start, self._on_start, rec)
+            st.timers.set(start - lead, self._on_hold, rec)
+            st.timers.set(start, self._on_start, rec)
 
     def missed(self, rec: TaskRecord, extra: Extras, pool: PoolState, now: float) -> None:
         """Not started within tolerance and on_miss is skip or fail."""
         pool.stats.on_fixed_start(now, False)
         status = MISSED if extra.on_miss == "skip" else FAILED
-        self._eng._finish(rec, status, now, MSG_MISSED)
+        self._st.finish(rec, status, now, MSG_MISSED)
 
     def drop(self, rec: TaskRecord, extra: Extras, pool: PoolState) -> None:
         """The task started or ended: its reservation and held slot go."""
@@ -78,14 +75,14 @@ class FixedStarts:
         if extra.held:
             extra.held = False
             pool.holds -= 1
-            self._eng._reoffer_if_resources()  # a held slot is free for others again
+            self._st.reoffer_if_resources()  # a held slot is free for others again
         extra.due = False
         extra.fixed_done = True
 
     def dispatch_due(self, pool: PoolState, now: float) -> None:
         """Start tasks at their fixed start time on the slots held for them, in start order;
         one that lacks a matching slot or a resource lets the next one try."""
-        eng = self._eng
+        st = self._st
         due = pool.due
         waiting = []
         while due and pool.busy < pool.capacity:
@@ -97,13 +94,13 @@ class FixedStarts:
                 continue
             found = None
             if pool.groups is not None or rec.labels:
-                found = eng.parking.slot_for(rec, pool, park=False)
-            if isinstance(found, bool) or not eng.parking.acquire(rec, now, park=False):
+                found = st.parking.slot_for(rec, pool, park=False)
+            if isinstance(found, bool) or not st.parking.acquire(rec, now, park=False):
                 waiting.append(entry)
                 continue
             pool.stats.on_fixed_start(now, now <= extra.start_at + extra.tolerance)
             self.drop(rec, extra, pool)
-            eng._start(rec, pool, now, True, found)
+            st.start(rec, pool, now, True, found)
         for entry in waiting:
             heappush(due, entry)
 
@@ -119,31 +116,31 @@ class FixedStarts:
         """The start time has come: the task waits, ahead of the ready queues, for its slot."""
         start = extra.start_at
         assert start is not None
-        self._eng._move(rec, READY, now, None)
+        self._st.move(rec, READY, now, None)
         rec.eligible_at = rec.ready_at = now
         pool.arrivals += 1
         _hold(extra, pool)
         extra.due = True
         heappush(pool.due, (start, rec.seq, rec))
         if now <= start + extra.tolerance:
-            self._eng.timers.set(start + extra.tolerance, self._on_miss, rec)
+            self._st.timers.set(start + extra.tolerance, self._on_miss, rec)
 
     # --- timer handlers -------------------------------------------------------------------
 
     def _on_hold(self, rec: TaskRecord, tag: int, when: float, now: float) -> None:
         if rec.status == SCHEDULED:
             assert rec.extra is not None
-            _hold(rec.extra, self._eng.pools[rec.pool])
+            _hold(rec.extra, self._st.pools[rec.pool])
 
     def _on_start(self, rec: TaskRecord, tag: int, when: float, now: float) -> None:
         if rec.status != SCHEDULED:
             return
         extra = rec.extra
         assert extra is not None
-        pool = self._eng.pools[rec.pool]
+        pool = self._st.pools[rec.pool]
         sched = extra.recurring
         if sched is not None and sched.earlier_live(rec):
-            self._eng._finish(rec, SKIPPED, now, MSG_OVERLAP)
+            self._st.finish(rec, SKIPPED, now, MSG_OVERLAP)
         elif _too_late(extra, now):  # the driver woke after the tolerance
             self.missed(rec, extra, pool, now)
         else:
@@ -155,7 +152,7 @@ class FixedStarts:
         extra = rec.extra
         assert extra is not None
         if rec.status == READY and extra.due and extra.on_miss != "run_late":
-            pool = self._eng.pools[rec.pool]
+            pool = self._st.pools[rec.pool]
             if pool.busy >= pool.capacity:
                 self.missed(rec, extra, pool, now)
             else:
@@ -173,18 +170,3 @@ def _hold(extra: Extras, pool: PoolState) -> None:
     if not extra.held:
         extra.held = True
         pool.holds += 1
-
-
-def peak_overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> int:
-    """Most of the half-open intervals that cover one instant of [lo, hi)."""
-    points: list[tuple[float, int]] = []
-    for a, b in intervals:
-        if a < hi and b > lo:
-            points.append((max(a, lo), 1))
-            points.append((min(b, hi), -1))
-    points.sort()  # at equal times, ends (-1) before starts (+1): touching is no overlap
-    peak = level = 0
-    for _, step in points:
-        level += step
-        peak = max(peak, level)
-    return peak

@@ -9,12 +9,14 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+# Defined with the exceptions (errors.py depends on nothing of cronoq's); the edge modules
+# take it from here with the other argument checks (parse_priority).
+from ..errors import check_seconds as check_seconds
 
 if TYPE_CHECKING:
     from .autoscale import AutoscaleSettings
-    from .recurring import Recurring
-    from .resources import ResourceState
 
 # --- statuses ----------------------------------------------------------------------------------
 
@@ -141,19 +143,6 @@ def parse_priority(value: object, arg: str = "priority") -> int:
         except KeyError:
             raise ValueError(f"unknown priority {value!r}") from None
     raise TypeError(f"{arg} must be a Priority, int or str")
-
-
-# --- durations ---------------------------------------------------------------------------------
-
-
-def check_seconds(name: str, value: object, *, allow_inf: bool = False) -> float:
-    """A duration argument: finite (or inf where allowed) and non-negative, else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds (got {value!r})")
-    v = float(value)
-    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
-        raise ValueError(f"{name} must be a finite, non-negative number of seconds (got {value!r})")
-    return v
 
 
 # --- retry policy ------------------------------------------------------------------------------
@@ -353,8 +342,8 @@ class Extras:
         self.on_miss = on_miss
         self.deps = deps  # (parent id or key, condition) edges as submitted
         self.resources = resources  # resource name -> amount
-        # (resource, amount) pairs checked at admission
-        self.wanted: tuple[tuple[ResourceState, int], ...] | None = None
+        # (resources.ResourceState, amount) pairs checked at admission (parking.Wanted)
+        self.wanted: tuple[tuple[Any, int], ...] | None = None
         # (parent, awaited key, condition) edges resolved at admission; kept while blocked only
         # as long as some task awaits a key (the await-cycle check walks them)
         self.resolved: list[tuple[TaskRecord | None, str | None, str]] | None = None
@@ -366,7 +355,7 @@ class Extras:
         self.due = False  # its fixed start came: it waits ahead of the ready queues
         self.fixed_done = False  # its reservation and held slot are gone
         self.lost = False  # restored: its attempt was running when the last holder stopped
-        self.recurring: Recurring | None = None  # overlap="skip": checked at its start time
+        self.recurring: Overlap | None = None  # overlap="skip": checked at its start time
         # the attempts that ended with a retry, oldest first (at most HISTORY_MAX; in memory only)
         self.history: list[PastAttempt] | None = None
 
@@ -390,6 +379,12 @@ class Extras:
 
 
 _PLAIN = Extras()
+
+
+class Overlap(Protocol):
+    """What a fixed start asks its recurring schedule (recurring.Recurring) at its start time."""
+
+    def earlier_live(self, rec: TaskRecord) -> bool: ...
 
 
 class TaskRecord:

@@ -12,16 +12,14 @@ for the same resource amounts share one resolved tuple (few distinct requests ex
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import SubmitError
 from .groups import Group, Groups
 from .model import RUNNING, TaskRecord
+from .pool import PoolState
 from .resources import ResourceState
-
-if TYPE_CHECKING:
-    from .engine import Engine
-    from .pool import PoolState
+from .timers import Timers
 
 # A task's resources resolved at submit: (resource, amount) pairs.
 Wanted = tuple[tuple[ResourceState, int], ...]
@@ -29,12 +27,17 @@ _WANTED_CACHE = 1024  # distinct resource requests remembered
 
 
 class Parking:
-    """Resource and worker-group parking of the engine (see the module docstring)."""
+    """Resource and worker-group parking of the engine (see the module docstring): it needs
+    only the engine's pools, resources and timers, never a status change."""
 
-    __slots__ = ("_eng", "_wanted", "offered", "reoffer")
+    __slots__ = ("_pools", "_resources", "_timers", "_wanted", "offered", "reoffer")
 
-    def __init__(self, eng: Engine) -> None:
-        self._eng = eng
+    def __init__(
+        self, pools: dict[str, PoolState], resources: dict[str, ResourceState], timers: Timers
+    ) -> None:
+        self._pools = pools
+        self._resources = resources
+        self._timers = timers
         self.reoffer = False  # an attempt ended since parked tasks were last offered resources
         self.offered: list[TaskRecord] = []  # put back in a queue by a resource or group
         self._wanted: dict[tuple[tuple[str, int], ...], Wanted] = {}
@@ -47,7 +50,7 @@ class Parking:
         sig = tuple(amounts.items())
         wanted = self._wanted.get(sig)
         if wanted is None:
-            resources = self._eng.resources
+            resources = self._resources
             pairs = []
             for name, amount in sig:
                 r = resources.get(name)
@@ -111,7 +114,7 @@ class Parking:
         when = r.ready_at(amount, now)
         if r.wake is None or when < r.wake:
             r.wake = when
-            self._eng.timers.set(when, self._on_tokens, r)
+            self._timers.set(when, self._on_tokens, r)
 
     def _on_tokens(self, r: ResourceState, tag: int, when: float, now: float) -> None:
         if r.wake == when:
@@ -121,7 +124,7 @@ class Parking:
     def _unpark(self, r: ResourceState, now: float) -> None:
         """Put back in their ready queues the parked tasks the resource can serve now, best
         first, skipping tasks whose pool has no free slot (they would only park again)."""
-        pools = self._eng.pools
+        pools = self._pools
         room: dict[str, int] = {}
 
         def fits(rec: TaskRecord) -> bool:
@@ -165,11 +168,10 @@ class Parking:
     def offer(self, now: float) -> None:
         """Offer what resources and groups can serve now to the tasks parked on them."""
         self.reoffer = False
-        eng = self._eng
-        for r in eng.resources.values():
+        for r in self._resources.values():
             if r.parked:
                 self._unpark(r, now)
-        for pool in eng.pools.values():
+        for pool in self._pools.values():
             groups = pool.groups
             if groups is not None and groups.parked:
                 for g in list(groups.by_key.values()):
@@ -190,7 +192,7 @@ class Parking:
         under overload, where max_pending bounds it."""
         q = pool.queues.classes[cls]
         found = [r for r in (q.newest() if newest else q.oldest(),) if r is not None]
-        waits: list[Any] = [r.parked for r in self._eng.resources.values()]
+        waits: list[Any] = [r.parked for r in self._resources.values()]
         if pool.groups is not None:
             waits.append(pool.groups.parked)
         for parked in waits:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from .autoscale import Autoscaler
-from .fixed import peak_overlap
 from .groups import Groups
 from .model import READY, PoolConfig, PoolSnapshot, Scoring, TaskRecord
 from .queue import ReadyQueues
@@ -166,3 +165,18 @@ class PoolState:
             worker_seconds=self.stats.worker_seconds,
             cost=self.stats.worker_seconds * self.cfg.cost_per_worker_second,
         )
+
+
+def peak_overlap(intervals: list[tuple[float, float]], lo: float, hi: float) -> int:
+    """Most of the half-open intervals that cover one instant of [lo, hi)."""
+    points: list[tuple[float, int]] = []
+    for a, b in intervals:
+        if a < hi and b > lo:
+            points.append((max(a, lo), 1))
+            points.append((min(b, hi), -1))
+    points.sort()  # at equal times, ends (-1) before starts (+1): touching is no overlap
+    peak = level = 0
+    for _, step in points:
+        level += step
+        peak = max(peak, level)
+    return peak

@@ -18,9 +18,9 @@ one that cannot resume fails. Totals count only what happens from here (lost att
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from ..errors import SubmitError
+from .deps import Dependencies
 from .model import (
     BLOCKED,
     DEAD_LETTERED,
@@ -28,74 +28,64 @@ from .model import (
     FAILED,
     FIRST_TERMINAL,
     READY,
-    RESTORE_TRANSITIONS,
     RETRYING,
     RUNNING,
-    TOTALS_KEYS,
     Extras,
     TaskRecord,
-    check_transition,
 )
 from .parking import unqueue
-
-if TYPE_CHECKING:
-    from .engine import Engine
+from .state import State
 
 MSG_LOST = "attempt lost in failover; retries exhausted"
 MSG_LOST_RETRY = "attempt lost in failover"
 
 
-def restore(eng: Engine, recs: Iterable[TaskRecord], now: float, broken: Mapping[int, str]) -> None:
+def restore(
+    st: State, deps: Dependencies, recs: Iterable[TaskRecord], now: float, broken: Mapping[int, str]
+) -> None:
     """See the module docstring."""
     ordered = sorted(recs, key=lambda r: r.id)
     for rec in ordered:
-        eng._seq = max(eng._seq, rec.seq)
+        st.seq = max(st.seq, rec.seq)
     done = sorted((r for r in ordered if r.status >= FIRST_TERMINAL), key=_finished_at)
     for rec in done:
-        eng._retain(rec)
+        st.retain(rec)
     lost: list[TaskRecord] = []
     retried = 0
     for rec in ordered:
         if rec.status >= FIRST_TERMINAL:
             continue
         was_running = rec.status == RUNNING
-        problem = broken.get(rec.id) or _readmit(eng, rec, now)
+        problem = broken.get(rec.id) or _readmit(st, deps, rec, now)
         retried += problem is None and was_running and rec.status == RETRYING
         if problem is not None:
-            check_transition(rec, FAILED, RESTORE_TRANSITIONS)
-            rec.status, rec.message, rec.finished_at = FAILED, problem, now
+            st.reinstate(rec, FAILED, journal=True)
+            rec.message, rec.finished_at = problem, now
             rec.extra = None
-            eng._retain(rec)
-            if eng.journal is not None:
-                eng.journal.changed[rec.id] = rec
+            st.retain(rec)
         elif rec.extra is not None and rec.extra.lost:
             rec.extra.lost = False
             lost.append(rec)
             if rec.extra.is_empty():
                 rec.extra = None
-    if eng.journal is not None:
-        eng.journal.added.clear()  # their rows exist
-    eng.totals = dict.fromkeys(TOTALS_KEYS, 0)
-    eng.totals["retries"] = retried
-    for pool in eng.pools.values():
-        pool.arrivals = 0
+    st.restart_counts(retried)
     for rec in lost:
-        pool = eng.pools[rec.pool]
+        pool = st.pools[rec.pool]
         policy = rec.retry or pool.retry or DEFAULT_RETRY
         if rec.attempt >= policy.max_attempts and rec.status == READY:
             unqueue(rec, pool)
-            eng._finish(rec, DEAD_LETTERED, now, MSG_LOST)
+            st.finish(rec, DEAD_LETTERED, now, MSG_LOST)
 
 
-def _readmit(eng: Engine, rec: TaskRecord, now: float) -> str | None:
+def _readmit(st: State, deps: Dependencies, rec: TaskRecord, now: float) -> str | None:
     """Admit one stored live task again; returns why it cannot run, or None."""
-    pool = eng.pools.get(rec.pool)
+    pool = st.pools.get(rec.pool)
     if pool is None:
         return f"pool {rec.pool!r} is no longer configured"
     status, extra = rec.status, rec.extra
     if extra is not None:
         try:
-            eng._resolve_resources(extra)
+            st.resolve_resources(extra)
         except SubmitError as e:
             return f"cannot resume: {e.message}"
         if status != BLOCKED:
@@ -124,33 +114,23 @@ def _readmit(eng: Engine, rec: TaskRecord, now: float) -> str | None:
             # may still be finishing it), with the next attempt number
             delay = policy.backoff(rec.attempt + 1)
             if policy.jitter and delay > 0.0:
-                delay = eng.rng.uniform(0.0, delay)
+                delay = st.rng.uniform(0.0, delay)
             rec.ready_at = now + delay
             rec.message = MSG_LOST_RETRY
             status = RETRYING
     if status == RETRYING:
-        check_transition(rec, RETRYING, RESTORE_TRANSITIONS)
-        rec.status = RETRYING
-        if lost and eng.journal is not None:
-            eng.journal.changed[rec.id] = rec  # its retry time is written back
-        eng.tasks[rec.id] = rec
-        if rec.key is not None:
-            eng.keys[rec.key] = rec
-        eng.live += 1
-        pool.pending_by_class[rec.cls] += 1
-        pool.retrying_by_class[rec.cls] += 1
-        eng.timers.set(rec.ready_at, eng._on_retry, rec, rec.attempt)
+        st.reinstate(rec, RETRYING, journal=lost)  # a lost attempt's retry time is written back
+        st.resume_retry(rec, pool)
         return None
     if extra is not None:
         try:
-            eng.deps.resolve(rec, extra, None)
+            deps.resolve(rec, extra, None)
         except SubmitError as e:
             return f"cannot resume: {e.message}"
     if rec.extra is not None and rec.extra.is_empty():
         rec.extra = None
-    check_transition(rec, BLOCKED, RESTORE_TRANSITIONS)
-    rec.status = BLOCKED
-    eng._admit(rec, pool, now)
+    st.reinstate(rec, BLOCKED, journal=False)
+    st.admit(rec, pool, now)
     return None
 
 
