@@ -17,8 +17,8 @@ import grpc
 
 from cronoq.server.config import LimitsSettings, SocketAddress, native_built
 from cronoq.server.decode import receive_limit
+from cronoq.server.fronts.native import NativeFront
 from cronoq.server.inflight import Ledger
-from cronoq.server.native import NativeFront
 
 TRANSPORTS = ("grpcio", "native") if native_built() else ("grpcio",)
 current = "grpcio"  # what `listening` serves on

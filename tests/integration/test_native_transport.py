@@ -28,7 +28,7 @@ from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import ConfigError, load_config, native_built
 from cronoq.server.config import reader as config_reader
-from cronoq.server.native import TOO_MANY_CALLS
+from cronoq.server.fronts.native import TOO_MANY_CALLS
 from helpers.servers import PORT0, Server, running_app, write
 from helpers.waiting import until
 

@@ -13,7 +13,7 @@ from test_server_grpc_web import BINARY, POOLS, PORTS, SUBMIT, WATCH, connect, s
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server import grpcweb
+from cronoq.server.fronts import grpcweb
 
 LISTED = """[server.grpc_web]
 allowed_origins = ["https://Dash.Example.com:443", "HTTP://LOCALHOST:3000"]

@@ -17,7 +17,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from test_server_grpc_web import OPEN, connect, serving
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.server import grpcweb
+from cronoq.server.fronts import grpcweb
 from helpers.servers import PORT0
 from helpers.transports import TRANSPORTS
 

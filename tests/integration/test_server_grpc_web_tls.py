@@ -32,8 +32,8 @@ from test_server_grpc_web import (
 )
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.server import grpcweb
 from cronoq.server.app import ServerApp
+from cronoq.server.fronts import grpcweb
 from helpers.auth import Stubs, code_of, mtls_config, over_mtls
 
 Code = grpc.StatusCode

@@ -37,7 +37,7 @@ import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server.http import STANDBY_REASON
+from cronoq.server.fronts.http_api import STANDBY_REASON
 from helpers import pgstore
 from helpers.servers import Server, free_port, write
 from helpers.tcpproxy import TcpProxy

@@ -27,19 +27,13 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.server import http as http_listener
-from cronoq.server.app import ServerApp
+from cronoq.server.app import ServerApp, served_routes
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
-from cronoq.server.http import (
-    RECYCLE_S,
-    ROUTES,
-    STANDBY_REASON,
-    HttpError,
-    Route,
-    loopback_host,
-    served_routes,
-)
+from cronoq.server.fronts import http_api as http_listener
+from cronoq.server.fronts.http_api import RECYCLE_S, ROUTES, STANDBY_REASON
+from cronoq.server.fronts.routes import HttpError, Route
+from cronoq.server.hosts import loopback_host
 from helpers.vclock import VirtualEventLoop
 from helpers.waiting import until
 from helpers.workers import Worker

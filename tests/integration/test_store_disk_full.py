@@ -26,7 +26,7 @@ import pytest
 from cronoq import Pool, Scheduler, SchedulerError, SqliteStore, TaskContext
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server.http import STANDBY_REASON
+from cronoq.server.fronts.http_api import STANDBY_REASON
 from helpers.diskfull import fill, small_fs
 from helpers.servers import PORT0, Server, write
 from helpers.waiting import until

@@ -7,7 +7,7 @@ import ssl
 
 import pytest
 
-from cronoq.server import grpcweb
+from cronoq.server.fronts import grpcweb
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cronoq.server.app import ServerApp
 from cronoq.server.config import load_config
-from cronoq.server.http import header_text
+from cronoq.server.fronts.http_api import header_text
 from cronoq.store import PostgresStore, SqliteStore
 
 PORTS = '[server]\ngrpc_addr = "127.0.0.1:0"\nhttp_addr = "127.0.0.1:0"\n'

@@ -24,8 +24,8 @@ from .auth import (
 )
 from .config import ServerConfig
 from .decode import DecodeGuard
+from .fronts.routes import HttpError, Route
 from .holds import bound_request
-from .http import HttpError, Route
 from .scaler import WebhookScaler
 from .shards import Peers, Router, ShardPlan
 from .tasks import AdminService, TasksService

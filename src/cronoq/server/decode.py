@@ -203,7 +203,7 @@ def size_checked(handler: Handler, max_message_bytes: int) -> Handler:
     return result
 
 
-def _streaming(inner: Callable[..., Any], guard: Callable[[Any, Context], Any]) -> Any:
+def streaming_handler(inner: Callable[..., Any], guard: Callable[[Any, Context], Any]) -> Any:
     """Wrap a response-streaming behavior, whether an async generator or a coroutine that
     writes with context.write()."""
 
@@ -255,7 +255,7 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _streaming(handler.unary_stream, unary_request),
+                streaming_handler(handler.unary_stream, unary_request),
                 request_deserializer=decode,
                 response_serializer=out,
             )
@@ -270,7 +270,7 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
             )
         assert handler.stream_stream is not None
         return grpc.stream_stream_rpc_method_handler(
-            _streaming(handler.stream_stream, stream_request),
+            streaming_handler(handler.stream_stream, stream_request),
             request_deserializer=decode,
             response_serializer=out,
         )

@@ -22,7 +22,7 @@ from typing import Any, Protocol, cast
 import grpc
 
 from .config import LimitsSettings
-from .decode import Context, Handler, _streaming
+from .decode import Context, Handler, streaming_handler
 
 # How long the gRPC listener may stay full (refusing every new call) and still be ready.
 FULL_S = 10.0
@@ -101,7 +101,7 @@ class Ledger(grpc.aio.ServerInterceptor):
             kind = "unary_stream" if handler.unary_stream is not None else "stream_stream"
             make: Any = getattr(grpc, f"{kind}_rpc_method_handler")
             streaming: Handler = make(
-                _streaming(getattr(handler, kind), self._admitted),
+                streaming_handler(getattr(handler, kind), self._admitted),
                 request_deserializer=decode,
                 response_serializer=handler.response_serializer,
             )

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from ..config import LimitsSettings, SocketAddress, TlsSettings
+from ..decode import Handler, receive_limit
+from ..inflight import UNREAD, Fullness
 from .calls import Aborted, Call, CallDetails, resolver
-from .config import LimitsSettings, SocketAddress, TlsSettings
-from .decode import Handler, receive_limit
-from .inflight import UNREAD, Fullness
 
 if TYPE_CHECKING:
     from cronoq import _native

@@ -2,12 +2,14 @@
 API that mirrors the gRPC calls, with the routes and shapes of the published cronoq-server 0.2.1.
 
 The API runs no logic of its own. Each route builds the request message of the gRPC method it
-mirrors (httpjson.py turns the JSON into it) and calls the very handler the app's registrars
-gave the gRPC listener (`ServerApp.methods`), with `calls.Call` standing in for the servicer
-context: what tasks.py uses of it (`abort`, `invocation_metadata`, `time_remaining`). The answer
-goes back in the JSON shape of its route (httpjson.py again), and every refusal, a gRPC status or
-the listener's own, as `{"error": "<text>", "code": "<reason>"}` whose code is a function of the
-HTTP status alone (docs/http.md, "Errors"). So both listeners validate, refuse and answer alike.
+mirrors (json_messages.py turns the JSON into it) and calls the very handler the app's
+registrars gave the gRPC listener (`Host.methods`), with `calls.Call` standing in for the
+servicer context: what the services use of it (`abort`, `invocation_metadata`,
+`time_remaining`). The answer goes back in the JSON shape of its route (json_messages.py again),
+and every refusal, a gRPC status or the listener's own, as `{"error": "<text>", "code":
+"<reason>"}` whose code is a function of the HTTP status alone (docs/http.md, "Errors"). So both
+listeners validate, refuse and answer alike. The routes and the refusal type are in routes.py,
+shared with the dashboard.
 
 Checks run as middlewares in the order of docs/http.md, "Checks, in order", all before the body
 is read: the Host header (only while no credential is configured and insecure_no_auth is off),
@@ -35,10 +37,9 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import grpc
 from aiohttp import hdrs, web
@@ -49,15 +50,14 @@ from aiohttp.web_protocol import RequestHandler
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 from yarl import URL
 
-from ..proto.cronoq.v1 import cronoq_pb2 as pb
-from . import httpjson, misdirected
+from ...proto.cronoq.v1 import cronoq_pb2 as pb
+from ..config import ConfigError, SocketAddress, TlsSettings
+from ..hosts import loopback_host
+from ..metrics import CONTENT_TYPE, ServerMetrics
+from . import json_messages, misdirected
 from .calls import Aborted, Call
-from .config import ConfigError, SocketAddress, TlsSettings
-from .hosts import loopback_host
-from .metrics import CONTENT_TYPE, ServerMetrics
-
-if TYPE_CHECKING:
-    from .app import ServerApp
+from .host import HttpHost
+from .routes import JSON_CONTENT_TYPE, Gateway, HttpError, Route, json_answer
 
 __all__ = [
     "ROUTES",
@@ -71,7 +71,6 @@ __all__ = [
 
 log = logging.getLogger("cronoq.server")
 
-Handler = Callable[["HttpListener", web.Request], Awaitable[web.StreamResponse]]
 Authorize = Callable[[web.Request, "Route"], Awaitable[None]]
 """The authentication slot, where `cronoq.server.auth` plugs in: resolve the request's
 credentials (`Authenticator.authenticate` of the `Authorization` header, or of the client
@@ -82,24 +81,8 @@ the handler's task, so the servicers see that caller. It runs after the Host che
 readiness and the body. Routes whose `method` is None (health, readiness, the OpenAPI
 document) skip it, and so does the metrics listener (docs/http.md, "Checks, in order")."""
 
-JSON_CONTENT_TYPE = "application/json"
 TEXT_CONTENT_TYPE = "text/plain"
 
-# docs/http.md, "Errors": the HTTP status of each gRPC status code; any other is 500.
-HTTP_STATUS = {
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.OUT_OF_RANGE: 400,  # a payload over limits.max_message_bytes
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.FAILED_PRECONDITION: 409,
-    grpc.StatusCode.ABORTED: 409,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.UNIMPLEMENTED: 501,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-}
 # The texts of the listener's own refusals (docs/http.md, "Errors").
 NO_ROUTE = "no such route"
 NO_METHOD = "method not allowed"
@@ -124,66 +107,8 @@ STANDBY_REASON = "Cronoq-Standby-Reason"
 MAX_REASON_LEN = 256
 
 
-class HttpError(Exception):
-    """Ends a request with `status` and `{"error": message, "code": <the status's reason>}`
-    (`code` is a function of the status alone); a 401 also carries `WWW-Authenticate: Bearer`.
-    With `close`, the answer carries `Connection: close` and the connection ends after it."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        headers: Mapping[str, str] | None = None,
-        *,
-        close: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers
-        self.close = close
-
-    @property
-    def code(self) -> str:
-        return httpjson.reason(self.status)
-
-    @classmethod
-    def of_grpc(cls, code: grpc.StatusCode, message: str) -> HttpError:
-        return cls(HTTP_STATUS.get(code, 500), message)
-
-    def response(self) -> web.Response:
-        response = json_answer({"error": self.message, "code": self.code}, status=self.status)
-        response.headers.update(self.headers or {})
-        if self.status == 401:
-            response.headers[hdrs.WWW_AUTHENTICATE] = "Bearer"
-        if self.close:
-            response.force_close()  # aiohttp then sends `Connection: close`
-        return response
-
-
-def json_answer(data: Any, status: int = 200) -> web.Response:
-    """A JSON answer: `content-type: application/json`, keys sorted."""
-    return web.Response(body=httpjson.dumps(data), status=status, content_type=JSON_CONTENT_TYPE)
-
-
 def _invalid(message: str) -> HttpError:
     return HttpError(400, message)
-
-
-@dataclass(frozen=True)
-class Route:
-    """One row of the route table (docs/http.md, "Routes"). `path` is in OpenAPI form (`{id}`
-    is a task id, checked by the route: anything else is 400, not 404); `method` is the gRPC
-    method it mirrors, whose roles it requires (None: no credentials needed); `api` routes
-    answer 503 unless the server serves; `probe` routes (health, readiness) skip every check,
-    the Host check included."""
-
-    verb: str
-    path: str
-    handler: Handler
-    method: str | None
-    api: bool = True
-    probe: bool = False
 
 
 # Every route's call runs under limits.request_timeout_s; these may also wait, so theirs is
@@ -205,19 +130,22 @@ class HttpListener:
     """The HTTP listener of one ServerApp, and its metrics listener when `metrics_addr` is set.
 
     Started by `ServerApp.listen()` (on a standby too), stopped by `ServerApp.stop()` after the
-    gRPC drain. `authorize` is the authentication slot (see `Authorize`); None while no
-    credentials are configured.
+    gRPC drain. `routes`: what `http_addr` serves (ROUTES, and the dashboard's when it is on).
+    `authorize` is the authentication slot (see `Authorize`); None while no credentials are
+    configured.
     """
 
     def __init__(
         self,
-        app: ServerApp,
+        app: HttpHost,
+        routes: Sequence[Route],
         *,
         authorize: Authorize | None = None,
         ssl_context: ssl.SSLContext | None = None,
         drain_s: float = 5.0,
     ) -> None:
         self.app = app
+        self.routes = tuple(routes)
         self.metrics = ServerMetrics()
         self._authorize = authorize
         self._ssl = ssl_context
@@ -234,9 +162,7 @@ class HttpListener:
         nothing left listening."""
         server = self.app.cfg.server
         try:
-            http = await self._bind(
-                served_routes(server.dashboard), server.http_addr, ssl_context=self._ssl
-            )
+            http = await self._bind(self.routes, server.http_addr, ssl_context=self._ssl)
             metrics = None
             if server.metrics_addr is not None:
                 metrics = await self._bind(METRICS_ROUTES, server.metrics_addr, metrics_only=True)
@@ -333,7 +259,7 @@ class HttpListener:
             if e.close:
                 return await _answer_and_close(request, e.response())
             return e.response()
-        except httpjson.BadRequest as e:
+        except json_messages.BadRequest as e:
             return HttpError(400, str(e)).response()
         except web.HTTPException as e:
             if e.status < 400:
@@ -596,11 +522,11 @@ def _of_aiohttp(e: web.HTTPException, limit: int) -> HttpError:
 
 async def _body(request: web.Request) -> Any:
     """The request's JSON body, any content type (an empty body reads as `{}`); 413 past the
-    limit while reading, 400 if it is not strict JSON (httpjson.loads)."""
+    limit while reading, 400 if it is not strict JSON (json_messages.loads)."""
     raw = await request.read()
     try:
-        return httpjson.loads(raw) if raw else {}
-    except httpjson.BadRequest:
+        return json_messages.loads(raw) if raw else {}
+    except json_messages.BadRequest:
         raise
     except ValueError as e:
         raise _invalid(f"the body is not JSON: {e}") from None
@@ -612,7 +538,7 @@ def _task_ref(request: web.Request) -> pb.TaskRef:
     """The task of a `{id}` or `{key}` route; `{key}` arrives percent-decoded."""
     info = request.match_info
     if "id" in info:
-        return pb.TaskRef(id=httpjson.path_id(info["id"]))
+        return pb.TaskRef(id=json_messages.path_id(info["id"]))
     return pb.TaskRef(key=info["key"])
 
 
@@ -624,11 +550,11 @@ def _text(text: str, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type=TEXT_CONTENT_TYPE)
 
 
-async def healthz(gw: HttpListener, request: web.Request) -> web.Response:
+async def healthz(gw: Gateway, request: web.Request) -> web.Response:
     return _text("ok")
 
 
-async def readyz(gw: HttpListener, request: web.Request) -> web.Response:
+async def readyz(gw: Gateway, request: web.Request) -> web.Response:
     """`ready`, or 503 `standby` with the reason in a header (the body stays as scripts grep)."""
     reason = gw.app.unready_reason
     if reason is None:
@@ -649,7 +575,7 @@ def header_text(text: str) -> str:
     return cleaned
 
 
-async def metrics(gw: HttpListener, request: web.Request) -> web.Response:
+async def metrics(gw: Gateway, request: web.Request) -> web.Response:
     """503 unless this server serves: a standby's scrape fails, as the published server's."""
     snap = await gw.snapshot(request)
     if snap is None:
@@ -659,44 +585,48 @@ async def metrics(gw: HttpListener, request: web.Request) -> web.Response:
     return response
 
 
-async def openapi(gw: HttpListener, request: web.Request) -> web.Response:
+async def openapi(gw: Gateway, request: web.Request) -> web.Response:
     return json_answer(openapi_document())
 
 
-async def snapshot(gw: HttpListener, request: web.Request) -> web.Response:
+async def snapshot(gw: Gateway, request: web.Request) -> web.Response:
     return await gw.answer(
-        request, "/cronoq.v1.Admin/Snapshot", pb.Empty(), httpjson.snapshot_answer
+        request, "/cronoq.v1.Admin/Snapshot", pb.Empty(), json_messages.snapshot_answer
     )
 
 
-async def submit(gw: HttpListener, request: web.Request) -> web.Response:
+async def submit(gw: Gateway, request: web.Request) -> web.Response:
     """A task object plus `wait` and `wait_timeout_s`; `result` only when it waited."""
-    message = httpjson.submit_request(await _body(request))
+    message = json_messages.submit_request(await _body(request))
     return await gw.answer(
         request,
         "/cronoq.v1.Tasks/Submit",
         message,
-        lambda resp: httpjson.submit_answer(resp, waited=message.wait),
+        lambda resp: json_messages.submit_answer(resp, waited=message.wait),
     )
 
 
-async def submit_batch(gw: HttpListener, request: web.Request) -> web.Response:
+async def submit_batch(gw: Gateway, request: web.Request) -> web.Response:
     limit = gw.app.cfg.limits.max_tasks_per_batch
-    message = httpjson.batch_request(await _body(request), limit)
-    return await gw.answer(request, "/cronoq.v1.Tasks/SubmitBatch", message, httpjson.batch_answer)
+    message = json_messages.batch_request(await _body(request), limit)
+    return await gw.answer(
+        request, "/cronoq.v1.Tasks/SubmitBatch", message, json_messages.batch_answer
+    )
 
 
-async def list_tasks(gw: HttpListener, request: web.Request) -> web.Response:
-    message = httpjson.list_request(request.query)
-    return await gw.answer(request, "/cronoq.v1.Tasks/ListTasks", message, httpjson.list_answer)
+async def list_tasks(gw: Gateway, request: web.Request) -> web.Response:
+    message = json_messages.list_request(request.query)
+    return await gw.answer(
+        request, "/cronoq.v1.Tasks/ListTasks", message, json_messages.list_answer
+    )
 
 
-async def get_task(gw: HttpListener, request: web.Request) -> web.Response:
+async def get_task(gw: Gateway, request: web.Request) -> web.Response:
     message = pb.GetRequest(task=_task_ref(request))
-    return await gw.answer(request, "/cronoq.v1.Tasks/Get", message, httpjson.task_info)
+    return await gw.answer(request, "/cronoq.v1.Tasks/Get", message, json_messages.task_info)
 
 
-async def cancel_task(gw: HttpListener, request: web.Request) -> web.Response:
+async def cancel_task(gw: Gateway, request: web.Request) -> web.Response:
     """`{"cancelled": false}` for a task that has ended and for one that does not exist
     (which a pool-restricted caller's Cancel answers NOT_FOUND)."""
     message = pb.CancelRequest(task=_task_ref(request))
@@ -709,34 +639,34 @@ async def cancel_task(gw: HttpListener, request: web.Request) -> web.Response:
     return json_answer({"cancelled": response.cancelled})
 
 
-async def wait_task(gw: HttpListener, request: web.Request) -> web.Response:
+async def wait_task(gw: Gateway, request: web.Request) -> web.Response:
     """Waits up to `timeout_s`, capped by (and by default) `limits.max_wait_s`; 504 when it
     runs out, the task left as it is."""
     message = pb.WaitRequest(task=_task_ref(request))
-    timeout = httpjson.timeout_query(request.query)
+    timeout = json_messages.timeout_query(request.query)
     if timeout is not None:
         message.timeout_s = timeout
-    return await gw.answer(request, "/cronoq.v1.Tasks/Wait", message, httpjson.task_result)
+    return await gw.answer(request, "/cronoq.v1.Tasks/Wait", message, json_messages.task_result)
 
 
-async def list_workers(gw: HttpListener, request: web.Request) -> web.Response:
+async def list_workers(gw: Gateway, request: web.Request) -> web.Response:
     return await gw.answer(
-        request, "/cronoq.v1.Admin/ListWorkers", pb.Empty(), httpjson.workers_answer
+        request, "/cronoq.v1.Admin/ListWorkers", pb.Empty(), json_messages.workers_answer
     )
 
 
-async def list_recurring(gw: HttpListener, request: web.Request) -> web.Response:
+async def list_recurring(gw: Gateway, request: web.Request) -> web.Response:
     return await gw.answer(
-        request, "/cronoq.v1.Admin/ListRecurring", pb.Empty(), httpjson.recurring_answer
+        request, "/cronoq.v1.Admin/ListRecurring", pb.Empty(), json_messages.recurring_answer
     )
 
 
-async def add_recurring(gw: HttpListener, request: web.Request) -> web.Response:
-    message = httpjson.recurring_request(await _body(request))
+async def add_recurring(gw: Gateway, request: web.Request) -> web.Response:
+    message = json_messages.recurring_request(await _body(request))
     return await gw.answer(request, "/cronoq.v1.Admin/AddRecurring", message, lambda _: {})
 
 
-async def remove_recurring(gw: HttpListener, request: web.Request) -> web.Response:
+async def remove_recurring(gw: Gateway, request: web.Request) -> web.Response:
     message = pb.RemoveRecurringRequest(name=request.match_info["name"])
     return await gw.answer(
         request,
@@ -783,23 +713,13 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
-def served_routes(dashboard: bool) -> tuple[Route, ...]:
-    """ROUTES, and the dashboard's after them when `[server] dashboard` is on (docs/dashboard.md,
-    "The dashboard's API"); those stay out of the OpenAPI document."""
-    if not dashboard:
-        return ROUTES
-    from . import dashboard as ui  # it builds on this module
-
-    return ROUTES + ui.ROUTES
-
-
 # The metrics listener's (docs/http.md, "Metrics listener").
 METRICS_ROUTES = tuple(r for r in ROUTES if r.path in ("/metrics", "/healthz", "/readyz"))
 
 
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI 3 description of ROUTES, shipped as package data (openapi.json)."""
-    text = resources.files(__package__).joinpath("openapi.json").read_text(encoding="utf-8")
+    text = resources.files("cronoq.server").joinpath("openapi.json").read_text(encoding="utf-8")
     return cast(dict[str, Any], json.loads(text))
 
 

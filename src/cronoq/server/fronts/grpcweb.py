@@ -27,21 +27,19 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import grpc
 from yarl import URL
 
-from .auth import certificate_dns_names
+from ..auth import certificate_dns_names
+from ..config import SocketAddress
+from ..decode import Handler, size_checked
+from ..errors import percent_encode, refusal
+from ..hosts import loopback_host
 from .calls import Aborted, Call, CallDetails, resolver
-from .config import SocketAddress
-from .decode import Handler, size_checked
-from .errors import percent_encode, refusal
-from .hosts import loopback_host
+from .host import Host
 from .misdirected import HTTP2_PREFACE, preface_pending
-
-if TYPE_CHECKING:
-    from .app import ServerApp
 
 __all__ = [
     "HTTP2_PREFACE",
@@ -376,7 +374,7 @@ class GrpcWebFront:
 
     def __init__(
         self,
-        app: ServerApp,
+        app: Host,
         interceptors: Sequence[grpc.aio.ServerInterceptor],
         internal: SocketAddress,
         allowed_origins: tuple[str, ...],

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from .errors import percent_encode
-from .logs import event
+from ..errors import percent_encode
+from ..logs import event
 
 __all__ = ["HTTP2_PREFACE", "Site", "preface_pending"]
 

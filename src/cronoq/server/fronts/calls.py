@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 
 import grpc
 
-from .decode import Handler
-from .shards import FORWARDED
+from ..decode import Handler
+from ..shards import FORWARDED
 
 
 class Aborted(Exception):

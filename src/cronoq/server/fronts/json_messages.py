@@ -31,7 +31,7 @@ from typing import Any
 # Untyped for mypy (see http.py).
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 
-from ..proto.cronoq.v1 import cronoq_pb2 as pb
+from ...proto.cronoq.v1 import cronoq_pb2 as pb
 
 __all__ = [
     "BadRequest",

@@ -20,16 +20,16 @@ from typing import Any, cast
 from aiohttp import web
 from multidict import MultiDict
 
-from .. import __version__
-from ..core.engine import Engine
-from ..core.model import FIRST_TERMINAL, STATUS_NAMES, SUCCEEDED, Priority, TaskRecord
-from ..errors import SchedulerError
-from ..proto.cronoq.v1 import cronoq_pb2 as pb
-from . import httpjson
+from ... import __version__
+from ...core.engine import Engine
+from ...core.model import FIRST_TERMINAL, STATUS_NAMES, SUCCEEDED, Priority, TaskRecord
+from ...errors import SchedulerError
+from ...proto.cronoq.v1 import cronoq_pb2 as pb
+from ..convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
+from ..shards import ShardPlan
+from . import json_messages
 from .calls import Aborted, Call
-from .convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
-from .http import HttpError, HttpListener, Route, json_answer
-from .shards import ShardPlan
+from .routes import Gateway, HttpError, Route, json_answer
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TYPES = {
@@ -81,21 +81,21 @@ def _file(name: str) -> web.Response:
     return response
 
 
-async def index(gw: HttpListener, request: web.Request) -> web.Response:
+async def index(gw: Gateway, request: web.Request) -> web.Response:
     return _file("index.html")
 
 
-async def static(gw: HttpListener, request: web.Request) -> web.Response:
+async def static(gw: Gateway, request: web.Request) -> web.Response:
     return _file(request.match_info["name"])
 
 
-async def info(gw: HttpListener, request: web.Request) -> web.Response:
+async def info(gw: Gateway, request: web.Request) -> web.Response:
     """Enough for the page to know whether to ask for a token; no addresses."""
     cfg = gw.app.cfg
     return json_answer({"version": __version__, "auth": cfg.auth.enabled, "dashboard": True})
 
 
-async def shards(gw: HttpListener, request: web.Request) -> web.Response:
+async def shards(gw: Gateway, request: web.Request) -> web.Response:
     """The shard plan with each shard's reachability as the Snapshot merge saw it."""
     cfg = gw.app.cfg
     own = cfg.own_shard
@@ -115,14 +115,16 @@ async def shards(gw: HttpListener, request: web.Request) -> web.Response:
     return json_answer({"shard": None if own is None else own.name, "shards": listed})
 
 
-async def tasks(gw: HttpListener, request: web.Request) -> web.Response:
+async def tasks(gw: Gateway, request: web.Request) -> web.Response:
     """`GET /v1/tasks` plus a `kind` filter, scanning at most SCAN_PAGES pages."""
     query: MultiDict[str] = MultiDict(request.query)
     kinds = {k for v in query.getall("kind", []) for k in v.split(",") if k}
     query.popall("kind", None)
-    message = httpjson.list_request(query)
+    message = json_messages.list_request(query)
     if not kinds:
-        return await gw.answer(request, "/cronoq.v1.Tasks/ListTasks", message, httpjson.list_answer)
+        return await gw.answer(
+            request, "/cronoq.v1.Tasks/ListTasks", message, json_messages.list_answer
+        )
     want = message.limit or 100
     found: list[dict[str, Any]] = []
     unavailable: set[str] = set()
@@ -139,7 +141,7 @@ async def tasks(gw: HttpListener, request: web.Request) -> web.Response:
                 if len(found) == want:  # one match past the page: a next page exists
                     next_after = last_id
                     break
-                found.append(httpjson.task_info(t))
+                found.append(json_messages.task_info(t))
                 last_id = t.id
         else:
             if next_after is not None:
@@ -178,7 +180,7 @@ def preview(data: bytes, content_type: str, *, sniff: bool = False) -> dict[str,
     }
     if sniff or _json_type(content_type):
         try:
-            out["json"] = httpjson.loads(data)
+            out["json"] = json_messages.loads(data)
             return out
         except (ValueError, RecursionError):
             pass
@@ -310,7 +312,7 @@ def _attempts(rec: TaskRecord) -> list[dict[str, Any]]:
     return out
 
 
-def _engine(gw: HttpListener) -> Engine:
+def _engine(gw: Gateway) -> Engine:
     """The running engine (a stop may race the route: 503 then, as the ready gate answers)."""
     try:
         return gw.app.scheduler.serving()
@@ -318,7 +320,7 @@ def _engine(gw: HttpListener) -> Engine:
         raise HttpError(503, "scheduler not serving") from None
 
 
-async def _record(gw: HttpListener, engine: Engine, task_id: int) -> TaskRecord:
+async def _record(gw: Gateway, engine: Engine, task_id: int) -> TaskRecord:
     """The own shard's record of a task Get has just answered for."""
     rec = engine.lookup(task_id)
     if rec is None:
@@ -341,9 +343,9 @@ async def _record(gw: HttpListener, engine: Engine, task_id: int) -> TaskRecord:
     return rec
 
 
-async def task_detail(gw: HttpListener, request: web.Request) -> web.Response:
+async def task_detail(gw: Gateway, request: web.Request) -> web.Response:
     """Get's answer (its 404, pool scoping and shard refusals) plus what only the record holds."""
-    task_id = httpjson.path_id(request.match_info["id"])
+    task_id = json_messages.path_id(request.match_info["id"])
     info = await gw.call(request, _T + "Get", pb.GetRequest(task=pb.TaskRef(id=task_id)))
     engine = _engine(gw)
     rec = await _record(gw, engine, task_id)
@@ -354,7 +356,7 @@ async def task_detail(gw: HttpListener, request: web.Request) -> web.Response:
         parents.append(_edge(engine.lookup(target), target, on))
     return json_answer(
         {
-            "task": httpjson.task_info(cast(pb.TaskInfo, info)),
+            "task": json_messages.task_info(cast(pb.TaskInfo, info)),
             "spec": spec,
             "payload": None if payload is None else preview(payload, spec["content_type"]),
             "output": preview(output_bytes(rec.output), "", sniff=True)
@@ -389,7 +391,7 @@ def _event(ev: pb.StatusEvent, kind: str) -> bytes:
     return b"data: " + json.dumps(data, sort_keys=True, ensure_ascii=False).encode() + b"\n\n"
 
 
-async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
+async def events(gw: Gateway, request: web.Request) -> web.StreamResponse:
     """Server-sent events from the registered Watch (so shards merge) with every transition,
     filtered by status and kind here; ends when the client leaves (aiohttp cancels the route,
     which closes the Watch) or when the scheduler stops (which ends the Watch)."""
@@ -398,7 +400,7 @@ async def events(gw: HttpListener, request: web.Request) -> web.StreamResponse:
         if name not in ("pool", "kind", "status"):
             raise HttpError(400, f"unknown query parameter {name!r}")
     wanted = ",".join(sorted(_names(query, "status")))
-    statuses = set(httpjson.list_request(MultiDict(status=wanted)).statuses)
+    statuses = set(json_messages.list_request(MultiDict(status=wanted)).statuses)
     kinds = _names(query, "kind")
     handler = gw.app.methods.get(_T + "Watch")
     if handler is None or handler.unary_stream is None:
