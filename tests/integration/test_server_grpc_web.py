@@ -26,6 +26,7 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
+from cronoq.server.errors import percent_encode
 from cronoq.server.fronts import grpcweb
 from helpers.auth import AUTH, token
 from helpers.servers import led_elsewhere, running_app
@@ -180,7 +181,7 @@ async def test_auth_codes_are_those_of_native_grpc() -> None:
         assert ok.code == 0 and len(ok.messages) == 1
         work = await c.call("/cronoq.v1.Workers/Work", pb.WorkerMessage(), who="worker")
         assert work.code == grpc.StatusCode.UNIMPLEMENTED.value[0]
-        assert work.trailers["grpc-message"] == grpcweb.percent_encode(grpcweb.NOT_BIDI)
+        assert work.trailers["grpc-message"] == percent_encode(grpcweb.NOT_BIDI)
 
 
 async def test_chunked_request_body_and_keep_alive() -> None:
@@ -248,7 +249,7 @@ async def test_application_grpc_over_http1_has_no_effect() -> None:
         c.send("POST", SUBMIT, {"host": "localhost", "content-type": "application/grpc"}, body)
         refused = await c.answer()
         assert refused.code == grpc.StatusCode.UNIMPLEMENTED.value[0]
-        assert refused.trailers["grpc-message"] == grpcweb.percent_encode(grpcweb.NOT_GRPC_WEB)
+        assert refused.trailers["grpc-message"] == percent_encode(grpcweb.NOT_GRPC_WEB)
         listed = await c.call("/cronoq.v1.Tasks/ListTasks", pb.ListTasksRequest())
         assert listed.code == 0
         assert pb.ListTasksResponse.FromString(listed.messages[0]).tasks == []

@@ -33,6 +33,7 @@ from test_server_grpc_web import (
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
+from cronoq.server.errors import percent_encode
 from cronoq.server.fronts import grpcweb
 from helpers.auth import Stubs, code_of, mtls_config, over_mtls
 
@@ -110,7 +111,7 @@ async def test_application_grpc_over_tls_http1_is_unimplemented(pki: Path) -> No
         c.send("POST", SUBMIT, {"host": "localhost", "content-type": "application/grpc"}, body)
         refused = await c.answer()
         assert refused.code == Code.UNIMPLEMENTED.value[0]
-        assert refused.trailers["grpc-message"] == grpcweb.percent_encode(grpcweb.NOT_GRPC_WEB)
+        assert refused.trailers["grpc-message"] == percent_encode(grpcweb.NOT_GRPC_WEB)
 
 
 async def test_watch_streams_over_tls(pki: Path) -> None:

@@ -1,4 +1,4 @@
-"""The gRPC-Web wire format of cronoq.server.grpcweb (docs/grpc-web.md)."""
+"""The gRPC-Web wire format of cronoq.server.fronts.grpcweb (docs/grpc-web.md)."""
 
 from __future__ import annotations
 
