@@ -1,8 +1,8 @@
 """Unit tests of the sans-I/O engine core (docs/library.md, "Life cycle of a task" to "Snapshot").
 
 Everything runs on a virtual clock: times are plain floats handed to every engine call, nothing
-sleeps and nothing touches asyncio. `Sim` plays the driver: it fires timers, fills free slots and
-drains the outbox into running logs.
+sleeps and nothing touches asyncio. `Driver` (tests/helpers/engine.py) plays the driver: it fires
+timers, fills free slots and drains the outbox into running logs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from cronoq.core.actions import Actions
 from cronoq.core.engine import (
     ABORT_CANCELLED,
     ABORT_LEASE,
@@ -28,14 +27,13 @@ from cronoq.core.model import (
     TOTALS_KEYS as MODEL_TOTALS_KEYS,
 )
 from cronoq.core.model import (
-    Attempt,
-    PoolConfig,
     Priority,
     RetryPolicy,
     StatusEvent,
     TaskRecord,
 )
 from cronoq.errors import SubmitError
+from helpers.engine import Driver, make_engine
 from helpers.facts import TOTALS_KEYS
 
 CRIT = int(Priority.CRITICAL)
@@ -44,27 +42,7 @@ NORMAL = int(Priority.NORMAL)
 LOW = int(Priority.LOW)
 
 
-# --- virtual-clock driver ---------------------------------------------------------------------
-
-
-def make_engine(
-    capacity: int = 1,
-    *,
-    now: float = 0.0,
-    seed: int = 0,
-    level: int = EVENTS_ALL,
-    retention: float = 3600.0,
-    retention_max: int = 100_000,
-    **pool_kw: Any,
-) -> Engine:
-    return Engine(
-        [PoolConfig("p", capacity=capacity, **pool_kw)],
-        now,
-        rng=random.Random(seed),
-        event_level=level,
-        retention=retention,
-        retention_max=retention_max,
-    )
+# --- helpers ----------------------------------------------------------------------------------
 
 
 def submit(
@@ -75,61 +53,13 @@ def submit(
     return rec
 
 
-class Sim:
-    """A minimal driver: fire timers, dispatch, drain the outbox into logs."""
-
-    def __init__(self, eng: Engine) -> None:
-        self.eng = eng
-        self.starts: list[Attempt] = []
-        self.aborts: list[Attempt] = []
-        self.finished: list[TaskRecord] = []
-        self.events: list[StatusEvent] = []
-
-    def drain(self) -> Actions:
-        out = self.eng.take()
-        self.starts += out.starts
-        self.aborts += out.aborts
-        self.finished += out.finished
-        self.events += out.events
-        return out
-
-    def step(self, now: float) -> Actions:
-        """advance + dispatch at `now`; returns what this step produced."""
-        self.eng.advance(now)
-        self.eng.dispatch(now)
-        return self.drain()
-
-    def run_until(self, t: float) -> Actions:
-        """Step through every timer due up to `t`, then step at `t`; returns everything produced."""
-        acc = Actions()
-        for _ in range(10_000):
-            w = self.eng.next_wake()
-            if w is None or w > t:
-                break
-            out = self.step(w)
-            acc.starts += out.starts
-            acc.aborts += out.aborts
-            acc.finished += out.finished
-            acc.events += out.events
-        else:  # pragma: no cover - a timer that never goes away
-            raise AssertionError("next_wake() does not move forward")
-        out = self.step(t)
-        acc.starts += out.starts
-        acc.aborts += out.aborts
-        acc.finished += out.finished
-        acc.events += out.events
-        return acc
-
-    def start_one(self, now: float) -> Attempt:
-        (att,) = self.step(now).starts
-        return att
-
-
 def ev(e: StatusEvent) -> tuple[str, int, str | None]:
     return (e.status, e.attempt, e.message)
 
 
-def run_sequentially(sim: Sim, t: float, n: int, runtime: float = 1.0) -> tuple[list[int], float]:
+def run_sequentially(
+    sim: Driver, t: float, n: int, runtime: float = 1.0
+) -> tuple[list[int], float]:
     """Dispatch and complete `n` attempts one after the other on a 1-slot pool."""
     order = []
     for _ in range(n):
@@ -146,7 +76,7 @@ def run_sequentially(sim: Sim, t: float, n: int, runtime: float = 1.0) -> tuple[
 def test_strict_class_order_then_fifo_within_class() -> None:
     """1 slot busy, 12 queued of mixed classes: CRITICAL, HIGH, NORMAL, LOW, FIFO in each."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)
     classes = [LOW, NORMAL, CRIT, HIGH, LOW, CRIT, NORMAL, HIGH, LOW, NORMAL, HIGH, CRIT]
@@ -166,7 +96,7 @@ def test_strict_class_order_then_fifo_within_class() -> None:
 
 def test_fifo_within_class_same_instant() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     recs = [submit(eng, 5.0, cls=HIGH) for _ in range(5)]
     order, _ = run_sequentially(sim, 5.0, 5, runtime=0.0)
     assert order == [r.id for r in recs]
@@ -176,7 +106,7 @@ def test_fifo_within_class_same_instant() -> None:
 def test_aging_low_overtakes_fresh_normal_only_after_45s(waited: float, first: str) -> None:
     """LOW after 50 s vs a fresh NORMAL: 10 + 2*50 = 110 > 100, 10 + 2*40 = 90 < 100."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)
     low = submit(eng, 0.0, cls=LOW)
@@ -195,7 +125,7 @@ def test_aging_low_overtakes_fresh_normal_only_after_45s(waited: float, first: s
 def test_priority_adherence_one_inversion_in_six_dispatches() -> None:
     """One aging inversion among 6 dispatches -> 0.8333."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)  # 1: nothing else waiting -> adherent
     low = submit(eng, 0.0, cls=LOW)
@@ -217,7 +147,7 @@ def test_priority_adherence_one_inversion_in_six_dispatches() -> None:
 def test_bounded_aging_never_passes_two_classes_up(old_cls: int, fresh_cls: int) -> None:
     """LOW (max 810) / NORMAL (max 900) never pass HIGH; HIGH never CRITICAL."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)
     old = submit(eng, 0.0, cls=old_cls)
@@ -232,7 +162,7 @@ def _urgency_order(slack: float, hint: float | None = 2.0) -> list[str]:
     """LOW with the given slack vs fresh HIGH and NORMAL, all ready at t=100."""
     t = 100.0
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     duration = 1.0 if hint is None else hint  # default_duration is 1.0
     high = submit(eng, t, cls=HIGH)
     normal = submit(eng, t, cls=NORMAL)
@@ -265,7 +195,7 @@ def test_expected_duration_defaults_to_pool_default_duration() -> None:
 
 def test_expected_duration_learned_from_completed_runs_of_the_kind() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0, kind="slow")
     att = sim.start_one(0.0)
     eng.complete(att, 3.0)  # learned: 3 s for (p, "slow")
@@ -282,7 +212,7 @@ def test_overdue_low_stays_below_fresh_critical_and_more_overdue_runs_first() ->
     """No overdue LOW task passes a fresh CRITICAL one; more-overdue tasks run first."""
     t = 2e6
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     # latest_start = deadline - 0 (duration_hint 0): overdue by 2e4, 1e6, 1e5, 10, 20 seconds
     o20k = submit(eng, t, cls=LOW, deadline=t - 2e4, duration_hint=0.0)
     o1m = submit(eng, t, cls=LOW, deadline=t - 1e6, duration_hint=0.0)
@@ -298,7 +228,7 @@ def test_overdue_low_stays_below_fresh_critical_and_more_overdue_runs_first() ->
 def test_more_overdue_beats_longer_waiting_less_overdue() -> None:
     """Overdue urgency grows with lateness: 30 s late and fresh beats 10 s late after 10 s wait."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)
     waited = submit(eng, 90.0, cls=LOW, deadline=90.0, duration_hint=0.0)  # 10 + 20 + 5100
@@ -310,7 +240,7 @@ def test_more_overdue_beats_longer_waiting_less_overdue() -> None:
 
 def test_overdue_low_that_waited_long_still_below_fresh_critical() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)
     low = submit(eng, 0.0, cls=LOW, deadline=1.0, duration_hint=0.0)
@@ -332,7 +262,7 @@ def test_only_queue_heads_compete_within_a_class() -> None:
     runs first, then Y (now the deadline head), then X.
     """
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)
     x = submit(eng, 0.0, cls=LOW)
@@ -346,7 +276,7 @@ def test_only_queue_heads_compete_within_a_class() -> None:
 def test_retried_task_keeps_its_fifo_place() -> None:
     """A fails, B and C were submitted later; A's retry runs before C."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     a = submit(eng, 0.0, retry=RetryPolicy(2, 0.1, jitter=False))
     att_a1 = sim.start_one(0.0)
     b = submit(eng, 0.1)
@@ -370,7 +300,7 @@ def test_retried_task_keeps_its_fifo_place() -> None:
 
 def test_timeout_aborts_attempt_as_retryable_failure() -> None:
     eng = make_engine(1, retry=RetryPolicy(2, 0.1, jitter=False))
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, timeout=0.3)
     att = sim.start_one(0.0)
     assert eng.next_wake() == 0.3
@@ -402,7 +332,7 @@ def test_timeout_aborts_attempt_as_retryable_failure() -> None:
 def test_timeout_with_no_retries_dead_letters() -> None:
     """timeout=0.3 without retries: the attempt is aborted and the task dead-lettered."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, timeout=0.3, retry=RetryPolicy.none())
     att = sim.start_one(0.0)
     sim.run_until(5.0)
@@ -436,7 +366,7 @@ def test_timeout_zero_fires_at_once() -> None:
 
 def test_completion_before_timeout_cancels_nothing() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, timeout=1.0)
     att = sim.start_one(0.0)
     assert eng.complete(att, 0.5, "ok")
@@ -462,7 +392,7 @@ def retry_gaps(
     """Fail `failures` attempts in a row; return the gaps (failure -> next start) and the task."""
     kw: dict[str, Any] = {} if pool_retry is None else {"retry": pool_retry}
     eng = make_engine(1, seed=seed, **kw)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, retry=policy)
     t = 0.0
     att = sim.start_one(t)
@@ -556,7 +486,7 @@ def test_retry_after_with_jitter_is_never_shorter() -> None:
 def test_permanent_failure_ends_failed_after_one_attempt() -> None:
     """A permanent failure ends the task failed with its message after one attempt."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, retry=RetryPolicy(5, 0.1, jitter=False))
     att = sim.start_one(0.0)
     assert eng.fail(att, 0.5, "bad input", permanent=True)
@@ -575,7 +505,7 @@ def test_permanent_failure_ends_failed_after_one_attempt() -> None:
 def test_exhaustion_dead_letters_with_last_message() -> None:
     """After the last attempt fails the task is dead-lettered with the last message."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, key="k", retry=RetryPolicy(3, 0.1, 1, jitter=False))
     t = 0.0
     for i in range(3):
@@ -599,7 +529,7 @@ def test_exhaustion_dead_letters_with_last_message() -> None:
 def test_retry_event_sequence() -> None:
     """Events of a retry: running(n) -> retrying(n, msg) -> ready(n, no msg) -> running(n+1)."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, retry=RetryPolicy(2, 0.5, jitter=False))
     att = sim.start_one(0.0)
     eng.fail(att, 1.0, "Retryable: later")
@@ -645,7 +575,7 @@ def test_retry_policy_resolution(
 
 def test_cancel_ready_task() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     blocker = sim.start_one(0.0)
     rec = submit(eng, 0.0, cls=HIGH, key="k")
@@ -672,7 +602,7 @@ def test_cancel_ready_task() -> None:
 
 def test_cancel_retrying_task_stops_the_retry() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, retry=RetryPolicy(3, 1.0, jitter=False))
     att = sim.start_one(0.0)
     eng.fail(att, 0.1, "boom")
@@ -695,7 +625,7 @@ def test_cancel_running_task_aborts_and_frees_the_slot() -> None:
     """Cancelling a running task ends it cancelled at once, aborts the attempt, frees the slot;
     a late completion of that attempt changes nothing."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, key="job")
     nxt = submit(eng, 0.0)
     att = sim.start_one(0.0)
@@ -725,7 +655,7 @@ def test_cancel_running_task_aborts_and_frees_the_slot() -> None:
 def test_cancel_terminal_or_unknown_returns_false() -> None:
     """cancel() of a finished or unknown task returns False."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, key="done")
     eng.complete(sim.start_one(0.0), 1.0)
     assert eng.cancel("done", 2.0) is False
@@ -767,7 +697,7 @@ def test_key_dedup_while_live() -> None:
 def test_key_dedup_while_retained_then_free_after_time_pruning() -> None:
     """A retained finished key is a duplicate; after retention by time the key is free."""
     eng = make_engine(1, retention=10.0)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, key="k")
     eng.complete(sim.start_one(0.0), 1.0, "result")
     assert rec.status_name == "succeeded"
@@ -802,7 +732,7 @@ def test_duplicate_of_cancelled_task_returns_cancelled_task() -> None:
 
 def test_retention_max_forgets_oldest_terminal_tasks() -> None:
     eng = make_engine(3, retention_max=2)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     recs = [submit(eng, 0.0, key=k) for k in "abc"]
     atts = sim.step(0.0).starts
     for i, att in enumerate(atts):
@@ -820,7 +750,7 @@ def test_retention_max_forgets_oldest_terminal_tasks() -> None:
 
 def test_live_tasks_are_never_pruned() -> None:
     eng = make_engine(1, retention=1.0, retention_max=1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     live = submit(eng, 0.0, key="live", cls=LOW)
     done = [submit(eng, 0.0, cls=HIGH) for _ in range(3)]
     order, t = run_sequentially(sim, 0.0, 3)
@@ -851,7 +781,7 @@ def test_lookup_by_id_and_key() -> None:
 def test_lease_expires_without_heartbeat() -> None:
     """Lease ttl 0.3, 2 attempts, 0.1 backoff -> expires at 0.3, retry, dead-lettered at 0.7."""
     eng = make_engine(1, lease_ttl=0.3, retry=RetryPolicy(2, 0.1, jitter=False))
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0)
     att = sim.start_one(0.0)
     assert att.lease_expiry == 0.3
@@ -877,7 +807,7 @@ def test_lease_expires_without_heartbeat() -> None:
 def test_heartbeats_keep_the_lease_alive() -> None:
     ttl = 0.3
     eng = make_engine(1, lease_ttl=ttl, retry=RetryPolicy.none())
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0)
     att = sim.start_one(0.0)
     for k in range(1, 31):  # heartbeat every ttl/3 for 3 s
@@ -895,7 +825,7 @@ def test_heartbeats_keep_the_lease_alive() -> None:
 
 def test_lease_expires_after_heartbeats_stop() -> None:
     eng = make_engine(1, lease_ttl=1.0, retry=RetryPolicy.none())
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0)
     att = sim.start_one(0.0)
     eng.heartbeat(att, 0.5)
@@ -910,7 +840,7 @@ def test_lease_expires_after_heartbeats_stop() -> None:
 
 def test_heartbeat_without_lease_ttl_is_harmless() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0)
     att = sim.start_one(0.0)
     assert eng.heartbeat(att, 0.5) is True
@@ -927,7 +857,7 @@ def test_heartbeat_without_lease_ttl_is_harmless() -> None:
 
 def _simple_task_events(level: int) -> list[tuple[str, int, str | None]]:
     eng = make_engine(1, level=level)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0, key="k")
     eng.complete(sim.start_one(0.0), 1.0, "out")
     sim.drain()
@@ -950,7 +880,7 @@ def test_events_all_levels() -> None:
 
 def test_terminal_level_carries_every_terminal_status_only() -> None:
     eng = make_engine(2, level=EVENTS_TERMINAL)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     a = submit(eng, 0.0, retry=RetryPolicy(2, 0.0, jitter=False))
     b = submit(eng, 0.0)
     c = submit(eng, 0.0)
@@ -975,7 +905,7 @@ def test_snapshot_counts_by_status_and_class() -> None:
     """pending_by_class, pending, ready, running and live_tasks with a retrying CRITICAL task, a
     running HIGH one and three ready ones (NORMAL, LOW, LOW)."""
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     crit = submit(eng, 0.0, cls=CRIT, retry=RetryPolicy(3, 10.0, jitter=False))
     att = sim.start_one(0.0)
     assert att.task is crit
@@ -1019,7 +949,7 @@ def test_totals_keys() -> None:
 
 def test_totals_after_a_mixed_run() -> None:
     eng = make_engine(1, retry=RetryPolicy(2, 0.0, jitter=False))
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     ok = submit(eng, 0.0)
     flaky = submit(eng, 0.0)
     gone = submit(eng, 0.0)
@@ -1048,7 +978,7 @@ def test_totals_after_a_mixed_run() -> None:
 def test_utilization_one_task_on_four_slots() -> None:
     """1 busy worker-second out of 4 * 3 provisioned."""
     eng = make_engine(4)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     eng.complete(sim.start_one(0.0), 1.0)
     p = eng.snapshot(3.0).pools[0]
@@ -1061,7 +991,7 @@ def test_utilization_one_task_on_four_slots() -> None:
 def test_schedule_efficiency_zero_when_every_attempt_fails() -> None:
     """schedule_efficiency is 0 when every attempt fails, while utilization is above 0."""
     eng = make_engine(1, retry=RetryPolicy(3, 0.0, jitter=False))
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0)
     t = 0.0
     for _ in range(3):
@@ -1083,7 +1013,7 @@ def test_schedule_efficiency_never_exceeds_utilization_for_long_attempts() -> No
     equal utilization (0.5), not 100 s of success divided by ~60 s of window.
     """
     eng = make_engine(2)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     eng.complete(sim.start_one(0.0), 100.0)
     p = eng.snapshot(100.0).pools[0]
@@ -1094,7 +1024,7 @@ def test_schedule_efficiency_never_exceeds_utilization_for_long_attempts() -> No
 
 def test_schedule_efficiency_counts_successful_seconds() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     submit(eng, 0.0, retry=RetryPolicy.none())
     eng.complete(sim.start_one(0.0), 1.0)
@@ -1126,7 +1056,7 @@ def test_wait_and_run_percentiles() -> None:
     rng = random.Random(1234)
     runtimes = [rng.uniform(0.05, 1.0) for _ in range(80)]
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     for _ in runtimes:
         submit(eng, 0.0)
     waits = []
@@ -1149,7 +1079,7 @@ def test_wait_and_run_percentiles() -> None:
 
 def test_zero_waits_report_zero() -> None:
     eng = make_engine(10)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     for _ in range(5):
         submit(eng, 1.0)
     sim.step(1.0)
@@ -1169,7 +1099,7 @@ def test_empty_pool_metrics() -> None:
 
 def test_window_forgets_old_dispatches() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     eng.complete(sim.start_one(0.0), 1.0)
     assert eng.snapshot(30.0).pools[0].dispatched == 1
@@ -1182,7 +1112,7 @@ def test_window_forgets_old_dispatches() -> None:
 
 def test_window_forgets_old_dispatches_of_an_idle_zero_capacity_pool() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     submit(eng, 0.0)
     eng.complete(sim.start_one(0.0), 0.5)
     eng.set_capacity("p", 0, 0.5)
@@ -1196,7 +1126,7 @@ def test_window_forgets_old_dispatches_of_an_idle_zero_capacity_pool() -> None:
 
 def test_set_capacity_zero_stops_dispatch_and_raising_resumes() -> None:
     eng = make_engine(2, max=2)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     for _ in range(6):
         submit(eng, 0.0)
     atts = sim.step(0.0).starts
@@ -1224,7 +1154,7 @@ def test_set_capacity_zero_stops_dispatch_and_raising_resumes() -> None:
 
 def test_lowering_capacity_below_busy_lets_running_finish() -> None:
     eng = make_engine(3)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     for _ in range(5):
         submit(eng, 0.0)
     atts = sim.step(0.0).starts
@@ -1243,7 +1173,7 @@ def test_lowering_capacity_below_busy_lets_running_finish() -> None:
 
 def test_halt_stops_dispatching_but_running_may_finish() -> None:
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     first = submit(eng, 0.0)
     queued = submit(eng, 0.0)
     att = sim.start_one(0.0)
@@ -1257,7 +1187,7 @@ def test_halt_stops_dispatching_but_running_may_finish() -> None:
 
 def test_abort_running_ends_attempts_without_status_change() -> None:
     eng = make_engine(2)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     a = submit(eng, 0.0, timeout=5.0)
     b = submit(eng, 0.0)
     queued = submit(eng, 0.0)
@@ -1291,7 +1221,7 @@ def test_cancel_after_abort_running_does_not_crash() -> None:
     can land in that gap.
     """
     eng = make_engine(1)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     rec = submit(eng, 0.0)
     sim.start_one(0.0)
     eng.halt()
@@ -1307,7 +1237,7 @@ def test_cancel_after_abort_running_does_not_crash() -> None:
 
 def _scenario(seed: int) -> list[StatusEvent]:
     eng = make_engine(2, seed=seed, lease_ttl=2.0)
-    sim = Sim(eng)
+    sim = Driver(eng, catch_up=False)
     policy = RetryPolicy(4, 0.5, 2, jitter=True)
     for i in range(8):
         submit(eng, 0.1 * i, cls=i % 4, retry=policy, key=f"k{i}", timeout=3.0 if i % 3 else None)
@@ -1315,7 +1245,7 @@ def _scenario(seed: int) -> list[StatusEvent]:
     for step in range(80):
         t = round(t + 0.25, 10)
         sim.run_until(t)
-        for att in [a for a in sim.starts if not a.ended]:
+        for att in [a for _, a in sim.starts if not a.ended]:
             if (att.task.id + step) % 5 == 0:
                 eng.fail(att, t, f"err {step}")
             elif (att.task.id + step) % 7 == 0:

@@ -3,32 +3,30 @@
 docs/dependencies.md (dependencies, atomic batches), docs/resources.md,
 docs/overflow-and-fairness.md, "max_pending and overflow" and the matching rows of
 docs/reference/errors.md, "Submission errors", on a virtual clock: times are plain floats handed to
-every engine call, nothing sleeps and nothing touches asyncio. `Runner` plays the driver (fires
-timers at `next_wake()`, fills free slots, ends attempts after the runtime their payload asks for)
-and logs every start and end.
+every engine call, nothing sleeps and nothing touches asyncio. `Driver` (tests/helpers/engine.py)
+plays the driver (fires timers at `next_wake()`, fills free slots, ends attempts after the runtime
+their payload asks for) and logs every start.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterable, Sequence
-from heapq import heappop, heappush
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
-from cronoq.core.engine import EVENTS_ALL, Engine
+from cronoq.core.engine import Engine
 from cronoq.core.model import (
     Attempt,
     Extras,
     PoolConfig,
     Priority,
     RetryPolicy,
-    StatusEvent,
     TaskRecord,
 )
 from cronoq.core.resources import ResourceConfig
 from cronoq.errors import SubmitError
+from helpers.engine import Driver, engine_of
 
 CRIT = int(Priority.CRITICAL)
 HIGH = int(Priority.HIGH)
@@ -46,18 +44,6 @@ Edge = tuple[int | str, str]
 
 def pool(name: str = "p", capacity: int = 4, **kw: Any) -> PoolConfig:
     return PoolConfig(name, capacity=capacity, **kw)
-
-
-def make_engine(
-    *pools: PoolConfig, resources: Sequence[ResourceConfig] = (), now: float = 0.0
-) -> Engine:
-    return Engine(
-        list(pools) or [pool()],
-        now,
-        rng=random.Random(0),
-        event_level=EVENTS_ALL,
-        resources=resources,
-    )
 
 
 def semaphore(name: str, permits: int) -> ResourceConfig:
@@ -155,60 +141,6 @@ def fingerprint(eng: Engine) -> tuple[Any, ...]:
     )
 
 
-class Runner:
-    """A punctual driver: attempts run for `payload` seconds (None: until ended by the test)."""
-
-    def __init__(self, eng: Engine, now: float = 0.0) -> None:
-        self.eng = eng
-        self.now = now
-        self.log: list[tuple[float, str, int]] = []  # (time, "start" | "end", task id)
-        self.events: list[StatusEvent] = []
-        self._ends: list[tuple[float, int, Attempt]] = []
-        self.running = 0
-        self.peak = 0
-
-    def step(self, now: float) -> None:
-        eng = self.eng
-        self.now = now
-        while self._ends and self._ends[0][0] <= now:
-            _, _, att = heappop(self._ends)
-            if eng.complete(att, now):
-                self.log.append((now, "end", att.task.id))
-        eng.advance(now)
-        eng.dispatch(now)
-        out = eng.take()
-        self.events += out.events
-        for att in out.aborts:
-            self.log.append((now, "end", att.task.id))
-        for att in out.starts:
-            self.log.append((now, "start", att.task.id))
-            runtime = att.task.payload
-            if runtime is not None:
-                heappush(self._ends, (now + runtime, att.lease, att))
-        self.running = len(eng.running)
-        self.peak = max(self.peak, self.running)
-
-    def run_until(self, t: float) -> None:
-        """Step now, at every timer and attempt end up to `t`, and at `t`."""
-        self.step(self.now)
-        for _ in range(100_000):
-            w = self.eng.next_wake()
-            if self._ends and (w is None or self._ends[0][0] < w):
-                w = self._ends[0][0]
-            if w is None or w > t:
-                break
-            self.step(max(w, self.now))
-        else:  # pragma: no cover - a timer that never moves forward
-            raise AssertionError("the driver does not move forward")
-        self.step(t)
-
-    def starts(self) -> dict[int, float]:
-        return {tid: t for t, what, tid in self.log if what == "start"}
-
-    def start_order(self) -> list[int]:
-        return [tid for _, what, tid in self.log if what == "start"]
-
-
 # --- the edge table (docs/dependencies.md, "Edges") -----------------------------------------------
 
 TERMINAL = ["succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"]
@@ -226,7 +158,7 @@ FINISH_AT = 2.0
 
 def edge_engine() -> Engine:
     """Pool "p" does the work, "z" (no slots, shed_lowest at 1) sheds, "m" (no slots) misses."""
-    return make_engine(
+    return engine_of(
         pool("p", 100),
         pool("z", 0, max_pending=1, overflow="shed_lowest"),
         pool("m", 0),
@@ -304,7 +236,7 @@ def test_edge_table_parent_already_terminal_at_submission(end: str, on: str) -> 
 
 
 def test_skip_event_carries_the_parent_id() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     parent = sub(eng, 0.0, key="a")
     att = start(eng, parent, 0.0)
     child = sub(eng, 0.0, after=["a"])
@@ -319,7 +251,7 @@ def test_skip_event_carries_the_parent_id() -> None:
 
 
 def test_dependent_waits_for_every_edge() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     a = sub(eng, 0.0, key="a")
     b = sub(eng, 0.0, key="b", retry=NO_RETRY)
     c = sub(eng, 0.0, key="c")
@@ -338,7 +270,7 @@ def test_dependent_waits_for_every_edge() -> None:
 
 
 def test_one_dead_edge_skips_at_once_without_waiting_for_the_rest() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     a = sub(eng, 0.0, key="a")
     b = sub(eng, 0.0, key="b")
     eng.dispatch(0.0)
@@ -353,7 +285,7 @@ def test_one_dead_edge_skips_at_once_without_waiting_for_the_rest() -> None:
 
 
 def test_skips_cascade_through_a_chain() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     a = sub(eng, 0.0, key="a")
     att = start(eng, a, 0.0)
     b = sub(eng, 0.0, key="b", after=["a"])
@@ -377,7 +309,7 @@ CHAIN = 5000
 
 
 def test_a_long_chain_skips_without_recursion() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     root = sub(eng, 0.0, key="t0")
     recs = [root] + [sub(eng, 0.0, key=f"t{i}", after=[f"t{i - 1}"]) for i in range(1, CHAIN)]
     att = start(eng, root, 0.0)
@@ -388,17 +320,17 @@ def test_a_long_chain_skips_without_recursion() -> None:
 
 
 def test_a_long_chain_runs_in_order() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     recs = [sub(eng, 0.0, key="t0", payload=0.001)]
     recs += [sub(eng, 0.0, key=f"t{i}", after=[f"t{i - 1}"], payload=0.001) for i in range(1, 200)]
-    run = Runner(eng)
+    run = Driver(eng)
     run.run_until(10.0)
     assert run.start_order() == [r.id for r in recs]
     assert all(status(r) == "succeeded" for r in recs)
 
 
 def test_a_long_chain_in_a_batch_with_forward_references() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     # child first: every task names a key defined later in the batch
     batch = [task(key=f"t{i}", after=[f"t{i - 1}"]) for i in range(CHAIN - 1, 0, -1)]
     batch.append(task(key="t0"))
@@ -412,7 +344,7 @@ def test_a_long_chain_in_a_batch_with_forward_references() -> None:
 
 
 def test_depending_on_a_retained_finished_task_resolves_at_once() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     a = sub(eng, 0.0, key="a")
     eng.complete(start(eng, a, 0.0), 1.0)
     by_key = sub(eng, 5.0, after=["a"])
@@ -426,7 +358,7 @@ def test_depending_on_a_retained_finished_task_resolves_at_once() -> None:
 
 @pytest.mark.parametrize("policy", ["reject", "await"])
 def test_unknown_id_is_always_rejected(policy: str) -> None:
-    eng = make_engine(pool(unknown_dependency=policy))
+    eng = engine_of(pool(unknown_dependency=policy))
     before = fingerprint(eng)
     assert rejected(lambda: sub(eng, 0.0, after=[424242])) == (
         "unknown_dependency",
@@ -440,7 +372,7 @@ def test_unknown_id_is_always_rejected(policy: str) -> None:
 
 
 def test_unknown_key_is_rejected_by_default() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     assert eng.pools["p"].cfg.unknown_dependency == "reject"
     assert rejected(lambda: sub(eng, 0.0, after=["nope"])) == (
         "unknown_dependency",
@@ -450,7 +382,7 @@ def test_unknown_key_is_rejected_by_default() -> None:
 
 
 def test_awaited_key_resolves_when_submitted_later() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     a = sub(eng, 0.0, key="a", after=["b"])
     assert status(a) == "blocked" and pending(eng) == [0, 0, 1, 0]
     eng.dispatch(1.0)
@@ -464,7 +396,7 @@ def test_awaited_key_resolves_when_submitted_later() -> None:
 
 
 def test_awaited_key_failing_skips_with_its_id() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     a = sub(eng, 0.0, after=["b"])
     b = sub(eng, 1.0, key="b")
     eng.fail(start(eng, b, 1.0), 2.0, "no", permanent=True)
@@ -472,7 +404,7 @@ def test_awaited_key_failing_skips_with_its_id() -> None:
 
 
 def test_the_dependents_pool_decides_about_unknown_keys() -> None:
-    eng = make_engine(pool("aw", unknown_dependency="await"), pool("rj"))
+    eng = engine_of(pool("aw", unknown_dependency="await"), pool("rj"))
     assert rejected(lambda: sub(eng, 0.0, pool="rj", after=["k"]))[0] == "unknown_dependency"
     waiting = sub(eng, 0.0, pool="aw", after=["k"])
     k = sub(eng, 1.0, pool="rj", key="k")  # the parent's pool does not matter
@@ -481,7 +413,7 @@ def test_the_dependents_pool_decides_about_unknown_keys() -> None:
 
 
 def test_await_timeout_skips_exactly_at_submission_plus_timeout() -> None:
-    eng = make_engine(pool(unknown_dependency="await", await_timeout=2.5))
+    eng = engine_of(pool(unknown_dependency="await", await_timeout=2.5))
     a = sub(eng, 1.0, after=["never"])
     assert eng.next_wake() == 3.5
     eng.advance(3.4999)
@@ -501,7 +433,7 @@ def test_await_timeout_skips_exactly_at_submission_plus_timeout() -> None:
 
 
 def test_await_timeout_does_not_fire_once_the_key_exists() -> None:
-    eng = make_engine(pool(unknown_dependency="await", await_timeout=1.0))
+    eng = engine_of(pool(unknown_dependency="await", await_timeout=1.0))
     a = sub(eng, 0.0, after=["b"])
     b = sub(eng, 0.5, key="b")
     att = start(eng, b, 0.5)
@@ -512,7 +444,7 @@ def test_await_timeout_does_not_fire_once_the_key_exists() -> None:
 
 
 def test_await_timeout_fires_while_another_awaited_key_is_missing() -> None:
-    eng = make_engine(pool(unknown_dependency="await", await_timeout=1.0))
+    eng = engine_of(pool(unknown_dependency="await", await_timeout=1.0))
     a = sub(eng, 0.0, after=["b", "c"])
     sub(eng, 0.5, key="b")
     advance_through(eng, 1.0)
@@ -520,7 +452,7 @@ def test_await_timeout_fires_while_another_awaited_key_is_missing() -> None:
 
 
 def test_await_without_timeout_waits_forever() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     a = sub(eng, 0.0, after=["b"])
     assert eng.next_wake() is None
     eng.advance(1e9)
@@ -535,14 +467,14 @@ CYCLE = ("cycle", "dependency cycle")
 @pytest.mark.parametrize("on", ["success", "failure", "complete"])
 def test_depending_on_its_own_key_is_a_cycle(on: str) -> None:
     for policy in ("reject", "await"):
-        eng = make_engine(pool(unknown_dependency=policy))
+        eng = engine_of(pool(unknown_dependency=policy))
         assert rejected(lambda: sub(eng, 0.0, key="k", deps=[("k", on)])) == CYCLE  # noqa: B023
         k = sub(eng, 0.0, key="k")  # the key is still free
         assert k.id == 1
 
 
 def test_cycle_through_an_awaited_key() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     a = sub(eng, 0.0, key="A", after=["B"])
     before = fingerprint(eng)
     assert rejected(lambda: sub(eng, 1.0, key="B", after=["A"])) == CYCLE
@@ -554,7 +486,7 @@ def test_cycle_through_an_awaited_key() -> None:
 
 
 def test_cycle_through_an_awaited_key_and_a_known_task() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     sub(eng, 0.0, key="A", after=["B"])
     sub(eng, 0.0, key="C", after=["A"])
     assert rejected(lambda: sub(eng, 1.0, key="B", after=["C"])) == CYCLE
@@ -562,14 +494,14 @@ def test_cycle_through_an_awaited_key_and_a_known_task() -> None:
 
 
 def test_cycle_through_two_awaited_keys_resolved_one_after_the_other() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     sub(eng, 0.0, key="X", after=["Y"])
     sub(eng, 0.0, key="Y", after=["Z"])  # X's awaited key resolves to Y
     assert rejected(lambda: sub(eng, 0.0, key="Z", after=["X"])) == CYCLE
 
 
 def test_cycle_through_a_long_awaited_chain_without_recursion() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     sub(eng, 0.0, key="t0", after=["closing"])
     for i in range(1, CHAIN):
         sub(eng, 0.0, key=f"t{i}", after=[f"t{i - 1}"])
@@ -578,7 +510,7 @@ def test_cycle_through_a_long_awaited_chain_without_recursion() -> None:
 
 
 def test_no_cycle_when_the_awaiting_task_is_elsewhere_in_the_graph() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     sub(eng, 0.0, key="A", after=["B"])
     other = sub(eng, 0.0, key="other")
     b = sub(eng, 0.0, key="B", after=["other"])  # B -> other, A -> B: no cycle
@@ -595,7 +527,7 @@ def test_no_cycle_when_the_awaiting_task_is_elsewhere_in_the_graph() -> None:
     ids=["two", "self", "three"],
 )
 def test_cycle_inside_a_batch(batch: list[tuple[str, list[str]]]) -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     before = fingerprint(eng)
     recs = [task(key=k, after=after) for k, after in batch]
     assert rejected(lambda: eng.submit_batch(recs, 0.0)) == CYCLE
@@ -609,7 +541,7 @@ def test_a_batch_closing_a_cycle_through_an_awaited_key_is_rejected(first: str) 
 
     Whatever the order of the batch, this is a cycle (docs/dependencies.md,
     "Unknown dependencies and cycles")."""
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     a = sub(eng, 0.0, key="A", after=["B"])
     defs = {"B": task(key="B", after=["C"]), "C": task(key="C", after=["A"])}
     recs = [defs[first], defs["C" if first == "B" else "B"]]
@@ -623,7 +555,7 @@ def test_a_batch_closing_a_cycle_through_an_awaited_key_is_rejected(first: str) 
 def test_a_task_that_stopped_awaiting_a_key_does_not_make_a_cycle(how: str) -> None:
     """A awaited "B" but ended (timed out, cancelled): B after A is no cycle, it just follows
     the edge table with A's terminal status."""
-    eng = make_engine(pool(unknown_dependency="await", await_timeout=1.0))
+    eng = engine_of(pool(unknown_dependency="await", await_timeout=1.0))
     a = sub(eng, 0.0, key="A", after=["B"])
     if how == "cancel":
         assert eng.cancel("A", 0.5)
@@ -687,7 +619,7 @@ def _rejections() -> list[tuple[str, Callable[[Engine], Any], str]]:
 def test_a_rejected_submission_leaves_no_trace(
     what: str, call: Callable[[Engine], Any], code: str
 ) -> None:
-    eng = make_engine(
+    eng = engine_of(
         pool("p", 0, unknown_dependency="await"),
         pool("r", 0, max_pending=1, overflow="reject"),
         pool("w", 0, max_pending=2, overflow="wait"),
@@ -714,7 +646,7 @@ def test_a_rejected_submission_leaves_no_trace(
 
 
 def test_a_rejected_awaiting_task_leaves_no_awaited_key_behind() -> None:
-    eng = make_engine(pool(unknown_dependency="await"))
+    eng = engine_of(pool(unknown_dependency="await"))
     assert rejected(lambda: sub(eng, 0.0, key="A", after=["B", 424242]))[0] == (
         "unknown_dependency"
     )
@@ -731,7 +663,7 @@ def test_a_rejected_awaiting_task_leaves_no_awaited_key_behind() -> None:
 
 
 def test_batch_forward_references_and_ids_in_batch_order() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     recs = [
         task(after=["z"]),
         task(key="m", deps=[("z", "complete")]),
@@ -749,7 +681,7 @@ def test_batch_forward_references_and_ids_in_batch_order() -> None:
 
 
 def test_batch_duplicate_key_in_batch() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     recs = [task(key="dd"), task(), task(key="dd")]
     assert rejected(lambda: eng.submit_batch(recs, 0.0)) == (
         "duplicate_key_in_batch",
@@ -759,7 +691,7 @@ def test_batch_duplicate_key_in_batch() -> None:
 
 
 def test_batch_with_an_existing_key_returns_a_duplicate_and_admits_the_rest() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     old = sub(eng, 0.0, key="old")
     admitted = eng.submit_batch(
         [task(key="new", after=["old"]), task(key="old"), task(after=["new"])], 1.0
@@ -774,13 +706,13 @@ def test_batch_with_an_existing_key_returns_a_duplicate_and_admits_the_rest() ->
 
 
 def test_empty_batch() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     assert eng.submit_batch([], 0.0) == []
     assert sub(eng, 0.0).id == 1
 
 
 def test_batch_depending_on_a_skipped_batch_mate() -> None:
-    eng = make_engine()
+    eng = engine_of(pool())
     bad = sub(eng, 0.0, key="bad")
     eng.fail(start(eng, bad, 0.0), 1.0, "x", permanent=True)
     late, first = task(key="late", after=["first"]), task(key="first", after=["bad"])
@@ -794,9 +726,9 @@ def test_batch_depending_on_a_skipped_batch_mate() -> None:
 
 
 def test_semaphore_permits_are_never_exceeded_across_pools() -> None:
-    eng = make_engine(pool("a", 3), pool("b", 3), resources=[semaphore("db", 2)])
+    eng = engine_of(pool("a", 3), pool("b", 3), resources=[semaphore("db", 2)])
     recs = [sub(eng, 0.0, pool=name, payload=1.0, resources={"db": 1}) for name in "ababab"]
-    run = Runner(eng)
+    run = Driver(eng)
     held = []
     for t in [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]:
         run.run_until(t)
@@ -804,25 +736,25 @@ def test_semaphore_permits_are_never_exceeded_across_pools() -> None:
         assert eng.resources["db"].in_use == len(eng.running) <= 2
     assert run.peak == 2
     assert held == [2, 2, 2, 2, 2, 2, 0, 0]
-    assert sorted(run.starts().values()) == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
+    assert sorted(run.start_by_id().values()) == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
     assert all(status(r) == "succeeded" for r in recs)
 
 
 def test_semaphore_amounts_above_one() -> None:
-    eng = make_engine(pool("p", 4), resources=[semaphore("s", 3)])
+    eng = engine_of(pool("p", 4), resources=[semaphore("s", 3)])
     big = sub(eng, 0.0, payload=1.0, resources={"s": 2})
     big2 = sub(eng, 0.0, payload=1.0, resources={"s": 2})
     small = sub(eng, 0.0, payload=1.0, resources={"s": 1})
-    run = Runner(eng)
+    run = Driver(eng)
     run.run_until(0.0)
     assert (status(big), status(big2), status(small)) == ("running", "ready", "running")
     run.run_until(1.0)
-    assert run.starts()[big2.id] == 1.0
+    assert run.start_by_id()[big2.id] == 1.0
 
 
 def _end_holder(how: str) -> tuple[Engine, TaskRecord, TaskRecord]:
     """A holder of the only permit, ended at t=1 by `how`, and a waiter parked since t=0."""
-    eng = make_engine(
+    eng = engine_of(
         pool("p", 2, lease_ttl=1.0 if how == "lease" else None), resources=[semaphore("s", 1)]
     )
     holder = sub(
@@ -883,7 +815,7 @@ def test_a_retried_holder_takes_its_permit_again() -> None:
 
 
 def test_a_high_task_parked_on_a_semaphore_does_not_block_a_low_task() -> None:
-    eng = make_engine(pool("p", 2), resources=[semaphore("db", 1)])
+    eng = engine_of(pool("p", 2), resources=[semaphore("db", 1)])
     holder = sub(eng, 0.0, resources={"db": 1})
     start(eng, holder, 0.0)
     high = sub(eng, 1.0, cls=HIGH, resources={"db": 1})
@@ -895,8 +827,8 @@ def test_a_high_task_parked_on_a_semaphore_does_not_block_a_low_task() -> None:
 
 
 def test_parked_tasks_keep_priority_then_fifo_order() -> None:
-    eng = make_engine(pool("p", 8), resources=[semaphore("db", 1)])
-    run = Runner(eng)
+    eng = engine_of(pool("p", 8), resources=[semaphore("db", 1)])
+    run = Driver(eng)
     holder = sub(eng, 0.0, payload=1.0, resources={"db": 1})
     run.step(0.0)
     waiters = [
@@ -908,7 +840,7 @@ def test_parked_tasks_keep_priority_then_fifo_order() -> None:
     free = sub(eng, 0.2, cls=LOW, payload=1.0)
     run.step(0.2)
     run.run_until(10.0)
-    starts = run.starts()
+    starts = run.start_by_id()
     assert (starts[holder.id], starts[free.id]) == (0.0, 0.2)
     by_time = sorted(waiters, key=lambda r: starts[r.id])
     assert [w.cls for w in by_time] == [CRIT, HIGH, NORMAL, NORMAL, LOW, LOW]
@@ -918,7 +850,7 @@ def test_parked_tasks_keep_priority_then_fifo_order() -> None:
 
 
 def test_cancel_a_parked_task() -> None:
-    eng = make_engine(pool("p", 4), resources=[semaphore("db", 1)])
+    eng = engine_of(pool("p", 4), resources=[semaphore("db", 1)])
     holder = sub(eng, 0.0, resources={"db": 1})
     att = start(eng, holder, 0.0)
     high = sub(eng, 0.0, cls=HIGH, resources={"db": 1})
@@ -936,7 +868,7 @@ def test_cancel_a_parked_task() -> None:
 
 
 def test_a_blocked_task_takes_no_resources_until_it_runs() -> None:
-    eng = make_engine(pool("p", 4), resources=[semaphore("db", 1)])
+    eng = engine_of(pool("p", 4), resources=[semaphore("db", 1)])
     a = sub(eng, 0.0, key="a")
     child = sub(eng, 0.0, after=["a"], resources={"db": 1})
     other = sub(eng, 0.0, resources={"db": 1})
@@ -955,7 +887,7 @@ def test_a_freed_permit_goes_to_a_task_that_can_start() -> None:
     """Pool A's parked task is first in line for the permit but A has no free slot; pool B has
     one and a task parked on the same semaphore: the permit must not sit idle (a task can run
     as soon as every amount is available, and resources are shared by all pools)."""
-    eng = make_engine(pool("A", 1), pool("B", 2), resources=[semaphore("db", 1)])
+    eng = engine_of(pool("A", 1), pool("B", 2), resources=[semaphore("db", 1)])
     holder = sub(eng, 0.0, pool="B", resources={"db": 1})
     att = start(eng, holder, 0.0)
     parked_a = sub(eng, 0.1, pool="A", resources={"db": 1})
@@ -977,56 +909,56 @@ def test_a_freed_permit_goes_to_a_task_that_can_start() -> None:
 
 
 def test_token_bucket_starts_full_and_refills_at_rate() -> None:
-    eng = make_engine(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
+    eng = engine_of(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
     recs = [sub(eng, 0.0, resources={"tb": 1}) for _ in range(8)]
-    run = Runner(eng)
+    run = Driver(eng)
     run.step(0.0)
     assert eng.next_wake() == pytest.approx(0.2, abs=1e-9)
     run.run_until(2.0)
-    starts = run.starts()
+    starts = run.start_by_id()
     assert [starts[r.id] for r in recs] == pytest.approx(
         [0.0, 0.0, 0.0, 0.2, 0.4, 0.6, 0.8, 1.0], abs=1e-9
     )
 
 
 def test_token_bucket_amount_two() -> None:
-    eng = make_engine(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
+    eng = engine_of(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
     recs = [sub(eng, 0.0, resources={"tb": 2}) for _ in range(4)]
-    run = Runner(eng)
+    run = Driver(eng)
     run.run_until(2.0)
-    starts = run.starts()
+    starts = run.start_by_id()
     # 3 -> 1 token at 0; then 2 tokens are there at 0.2, 0.6, 1.0 (every 0.4 s once empty)
     assert [starts[r.id] for r in recs] == pytest.approx([0.0, 0.2, 0.6, 1.0], abs=1e-9)
 
 
 def test_token_bucket_tokens_do_not_come_back_when_attempts_end() -> None:
-    eng = make_engine(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
+    eng = engine_of(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
     first = [sub(eng, 0.0, payload=0.01, resources={"tb": 1}) for _ in range(3)]
-    run = Runner(eng)
+    run = Driver(eng)
     run.run_until(0.05)
     assert all(status(r) == "succeeded" for r in first)
     late = sub(eng, 0.05, resources={"tb": 1})
     run.run_until(1.0)
-    assert run.starts()[late.id] == pytest.approx(0.2, abs=1e-9)
+    assert run.start_by_id()[late.id] == pytest.approx(0.2, abs=1e-9)
 
 
 def test_token_bucket_holds_at_most_burst_tokens() -> None:
-    eng = make_engine(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
+    eng = engine_of(pool("p", 8), resources=[bucket("tb", 5.0, 3)])
     recs = [sub(eng, 10.0, resources={"tb": 1}) for _ in range(5)]
-    run = Runner(eng, 10.0)
+    run = Driver(eng, 10.0)
     run.run_until(12.0)
-    starts = run.starts()
+    starts = run.start_by_id()
     assert [starts[r.id] for r in recs] == pytest.approx([10.0, 10.0, 10.0, 10.2, 10.4], abs=1e-9)
 
 
 def test_token_bucket_shared_by_two_pools_and_priority_order() -> None:
-    eng = make_engine(pool("a", 4), pool("b", 4), resources=[bucket("tb", 10.0, 1)])
+    eng = engine_of(pool("a", 4), pool("b", 4), resources=[bucket("tb", 10.0, 1)])
     low = sub(eng, 0.0, pool="a", cls=LOW, resources={"tb": 1})
     first = sub(eng, 0.0, pool="b", resources={"tb": 1})
     high = sub(eng, 0.0, pool="b", cls=HIGH, resources={"tb": 1})
-    run = Runner(eng)
+    run = Driver(eng)
     run.run_until(1.0)
-    starts = run.starts()
+    starts = run.start_by_id()
     # pool a is dispatched first at t=0 and takes the only token; then HIGH before the NORMAL
     assert starts[low.id] == 0.0
     assert starts[high.id] == pytest.approx(0.1, abs=1e-9)
@@ -1037,7 +969,7 @@ def test_token_bucket_shared_by_two_pools_and_priority_order() -> None:
 
 
 def test_unknown_resource_and_amount_above_capacity() -> None:
-    eng = make_engine(resources=[semaphore("sem", 2), bucket("tb", 5.0, 3)])
+    eng = engine_of(pool(), resources=[semaphore("sem", 2), bucket("tb", 5.0, 3)])
     assert rejected(lambda: sub(eng, 0.0, resources={"zzz": 1})) == (
         "unknown_resource",
         "unknown resource 'zzz'",
@@ -1059,7 +991,7 @@ def test_unknown_resource_and_amount_above_capacity() -> None:
 
 
 def test_max_pending_counts_blocked_ready_and_retrying_but_not_running() -> None:
-    eng = make_engine(pool("p", 1, max_pending=3, overflow="reject"))
+    eng = engine_of(pool("p", 1, max_pending=3, overflow="reject"))
     x = sub(eng, 0.0, key="x", retry=SLOW_RETRY)
     att = start(eng, x, 0.0)
     assert pending(eng) == [0, 0, 0, 0] and eng.has_room("p")
@@ -1078,7 +1010,7 @@ def test_max_pending_counts_blocked_ready_and_retrying_but_not_running() -> None
 
 
 def test_has_room_without_a_bound() -> None:
-    eng = make_engine(pool("p", 0))
+    eng = engine_of(pool("p", 0))
     for _ in range(100):
         sub(eng, 0.0)
     assert eng.has_room("p")
@@ -1086,7 +1018,7 @@ def test_has_room_without_a_bound() -> None:
 
 @pytest.mark.parametrize("cls", [CRIT, HIGH, NORMAL, LOW])
 def test_reject_refuses_any_priority_when_full(cls: int) -> None:
-    eng = make_engine(pool("p", 0, max_pending=3, overflow="reject"))
+    eng = engine_of(pool("p", 0, max_pending=3, overflow="reject"))
     for c in (LOW, LOW, LOW):
         sub(eng, 0.0, cls=c)
     before = fingerprint(eng)
@@ -1095,14 +1027,14 @@ def test_reject_refuses_any_priority_when_full(cls: int) -> None:
 
 
 def test_a_duplicate_key_needs_no_room() -> None:
-    eng = make_engine(pool("p", 0, max_pending=1, overflow="reject"))
+    eng = engine_of(pool("p", 0, max_pending=1, overflow="reject"))
     a = sub(eng, 0.0, key="a")
     rec, dup = eng.submit(task(key="a"), 1.0)
     assert (rec, dup) == (a, True)
 
 
 def test_shed_lowest() -> None:
-    eng = make_engine(pool("p", 0, max_pending=3, overflow="shed_lowest"))
+    eng = engine_of(pool("p", 0, max_pending=3, overflow="shed_lowest"))
     normal = sub(eng, 0.0, cls=NORMAL)
     low1 = sub(eng, 1.0, cls=LOW)
     low2 = sub(eng, 2.0, cls=LOW)
@@ -1132,7 +1064,7 @@ def test_shed_lowest() -> None:
 
 
 def test_shed_lowest_takes_the_lowest_class_first() -> None:
-    eng = make_engine(pool("p", 0, max_pending=3, overflow="shed_lowest"))
+    eng = engine_of(pool("p", 0, max_pending=3, overflow="shed_lowest"))
     low = sub(eng, 0.0, cls=LOW)
     n1 = sub(eng, 1.0, cls=NORMAL)
     n2 = sub(eng, 2.0, cls=NORMAL)
@@ -1141,7 +1073,7 @@ def test_shed_lowest_takes_the_lowest_class_first() -> None:
 
 
 def test_shed_oldest() -> None:
-    eng = make_engine(pool("p", 0, max_pending=3, overflow="shed_oldest"))
+    eng = engine_of(pool("p", 0, max_pending=3, overflow="shed_oldest"))
     low1 = sub(eng, 0.0, cls=LOW)
     normal = sub(eng, 1.0, cls=NORMAL)
     low2 = sub(eng, 2.0, cls=LOW)
@@ -1159,7 +1091,7 @@ def test_shed_oldest() -> None:
 
 def test_shed_victims_are_ready_tasks_only() -> None:
     """Blocked and running tasks are not evicted (only queued ready tasks are)."""
-    eng = make_engine(pool("p", 1, max_pending=2, overflow="shed_oldest"))
+    eng = engine_of(pool("p", 1, max_pending=2, overflow="shed_oldest"))
     run_low = sub(eng, 0.0, cls=LOW, key="r")
     start(eng, run_low, 0.0)
     blocked_low = sub(eng, 0.0, cls=LOW, after=["r"])
@@ -1176,7 +1108,7 @@ def test_shed_victims_are_ready_tasks_only() -> None:
 def test_shed_oldest_evicts_a_low_task_parked_on_a_resource() -> None:
     """A LOW task waiting for a permit is pending (status ready) like any queued LOW task, so
     shed_oldest evicts it (docs/overflow-and-fairness.md, "max_pending and overflow")."""
-    eng = make_engine(
+    eng = engine_of(
         pool("p", 2, max_pending=1, overflow="shed_oldest"), resources=[semaphore("s", 1)]
     )
     holder = sub(eng, 0.0, resources={"s": 1})
@@ -1190,7 +1122,7 @@ def test_shed_oldest_evicts_a_low_task_parked_on_a_resource() -> None:
 
 
 def test_dependents_of_a_shed_task_are_skipped() -> None:
-    eng = make_engine(pool("z", 0, max_pending=1, overflow="shed_lowest"), pool("p", 4))
+    eng = engine_of(pool("z", 0, max_pending=1, overflow="shed_lowest"), pool("p", 4))
     victim = sub(eng, 0.0, pool="z", cls=LOW, key="v")
     child = sub(eng, 0.0, after=["v"])
     sub(eng, 1.0, pool="z", cls=HIGH)
@@ -1199,7 +1131,7 @@ def test_dependents_of_a_shed_task_are_skipped() -> None:
 
 
 def test_wait_policy_is_full_from_the_engine() -> None:
-    eng = make_engine(pool("p", 1, max_pending=2))
+    eng = engine_of(pool("p", 1, max_pending=2))
     assert eng.pools["p"].cfg.overflow == "wait"
     first = sub(eng, 0.0)
     sub(eng, 0.0)
@@ -1214,7 +1146,7 @@ def test_wait_policy_is_full_from_the_engine() -> None:
 
 @pytest.mark.parametrize("overflow", ["wait", "reject", "shed_lowest", "shed_oldest"])
 def test_a_batch_over_max_pending_is_overloaded(overflow: str) -> None:
-    eng = make_engine(pool("p", 0, max_pending=3, overflow=overflow), pool("q", 0))
+    eng = engine_of(pool("p", 0, max_pending=3, overflow=overflow), pool("q", 0))
     sub(eng, 0.0, cls=LOW)
     before = fingerprint(eng)
     recs = [task(cls=HIGH), task(cls=HIGH, pool="q"), task(cls=HIGH), task(cls=HIGH)]
@@ -1226,14 +1158,14 @@ def test_a_batch_over_max_pending_is_overloaded(overflow: str) -> None:
 
 
 def test_a_batch_duplicate_takes_no_room() -> None:
-    eng = make_engine(pool("p", 0, max_pending=2, overflow="reject"))
+    eng = engine_of(pool("p", 0, max_pending=2, overflow="reject"))
     sub(eng, 0.0, key="a")
     admitted = eng.submit_batch([task(key="a"), task(key="b")], 1.0)
     assert [(r.id, dup) for r, dup in admitted] == [(1, True), (2, False)]
 
 
 def test_dependents_lists_every_child_by_id_or_key_even_once_resolved() -> None:
-    eng = make_engine(pool(capacity=0))
+    eng = engine_of(pool(capacity=0))
     parent = sub(eng, 0.0, key="root")
     by_id = sub(eng, 0.0, deps=[(parent.id, "complete")])
     sub(eng, 0.0)  # no dependency

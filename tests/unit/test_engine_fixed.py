@@ -4,8 +4,9 @@ docs/fixed-starts.md (fixed starts, reservations, held workers, recurring schedu
 docs/groups.md (worker groups and labels), docs/autoscaling.md, the snapshot fields of
 docs/library.md, "Snapshot" that belong to them (held, desired, reservations, fixed_start_hit_rate,
 cost), on a virtual clock: times are plain floats handed to every engine call, nothing sleeps and
-nothing touches asyncio. `Runner` plays a punctual driver: it fires every timer at its own time,
-fills free slots, ends attempts after the runtime their payload asks for and logs every start.
+nothing touches asyncio. `Driver` (tests/helpers/engine.py) plays a punctual driver: it fires every
+timer at its own time, fills free slots, ends attempts after the runtime their payload asks for and
+logs every start.
 
 Decisions of ours tested as such (the published package leaves them open or we differ on purpose;
 docs/library.md, "Differences from the published package"):
@@ -24,11 +25,9 @@ docs/library.md, "Differences from the published package"):
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from heapq import heappop, heappush
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
@@ -36,18 +35,17 @@ from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.cron import parse_cron, zone
 from cronoq.core.engine import EVENTS_ALL, Engine
 from cronoq.core.model import (
-    Attempt,
     Extras,
     PoolConfig,
     PoolSnapshot,
     Priority,
     RetryPolicy,
-    StatusEvent,
     TaskRecord,
 )
 from cronoq.core.recurring import Recurring
 from cronoq.core.resources import ResourceConfig
 from cronoq.errors import SubmitError
+from helpers.engine import Driver, Job, make_engine
 
 CRIT = int(Priority.CRITICAL)
 NORMAL = int(Priority.NORMAL)
@@ -62,22 +60,6 @@ T0 = 1_700_000_000.0
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-class Job(NamedTuple):
-    """A payload the Runner understands: run for `runtime` seconds, then succeed or fail."""
-
-    runtime: float
-    fail: bool = False
-
-
-def make_engine(capacity: int = 1, *, now: float = 0.0, **pool_kw: Any) -> Engine:
-    return Engine(
-        [PoolConfig("p", capacity=capacity, **pool_kw)],
-        now,
-        rng=random.Random(0),
-        event_level=EVENTS_ALL,
-    )
 
 
 def fixed(
@@ -137,75 +119,13 @@ def utc(text: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
-class Runner:
-    """A punctual driver. An attempt whose payload is a `Job` (or a number of seconds) ends by
-    itself after that runtime; any other payload runs until the test ends it."""
-
-    def __init__(self, eng: Engine, now: float = 0.0) -> None:
-        self.eng = eng
-        self.now = now
-        self.starts: list[tuple[float, Attempt]] = []
-        self.events: list[StatusEvent] = []
-        self._ends: list[tuple[float, int, Attempt, bool]] = []
-
-    def step(self, now: float) -> None:
-        eng = self.eng
-        assert now >= self.now, "time must not go backwards"
-        self.now = now
-        while self._ends and self._ends[0][0] <= now:
-            end, _, att, fail = heappop(self._ends)
-            if fail:
-                eng.fail(att, end, "RuntimeError: boom", permanent=True)
-            else:
-                eng.complete(att, end)
-        eng.advance(now)
-        eng.dispatch(now)
-        out = eng.take()
-        self.events += out.events
-        for att in out.starts:
-            self.starts.append((now, att))
-            job = att.task.payload
-            if isinstance(job, (int, float)) and not isinstance(job, bool):
-                job = Job(float(job))
-            if isinstance(job, Job):
-                heappush(self._ends, (now + job.runtime, att.lease, att, job.fail))
-
-    def run_until(self, t: float) -> None:
-        """Step now, at every timer and attempt end up to `t`, and at `t`."""
-        self.step(self.now)
-        for _ in range(100_000):
-            w = self.eng.next_wake()
-            if self._ends and (w is None or self._ends[0][0] < w):
-                w = self._ends[0][0]
-            if w is None or w > t:
-                break
-            self.step(max(w, self.now))
-        else:  # pragma: no cover - a timer that never moves forward
-            raise AssertionError("the driver does not move forward")
-        self.step(t)
-
-    def submit(self, now: float, rec: TaskRecord) -> TaskRecord:
-        """Bring the driver to `now` first, then submit (as a caller at that time would)."""
-        self.run_until(now)
-        return sub(self.eng, now, rec)
-
-    def started(self, rec: TaskRecord) -> list[float]:
-        return [t for t, att in self.starts if att.task is rec]
-
-    def start_times(self) -> list[float]:
-        return [t for t, _ in self.starts]
-
-    def statuses(self, rec: TaskRecord) -> list[tuple[str, float, str | None]]:
-        return [(e.status, e.at, e.message) for e in self.events if e.id == rec.id]
-
-
 # --- fixed starts: status, dispatch time, held slots (docs/fixed-starts.md, "Fixed starts") -------
 
 
 def test_fixed_start_is_scheduled_until_its_time_then_runs_exactly_then() -> None:
     """Scheduled until the start time, ready and running exactly at it."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     f = sub(eng, 0.0, fixed(10.0, payload=Job(0.5)))
     run.run_until(0.0)
     assert f.status_name == "scheduled"
@@ -233,7 +153,7 @@ def test_fixed_start_runs_on_its_held_slot_ahead_of_ready_tasks() -> None:
     """A ready CRITICAL task submitted during the hold does not take the held slot; the fixed
     task starts at its time and the CRITICAL one only when a slot frees."""
     eng = make_engine(2)
-    run = Runner(eng)
+    run = Driver(eng)
     long = sub(eng, 0.0, plain(Job(100.0)))
     f = sub(eng, 0.0, fixed(10.0, 0.0, payload=Job(5.0)))  # lead max(0, 1.0) -> hold from 9.0
     run.run_until(9.5)
@@ -255,7 +175,7 @@ def test_fixed_start_runs_on_its_held_slot_ahead_of_ready_tasks() -> None:
 def test_ready_task_submitted_before_the_hold_runs_even_if_it_overruns() -> None:
     """Ready tasks submitted before the hold starts are dispatched normally."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     f = sub(eng, 0.0, fixed(10.0, 1.0, payload=Job(1.0)))  # hold from 9.0
     run.run_until(8.5)
     r = sub(eng, 8.5, plain(Job(3.5)))
@@ -272,14 +192,14 @@ def test_ready_task_submitted_before_the_hold_runs_even_if_it_overruns() -> None
 
 def test_a_ready_task_submitted_just_before_the_hold_takes_the_slot() -> None:
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     sub(eng, 0.0, fixed(10.0, 0.0))
     run.run_until(8.999)
     r = sub(eng, 8.999, plain())
     run.run_until(8.999)
     assert r.status_name == "running"
     eng2 = make_engine(1)
-    run2 = Runner(eng2)
+    run2 = Driver(eng2)
     sub(eng2, 0.0, fixed(10.0, 0.0))
     run2.run_until(9.0)
     r2 = sub(eng2, 9.0, plain())
@@ -307,7 +227,7 @@ def test_hold_begins_at_start_minus_lead(
     lead: float,
 ) -> None:
     eng = make_engine(2, default_duration=default_duration)
-    run = Runner(eng)
+    run = Driver(eng)
     if observed is not None:
         for _ in range(3):
             sub(eng, 0.0, plain(Job(observed)))
@@ -328,7 +248,7 @@ def test_hold_begins_at_start_minus_lead(
 
 def test_held_is_min_of_holds_and_free_slots() -> None:
     eng = make_engine(3, max=10)
-    run = Runner(eng)
+    run = Driver(eng)
     for _ in range(2):
         sub(eng, 0.0, fixed(10.0, 0.0))
     run.run_until(9.0)
@@ -433,7 +353,7 @@ def test_reservation_interval(
 def test_reservation_uses_the_learned_runtime_of_the_kind(kind: str, conflict: bool) -> None:
     """Kind "k" was observed to run 3 s: its interval is [10, 13); other kinds use 1.0 s."""
     eng = make_engine(1, max=2)
-    run = Runner(eng)
+    run = Driver(eng)
     sub(eng, 0.0, plain(Job(3.0), kind="k"))
     run.run_until(3.0)
     sub(eng, 3.0, fixed(10.0, 0.0, kind=kind))
@@ -492,7 +412,7 @@ def test_start_at_in_the_past(
     """Within tolerance it runs at once, beyond it on_miss applies at once."""
     now = 100.0
     eng = make_engine(1, now=now)
-    run = Runner(eng, now)
+    run = Driver(eng, now)
     f = sub(eng, now, fixed(now - late, 1.0, on_miss))
     run.run_until(now)
     assert f.status_name == status
@@ -512,7 +432,7 @@ def test_start_at_in_the_past(
 def test_only_worker_busy_past_start_plus_tolerance(on_miss: str, status: str) -> None:
     """The only worker is taken before the hold and runs until 8.0."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     long = sub(eng, 0.0, plain(Job(8.0)))
     f = sub(eng, 0.0, fixed(5.0, 1.0, on_miss, payload=Job(1.0)))
     run.run_until(5.5)
@@ -538,7 +458,7 @@ def test_only_worker_busy_past_start_plus_tolerance(on_miss: str, status: str) -
 
 def test_a_slot_freeing_within_tolerance_starts_it_as_a_hit() -> None:
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     sub(eng, 0.0, plain(Job(5.5)))
     f = sub(eng, 0.0, fixed(5.0, 1.0, "skip", payload=Job(1.0)))
     run.run_until(10.0)
@@ -552,7 +472,7 @@ def test_submitted_exactly_at_start_plus_tolerance_runs_as_a_hit() -> None:
     (ready, not missed) and counts a start at start + tolerance as a hit, so the task must run
     on the idle pool rather than be missed by its own miss timer at the same instant."""
     eng = make_engine(1, now=11.0)
-    run = Runner(eng, 11.0)
+    run = Driver(eng, 11.0)
     f = sub(eng, 11.0, fixed(10.0, 1.0, "skip"))
     assert f.status_name == "ready"
     run.run_until(11.0)
@@ -563,7 +483,7 @@ def test_submitted_exactly_at_start_plus_tolerance_runs_as_a_hit() -> None:
 def test_fixed_start_hit_rate() -> None:
     """Three starts on time, one late (run_late) and one missed (skip): 3 / 5."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     assert snap(eng, 0.0).fixed_start_hit_rate == 1.0  # none yet
     for start in (10.0, 20.0, 30.0):
         sub(eng, 0.0, fixed(start, payload=Job(1.0)))
@@ -582,7 +502,7 @@ def test_fixed_start_hit_rate() -> None:
 
 def test_reservations_and_held_drop_when_started_or_cancelled() -> None:
     eng = make_engine(3)
-    run = Runner(eng)
+    run = Driver(eng)
     a = sub(eng, 0.0, fixed(10.0, 0.0))
     b = sub(eng, 0.0, fixed(10.0, 0.0))
     c = sub(eng, 0.0, fixed(30.0, 0.0))
@@ -609,7 +529,7 @@ def test_reservations_and_held_drop_when_started_or_cancelled() -> None:
 
 def test_a_missed_task_drops_its_reservation_and_hold() -> None:
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     sub(eng, 0.0, plain(Job(20.0)))
     sub(eng, 0.0, fixed(5.0, 1.0, "skip"))
     run.run_until(5.5)
@@ -621,7 +541,7 @@ def test_a_missed_task_drops_its_reservation_and_hold() -> None:
 def test_deps_then_fixed_start_go_blocked_scheduled_ready() -> None:
     """A task with deps and a fixed start goes blocked -> scheduled -> ready."""
     eng = make_engine(2)
-    run = Runner(eng)
+    run = Driver(eng)
     parent = sub(eng, 0.0, plain(Job(3.0), key="parent"))
     child = sub(eng, 0.0, fixed(10.0, payload=Job(1.0), deps=[("parent", "success")]))
     run.run_until(1.0)
@@ -653,7 +573,7 @@ def test_deps_released_after_the_start_time(
     parent_runtime: float, on_miss: str, ends: str, started: list[float]
 ) -> None:
     eng = make_engine(2)
-    run = Runner(eng)
+    run = Driver(eng)
     sub(eng, 0.0, plain(Job(parent_runtime), key="parent"))
     child = sub(eng, 0.0, fixed(10.0, 1.0, on_miss, payload=Job(1.0), deps=[("parent", "success")]))
     run.run_until(20.0)
@@ -668,7 +588,7 @@ def test_deps_released_after_the_start_time(
 
 def test_a_retried_fixed_start_task_retries_like_any_task() -> None:
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     policy = RetryPolicy(2, 1.0, 1.0, 1.0, jitter=False)
     f = sub(eng, 0.0, fixed(10.0, 0.5, "skip", retry=policy))
     run.run_until(10.5)
@@ -761,7 +681,7 @@ def test_a_skip_task_waiting_for_a_resource_is_missed_after_its_tolerance() -> N
 def test_group_capacity_adds_slots_and_runs_labeled_tasks() -> None:
     """Capacity grows by n; a matching labeled task runs on the group."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     assert snap(eng, 0.0).capacity == 1
     eng.set_group_capacity("p", {"gpu": "a100"}, 1, 0.0)
     assert snap(eng, 0.0).capacity == 2
@@ -777,7 +697,7 @@ def test_group_capacity_adds_slots_and_runs_labeled_tasks() -> None:
 def test_labeled_task_without_a_group_waits_uncounted_in_ready() -> None:
     """A labeled task without a group: status ready, not in PoolSnapshot.ready, blocks nobody."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     t = sub(eng, 0.0, plain(labels={"gpu": "h100"}, cls=CRIT))
     other = sub(eng, 0.0, plain(Job(1.0)))
     run.run_until(0.5)
@@ -812,7 +732,7 @@ def test_labeled_task_without_a_group_waits_uncounted_in_ready() -> None:
 def test_labels_match_a_group_by_subset(labels: dict[str, str], runs: bool) -> None:
     """A task runs on a group whose labels contain all of its own (subset match)."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     eng.set_group_capacity("p", {"gpu": "a100", "zone": "eu"}, 1, 0.0)
     t = sub(eng, 0.0, plain(labels=labels))
     run.run_until(0.0)
@@ -824,7 +744,7 @@ def test_labels_match_a_group_by_subset(labels: dict[str, str], runs: bool) -> N
 
 def test_unlabeled_tasks_take_unlabeled_slots_first() -> None:
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     eng.set_group_capacity("p", {"gpu": "a100"}, 1, 0.0)
     a = sub(eng, 0.0, plain(Job(5.0)))
     run.run_until(0.0)
@@ -851,7 +771,7 @@ def test_unlabeled_tasks_take_unlabeled_slots_first() -> None:
 
 def test_set_group_capacity_zero_removes_the_slots() -> None:
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     eng.set_group_capacity("p", {"gpu": "a100"}, 2, 0.0)
     first = sub(eng, 0.0, plain(Job(5.0), labels={"gpu": "a100"}))
     run.run_until(0.0)
@@ -877,7 +797,7 @@ def test_a_group_added_while_an_unlabeled_task_runs_keeps_the_slots_apart() -> N
     """One unlabeled slot and one group slot: two unlabeled tasks at once cannot both run on
     the unlabeled slot, even if an unlabeled attempt was running when the group appeared."""
     eng = make_engine(1)
-    run = Runner(eng)
+    run = Driver(eng)
     sub(eng, 0.0, plain(Job(1.0)))
     run.run_until(0.5)
     eng.set_group_capacity("p", {"gpu": "a100"}, 1, 0.5)
@@ -902,7 +822,7 @@ def test_every_second_schedule_in_utc(max_: int) -> None:
     small pool (max 2: reservation limit 1), where an occurrence must not collide with the
     reservation of the one before it."""
     eng = make_engine(2, max=max_, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring(payload=Job(0.2), tags={"team": "ops"}), T0)
     run.run_until(T0 + 5.5)
     assert run.start_times() == [T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 5]
@@ -918,7 +838,7 @@ def test_every_second_schedule_in_utc(max_: int) -> None:
 
 def test_an_occurrence_is_an_ordinary_fixed_start_task() -> None:
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     sched = recurring(
         "*/10 * * * * *",
         key=None,
@@ -958,7 +878,7 @@ def test_occurrences_are_materialized_two_tolerances_ahead(
     expr: str, tolerance: float, times: tuple[float, ...]
 ) -> None:
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring(expr, Job(0.1), tolerance=tolerance), T0)
     for offset in times:
         at = T0 + offset
@@ -974,7 +894,7 @@ def test_occurrences_are_materialized_two_tolerances_ahead(
 
 def test_the_first_occurrence_is_materialized_at_once_if_it_is_near() -> None:
     eng = make_engine(2, now=T0 + 9.5)
-    run = Runner(eng, T0 + 9.5)
+    run = Driver(eng, T0 + 9.5)
     eng.add_recurring(recurring("*/10 * * * * *", Job(0.1)), T0 + 9.5)
     run.run_until(T0 + 9.5)
     occ = eng.lookup(utc_key("tk", T0 + 10))
@@ -987,7 +907,7 @@ def test_at_most_one_future_occurrence_is_materialized() -> None:
     """The next occurrence is created when the previous one fires or 2 x tolerance
     before its own time, whichever is later - never two future occurrences at once."""
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring(payload=Job(0.1)), T0)  # every second, tolerance 1
     for t in (T0, T0 + 0.5, T0 + 1.5, T0 + 2.5):
         run.run_until(t)
@@ -1009,7 +929,7 @@ def test_a_short_job_never_conflicts_with_the_next_occurrence(
     """overlap=skip drops an occurrence only if the previous one is still live at its time;
     a 0.1 s job is long finished when the next occurrence is due."""
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring(expr, Job(0.1), tolerance=tolerance), T0)
     run.run_until(T0 + 6 * period + 0.5)
     assert run.start_times() == [T0 + n * period for n in range(1, 7)]
@@ -1059,7 +979,7 @@ def test_schedule_in_a_dst_zone(
 ) -> None:
     start = utc(since)
     eng = make_engine(2, now=start)
-    run = Runner(eng, start)
+    run = Driver(eng, start)
     eng.add_recurring(recurring(expr, Job(0.5), name="d", key="d", tz=tz), start)
     run.run_until(utc(until))
     assert run.start_times() == [utc(r) for r in runs]
@@ -1071,7 +991,7 @@ def test_overlap_skip_drops_an_occurrence_while_the_previous_runs() -> None:
     "skipped" with "previous occurrence still running": our way of the two the published package
     allows)."""
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(15.0)), T0)
     run.run_until(T0 + 31.0)
     assert run.start_times() == [T0 + 10, T0 + 30]
@@ -1086,7 +1006,7 @@ def test_overlap_skip_looks_past_skipped_occurrences() -> None:
     """A 25 s job every 10 s: the occurrence at +30 is dropped too, because the one at +10
     still runs (the +20 one in between was skipped)."""
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(25.0)), T0)
     run.run_until(T0 + 41.0)
     assert run.start_times() == [T0 + 10, T0 + 40]
@@ -1097,7 +1017,7 @@ def test_overlap_skip_every_second_with_a_longer_job() -> None:
     """A 1.5 s job every second runs every other second; each overlapping
     occurrence is either skipped ("previous occurrence still running") or not created."""
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring(payload=Job(1.5)), T0)
     run.run_until(T0 + 6.5)
     assert run.start_times() == [T0 + 1, T0 + 3, T0 + 5]
@@ -1110,7 +1030,7 @@ def test_overlap_skip_every_second_with_a_longer_job() -> None:
 
 def test_overlap_allow_runs_occurrences_concurrently() -> None:
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(15.0), overlap="allow"), T0)
     run.run_until(T0 + 41.0)
     assert run.start_times() == [T0 + 10, T0 + 20, T0 + 30, T0 + 40]
@@ -1121,7 +1041,7 @@ def test_overlap_allow_runs_occurrences_concurrently() -> None:
 def test_overlap_queue_runs_back_to_back() -> None:
     """overlap="queue": each occurrence starts when the previous ends; one can be queued."""
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(15.0), overlap="queue"), T0)
     run.run_until(T0 + 61.0)
     assert run.start_times() == [T0 + 10, T0 + 25, T0 + 40, T0 + 55]
@@ -1135,7 +1055,7 @@ def test_overlap_queue_runs_back_to_back() -> None:
 
 def test_overlap_queue_runs_after_a_failed_occurrence_too() -> None:
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(15.0, fail=True), overlap="queue"), T0)
     run.run_until(T0 + 41.0)
     assert run.start_times() == [T0 + 10, T0 + 25, T0 + 40]
@@ -1147,7 +1067,7 @@ def test_overlap_queue_on_success_skips_every_later_occurrence_after_a_failure()
     """overlap="queue_on_success": after a failure the queued and every later occurrence end
     skipped."""
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(
         recurring("*/10 * * * * *", Job(15.0, fail=True), overlap="queue_on_success"), T0
     )
@@ -1170,7 +1090,7 @@ def test_overlap_queue_on_success_skips_every_later_occurrence_after_a_failure()
 
 def test_overlap_queue_on_success_keeps_running_while_occurrences_succeed() -> None:
     eng = make_engine(3, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(1.0), overlap="queue_on_success"), T0)
     run.run_until(T0 + 41.0)
     assert run.start_times() == [T0 + 10, T0 + 20, T0 + 30, T0 + 40]
@@ -1179,7 +1099,7 @@ def test_overlap_queue_on_success_keeps_running_while_occurrences_succeed() -> N
 def test_remove_recurring_true_false_and_cancels_the_pending_occurrence() -> None:
     """remove_recurring is True, then False; the occurrence that has not started is cancelled."""
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(0.1)), T0)
     run.run_until(T0 + 9.0)
     occ = eng.lookup(utc_key("tk", T0 + 10))
@@ -1196,7 +1116,7 @@ def test_remove_recurring_true_false_and_cancels_the_pending_occurrence() -> Non
 
 def test_remove_recurring_leaves_a_running_occurrence_alone() -> None:
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", Job(5.0)), T0)
     run.run_until(T0 + 11.0)
     occ = eng.lookup(utc_key("tk", T0 + 10))
@@ -1210,7 +1130,7 @@ def test_remove_recurring_leaves_a_running_occurrence_alone() -> None:
 def test_remove_recurring_right_after_adding_an_every_second_schedule() -> None:
     """No occurrence of a removed schedule may run, however many were materialized."""
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring(payload=Job(0.1)), T0)
     run.run_until(T0 + 0.5)
     assert eng.remove_recurring("r", T0 + 0.5) is True
@@ -1222,7 +1142,7 @@ def test_remove_recurring_right_after_adding_an_every_second_schedule() -> None:
 def test_remove_recurring_cancels_an_occurrence_waiting_for_its_slot() -> None:
     """An occurrence that is due (ready) but has no slot yet has not started: it goes too."""
     eng = make_engine(1, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     sub(eng, T0, plain(Job(30.0)))
     eng.add_recurring(recurring("*/10 * * * * *", Job(0.1)), T0)
     run.run_until(T0 + 10.5)
@@ -1236,7 +1156,7 @@ def test_remove_recurring_cancels_an_occurrence_waiting_for_its_slot() -> None:
 
 def test_replacing_a_schedule_cancels_the_old_occurrence_and_applies_the_new_one() -> None:
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", "old", key=None), T0)
     run.run_until(T0 + 9.0)
     (old,) = [r for r in eng.tasks.values() if r.status_name == "scheduled"]
@@ -1251,7 +1171,7 @@ def test_replacing_a_schedule_with_the_same_key_still_runs_its_next_occurrence()
     """The cancelled old occurrence keeps its key; the new schedule's occurrence for the same
     time must not be swallowed as a duplicate of it."""
     eng = make_engine(2, now=T0)
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     eng.add_recurring(recurring("*/10 * * * * *", "old"), T0)
     run.run_until(T0 + 9.0)
     (old,) = [r for r in eng.tasks.values() if r.status_name == "scheduled"]
@@ -1266,7 +1186,7 @@ def test_replacing_a_schedule_with_the_same_key_still_runs_its_next_occurrence()
 
 def test_an_occurrence_rejected_by_the_reservation_limit_is_a_recurring_conflict() -> None:
     eng = make_engine(2, max=2, now=T0)  # limit 1
-    run = Runner(eng, T0)
+    run = Driver(eng, T0)
     blocker = sub(eng, T0, fixed(T0 + 10, payload=Job(0.5)))
     eng.add_recurring(recurring("*/10 * * * * *", Job(0.5)), T0)
     run.run_until(T0 + 20.5)
@@ -1296,7 +1216,7 @@ def scaled_engine(
 def test_autoscale_forty_queued_tasks_grow_the_pool_1_5_8() -> None:
     """1 -> 5 at t=1 -> 8 at t=2; desired follows; cost = ws x rate."""
     eng = scaled_engine(1, cost_per_worker_second=2.0)
-    run = Runner(eng)
+    run = Driver(eng)
     run.run_until(0.0)  # the first evaluation, at start
     for _ in range(40):
         sub(eng, 0.0, plain(Job(0.5)))
@@ -1314,7 +1234,7 @@ def test_autoscale_forty_queued_tasks_grow_the_pool_1_5_8() -> None:
 def test_autoscale_idle_pool_at_8_waits_for_the_window_then_steps_down_per_cooldown() -> None:
     """8 for 60 s, then 7, then -1 every 30 s."""
     eng = scaled_engine(8)
-    run = Runner(eng)
+    run = Driver(eng)
     for t, capacity in [
         (0.0, 8),
         (30.0, 8),
@@ -1336,7 +1256,7 @@ def test_autoscale_idle_pool_at_8_waits_for_the_window_then_steps_down_per_coold
 def test_autoscale_min_zero_pool_starts_empty_and_grows_at_the_next_evaluation() -> None:
     """A min=0 pool starts with no workers; a submission gets one at the next evaluation."""
     eng = scaled_engine(0, min_=0, max_=4)
-    run = Runner(eng)
+    run = Driver(eng)
     run.run_until(0.0)
     assert snap(eng, 0.0).capacity == 0
     t = run.submit(0.3, plain(Job(0.5)))
@@ -1351,7 +1271,7 @@ def test_autoscale_min_zero_pool_starts_empty_and_grows_at_the_next_evaluation()
 def test_autoscale_counts_reservations_within_the_horizon() -> None:
     """A min=0 pool with 3 reservations 4 s ahead goes to 3 at once."""
     eng = scaled_engine(0, min_=0, max_=6)  # reservation limit 3
-    run = Runner(eng)
+    run = Driver(eng)
     for _ in range(3):
         sub(eng, 0.0, fixed(4.0, payload=Job(0.5)))
     run.run_until(0.0)
@@ -1364,7 +1284,7 @@ def test_autoscale_counts_reservations_within_the_horizon() -> None:
 
 def test_autoscale_ignores_reservations_beyond_the_horizon() -> None:
     eng = scaled_engine(0, min_=0, max_=6)
-    run = Runner(eng)
+    run = Driver(eng)
     sub(eng, 0.0, fixed(100.0, payload=Job(0.5)))  # reserves [99, 101.5)
     run.run_until(38.0)
     assert snap(eng, 38.0).capacity == 0

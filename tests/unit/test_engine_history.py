@@ -4,60 +4,46 @@ extras. Every call gets an explicit `now`."""
 
 from __future__ import annotations
 
-import random
-from typing import Any
-
-from cronoq.core.engine import ABORT_LEASE, ABORT_TIMEOUT, Engine
+from cronoq.core.engine import ABORT_LEASE, ABORT_TIMEOUT, EVENTS_NONE
 from cronoq.core.model import (
     CANCELLED,
     DEAD_LETTERED,
     HISTORY_MAX,
     RETRYING,
     SUCCEEDED,
-    Attempt,
     Extras,
     PastAttempt,
-    PoolConfig,
     RetryPolicy,
     TaskRecord,
 )
+from helpers.engine import Driver, make_engine
 
 NO_JITTER = RetryPolicy(max_attempts=5, initial_backoff=1.0, multiplier=1.0, jitter=False)
 
 
-def make(**pool_kw: Any) -> Engine:
-    return Engine([PoolConfig("p", capacity=1, **pool_kw)], 0.0, rng=random.Random(0))
-
-
-def start(eng: Engine, now: float) -> Attempt:
-    """Fire what is due at `now`, dispatch, and return the one attempt started."""
-    eng.advance(now)
-    eng.dispatch(now)
-    [att] = eng.take().starts
-    return att
-
-
 def test_a_task_that_never_retries_allocates_no_extras() -> None:
-    eng = make()
+    eng = make_engine(level=EVENTS_NONE)
+    drv = Driver(eng, catch_up=False)
     ok = eng.submit(TaskRecord(None, "p"), 0.0)[0]
-    eng.complete(start(eng, 0.0), 1.0)
+    eng.complete(drv.start_one(0.0), 1.0)
     failed = eng.submit(TaskRecord(None, "p", retry=RetryPolicy.none()), 1.0)[0]
-    eng.fail(start(eng, 1.0), 2.0, "once")
+    eng.fail(drv.start_one(1.0), 2.0, "once")
     permanent = eng.submit(TaskRecord(None, "p"), 2.0)[0]
-    eng.fail(start(eng, 2.0), 3.0, "never again", permanent=True)
+    eng.fail(drv.start_one(2.0), 3.0, "never again", permanent=True)
     for rec in (ok, failed, permanent):
         assert rec.extra is None and rec.past_attempts == ()
     assert (ok.status, failed.status) == (SUCCEEDED, DEAD_LETTERED)
 
 
 def test_failures_that_retry_are_kept_with_their_times_and_messages() -> None:
-    eng = make(retry=NO_JITTER)
+    eng = make_engine(level=EVENTS_NONE, retry=NO_JITTER)
+    drv = Driver(eng, catch_up=False)
     rec = eng.submit(TaskRecord(None, "p"), 0.0)[0]
-    eng.fail(start(eng, 0.5), 2.0, "boom 1")
+    eng.fail(drv.start_one(0.5), 2.0, "boom 1")
     assert rec.status == RETRYING
     assert rec.past_attempts == (PastAttempt(1, 0.5, 2.0, "failed", "boom 1"),)
-    eng.fail(start(eng, 3.0), 3.25, "boom 2", retry_after=4.0)
-    eng.complete(start(eng, 7.25), 8.0)
+    eng.fail(drv.start_one(3.0), 3.25, "boom 2", retry_after=4.0)
+    eng.complete(drv.start_one(7.25), 8.0)
     assert rec.status == SUCCEEDED and rec.attempt == 3
     assert rec.past_attempts == (
         PastAttempt(1, 0.5, 2.0, "failed", "boom 1"),
@@ -68,27 +54,31 @@ def test_failures_that_retry_are_kept_with_their_times_and_messages() -> None:
 
 def test_the_last_attempt_is_not_history() -> None:
     """A dead-lettered or cancelled task's final attempt is the record's own."""
-    eng = make(retry=RetryPolicy(max_attempts=2, initial_backoff=0.0, jitter=False))
+    eng = make_engine(
+        level=EVENTS_NONE, retry=RetryPolicy(max_attempts=2, initial_backoff=0.0, jitter=False)
+    )
+    drv = Driver(eng, catch_up=False)
     dead = eng.submit(TaskRecord(None, "p"), 0.0)[0]
-    eng.fail(start(eng, 0.0), 1.0, "first")
-    eng.fail(start(eng, 1.0), 2.0, "last")
+    eng.fail(drv.start_one(0.0), 1.0, "first")
+    eng.fail(drv.start_one(1.0), 2.0, "last")
     assert dead.status == DEAD_LETTERED and dead.message == "last"
     assert [p.number for p in dead.past_attempts] == [1]
     cancelled = eng.submit(TaskRecord(None, "p"), 2.0)[0]
-    start(eng, 2.0)
+    drv.start_one(2.0)
     eng.cancel(cancelled.id, 3.0)
     assert cancelled.status == CANCELLED and cancelled.past_attempts == ()
 
 
 def test_timeouts_and_lease_expiries_that_retry_are_kept() -> None:
-    eng = make(retry=NO_JITTER, lease_ttl=2.0)
+    eng = make_engine(level=EVENTS_NONE, retry=NO_JITTER, lease_ttl=2.0)
+    drv = Driver(eng, catch_up=False)
     rec = eng.submit(TaskRecord(None, "p", timeout=1.0), 0.0)[0]
-    start(eng, 0.0)
+    drv.start_one(0.0)
     eng.advance(1.0)  # the attempt's timeout
     assert eng.take().aborts
-    start(eng, 2.0)
+    drv.start_one(2.0)
     eng.advance(3.0)  # times out again (within its lease)
-    third = start(eng, 5.0)
+    third = drv.start_one(5.0)
     assert third.number == 3
     eng.complete(third, 5.5)
     assert rec.past_attempts == (
@@ -96,7 +86,7 @@ def test_timeouts_and_lease_expiries_that_retry_are_kept() -> None:
         PastAttempt(2, 2.0, 3.0, "timed_out", ABORT_TIMEOUT),
     )
     lost = eng.submit(TaskRecord(None, "p"), 6.0)[0]
-    att = start(eng, 6.0)
+    att = drv.start_one(6.0)
     eng.heartbeat(att, 7.0)  # the lease now runs until 9.0
     eng.advance(8.0)
     assert lost.past_attempts == ()
@@ -107,10 +97,11 @@ def test_timeouts_and_lease_expiries_that_retry_are_kept() -> None:
 
 def test_the_history_keeps_the_last_history_max_attempts() -> None:
     many = RetryPolicy(max_attempts=HISTORY_MAX + 6, initial_backoff=0.0, jitter=False)
-    eng = make(retry=many)
+    eng = make_engine(level=EVENTS_NONE, retry=many)
+    drv = Driver(eng, catch_up=False)
     rec = eng.submit(TaskRecord(None, "p"), 0.0)[0]
     for n in range(1, HISTORY_MAX + 6):
-        eng.fail(start(eng, float(n)), n + 0.5, f"boom {n}")
+        eng.fail(drv.start_one(float(n)), n + 0.5, f"boom {n}")
     past = rec.past_attempts
     assert len(past) == HISTORY_MAX
     assert [p.number for p in past] == list(range(6, HISTORY_MAX + 6))
@@ -119,10 +110,11 @@ def test_the_history_keeps_the_last_history_max_attempts() -> None:
 
 
 def test_history_sits_next_to_the_options_of_a_task_with_extras() -> None:
-    eng = make(retry=NO_JITTER)
+    eng = make_engine(level=EVENTS_NONE, retry=NO_JITTER)
+    drv = Driver(eng, catch_up=False)
     options = Extras(start_at=None, resources={})
     rec = eng.submit(TaskRecord(None, "p", extra=options), 0.0)[0]
-    eng.fail(start(eng, 0.0), 1.0, "boom")
+    eng.fail(drv.start_one(0.0), 1.0, "boom")
     assert rec.extra is options and rec.extra.resources == {}
     assert rec.past_attempts == (PastAttempt(1, 0.0, 1.0, "failed", "boom"),)
     assert not rec.extra.is_empty()

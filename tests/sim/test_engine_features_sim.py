@@ -1,4 +1,4 @@
-"""Second simulation of the engine core: rich random workloads checked by invariants.
+"""Simulation of the engine core's features: rich random workloads checked by invariants.
 
 `test_engine_sim.py` predicts every event of plain workloads exactly. This file drives the
 engine with the features that make exact prediction impractical (docs/dependencies.md to
