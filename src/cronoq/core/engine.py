@@ -567,11 +567,6 @@ class Engine:
         while retained and retained[0].finished_at + keep <= now:
             self._st.forget(retained.popleft())
 
-    def _forget(self, rec: TaskRecord) -> None:
-        del self.tasks[rec.id]
-        if rec.key is not None and self.keys.get(rec.key) is rec:
-            del self.keys[rec.key]
-
     # --- shutdown ------------------------------------------------------------------------
 
     def halt(self) -> None:

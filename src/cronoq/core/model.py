@@ -56,7 +56,7 @@ def is_terminal(status: int) -> bool:
 
 
 # The whole life cycle in one table: status -> statuses it may move to. Every change of a task's
-# status goes through Engine._move(), which checks this table; a missing entry is a bug.
+# status goes through State.move() (state.py), which checks this table; a missing entry is a bug.
 _LIVE_EXITS = (CANCELLED,)
 TRANSITIONS: dict[int, frozenset[int]] = {
     BLOCKED: frozenset({SCHEDULED, READY, SKIPPED, *_LIVE_EXITS}),

@@ -352,9 +352,7 @@ class State:
 
     def retain(self, rec: TaskRecord) -> None:
         """Keep an ended task a store gave back (lookups, results, key deduplication)."""
-        self.tasks[rec.id] = rec
-        if rec.key is not None:
-            self.keys[rec.key] = rec
+        self._index(rec)
         self.retained.append(rec)
 
     def forget(self, rec: TaskRecord) -> None:
@@ -379,13 +377,17 @@ class State:
 
     def resume_retry(self, rec: TaskRecord, pool: PoolState) -> None:
         """Take back a restored retrying task: it retries at its `ready_at`."""
-        self.tasks[rec.id] = rec
-        if rec.key is not None:
-            self.keys[rec.key] = rec
+        self._index(rec)
         self.live += 1
         pool.pending_by_class[rec.cls] += 1
         pool.retrying_by_class[rec.cls] += 1
         self.timers.set(rec.ready_at, self._on_retry, rec, rec.attempt)
+
+    def _index(self, rec: TaskRecord) -> None:
+        """Make a restored task findable by id and key (admit does it inline for new ones)."""
+        self.tasks[rec.id] = rec
+        if rec.key is not None:
+            self.keys[rec.key] = rec
 
     def restart_counts(self, retries: int) -> None:
         """After restore, totals and arrivals count only what happens from here."""
