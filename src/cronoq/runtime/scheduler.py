@@ -1,57 +1,39 @@
-"""The asyncio driver: runs the engine core on an event loop and executors as asyncio tasks.
+"""`Scheduler`: the library's API, its life cycle and the validation of what callers pass.
 
-The driver owns time and I/O; every scheduling rule lives in `cronoq.core.engine`. It calls
-the engine from one callback (`_pump`) that fires timers, fills free slots and carries out the
-resulting actions, and it keeps exactly one loop timer for the engine's next wake-up. Executors
-run inside `_run_attempt`, which turns their outcome into one `complete`/`fail` call.
+Each start() opens a `Session` (the loop that drives the engine) and binds the launcher to it;
+every call checks its arguments and then goes to that session's engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import inspect
 import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from types import TracebackType
-from typing import Any, Protocol, cast
+from typing import Any
 
-from ._attempt import AttemptMembers, CancellationToken
-from ._durable import Durable, encode_payload
-from ._lifecycle import Lifecycle, table
-from ._options import Pool, Resource, Task, build_task
-from .core import engine as _engine
-from .core.cron import CronError, parse_cron, zone
-from .core.engine import Engine
-from .core.model import (
-    FIRST_TERMINAL,
-    STATUS_NAMES,
-    SUCCEEDED,
-    Attempt,
-    Snapshot,
-    StatusEvent,
-    TaskRecord,
-    check_seconds,
-)
-from .core.recurring import Recurring
-from .errors import (
-    EventsLagged,
-    Permanent,
-    Retryable,
-    SchedulerError,
-    SubmitError,
-    TaskFailed,
-)
-from .store.base import SHARD_SHIFT, Store, Stored, check_store, first_id
-from .store.codec import Codec, JsonCodec, check_codec
-from .store.rows import record_from_row
+from .._durable import Durable, encode_payload
+from .._lifecycle import Lifecycle, table
+from .._options import Pool, Resource, Task, build_task
+from ..core import engine as _engine
+from ..core.cron import CronError, parse_cron, zone
+from ..core.engine import Engine
+from ..core.model import STATUS_NAMES, Snapshot, TaskRecord, check_seconds
+from ..core.recurring import Recurring
+from ..errors import SchedulerError, SubmitError
+from ..store.base import SHARD_SHIFT, Store, Stored, check_store, first_id
+from ..store.codec import Codec, JsonCodec, check_codec
+from ..store.rows import record_from_row
+from .handles import EventStream, TaskContext, TaskHandle
+from .local import LocalLauncher, OutsideLauncher
+from .session import Launcher, Session
 
-__all__ = ["EventStream", "Scheduler", "TaskContext", "TaskHandle"]
+__all__ = ["SCHEDULER_TRANSITIONS", "Scheduler", "SchedulerState"]
 
 log = logging.getLogger("cronoq")
 
@@ -60,8 +42,6 @@ _LOOP_CLOSED = (
     "the scheduler stopped because its asyncio event loop was closed "
     "(call start() again on a running loop)"
 )
-_SELF_CANCELLED = "CancelledError: raised by the executor, not by cronoq"
-_SHUTDOWN = "scheduler shut down"
 _OVERLAPS = ("skip", "allow", "queue", "queue_on_success")
 # submit() options a recurring schedule's template may carry (no deps, fixed start or deadline_at)
 _RECURRING_OPTIONS = frozenset(
@@ -97,90 +77,6 @@ SCHEDULER_TRANSITIONS = table(
 )
 
 
-class Launcher(Protocol):
-    """Where started attempts go instead of in-process executors (the server's workers)."""
-
-    def bind(self, engine: Engine, kick: Callable[[], None]) -> None:
-        """A session started: report outcomes to `engine`, then call `kick()`."""
-
-    def launch(self, starts: list[Attempt]) -> None:
-        """Run these attempts (their RUNNING state is durable when there is a store)."""
-
-    def abort(self, aborts: list[Attempt]) -> None:
-        """The engine gave these attempts up (timeout, cancellation, lease expiry, stop)."""
-
-    def lost(self, reason: str) -> None:
-        """The session stopped on its own (leadership lost, store failed): tell the workers."""
-
-
-class _Session:
-    """One start()..shutdown() run: the engine, the waiters and the running asyncio tasks."""
-
-    __slots__ = (
-        "closed",
-        "durable",
-        "engine",
-        "idle",
-        "loop",
-        "pump_due",
-        "reason",
-        "room",
-        "streams",
-        "tasks",
-        "waiters",
-        "wake_at",
-        "wake_handle",
-    )
-
-    def __init__(self, engine: Engine, loop: asyncio.AbstractEventLoop) -> None:
-        self.engine = engine
-        self.loop = loop
-        self.waiters: dict[int, asyncio.Future[None]] = {}
-        self.tasks: dict[int, asyncio.Future[Any]] = {}
-        self.streams: list[EventStream] = []
-        # pool -> (tasks wanted, future) of callers parked until the pool has room for them
-        # (submitters of overflow="wait" pools, and Scheduler.room())
-        self.room: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
-        self.closed = False
-        self.idle: asyncio.Future[None] | None = None
-        self.pump_due = False
-        self.wake_handle: asyncio.TimerHandle | None = None
-        self.wake_at = math.inf
-        self.durable: Durable | None = None
-        self.reason = _SHUTDOWN  # why unfinished handles fail once the session is closed
-
-    def update_event_level(self) -> None:
-        """Build event objects only while a stream listens."""
-        eng = self.engine
-        if not self.streams:
-            eng.event_level = _engine.EVENTS_NONE
-        elif eng.emit_transitions:
-            eng.event_level = _engine.EVENTS_ALL
-        else:
-            eng.event_level = _engine.EVENTS_TERMINAL
-
-    def drop_stream(self, st: EventStream) -> None:
-        if st in self.streams:
-            self.streams.remove(st)
-            self.update_event_level()
-
-    def waiter(self, rec: TaskRecord) -> asyncio.Future[None]:
-        fut = self.waiters.get(rec.id)
-        if fut is None:
-            fut = self.waiters[rec.id] = self.loop.create_future()
-            d = self.durable
-            if d is not None and rec.id in d.unwritten:
-                d.flush(True)  # its end waited for company: now someone waits for it
-        return fut
-
-    def settled(self, rec: TaskRecord) -> bool:
-        """Has the task ended, as far as anyone may see (with a store: on disk)?"""
-        if rec.status < FIRST_TERMINAL:
-            return False
-        d = self.durable
-        return d is None or d.written(rec)
-
-
 def _own_ids(stored: Stored, shard: int) -> None:
     """Refuse a store holding ids of another shard than `shard` (its highest id included):
     two shards on one store would issue each other's ids."""
@@ -193,188 +89,6 @@ def _own_ids(stored: Stored, shard: int) -> None:
             f"the store holds task id {foreign} of shard number {foreign >> SHARD_SHIFT}, not"
             f" {shard}: a sharded server needs a store (schema or file) of its own"
         )
-
-
-def _outcome(rec: TaskRecord) -> Any:
-    if rec.status == SUCCEEDED:
-        return rec.output
-    raise TaskFailed(STATUS_NAMES[rec.status], rec.message or "", rec.id)
-
-
-class TaskHandle:
-    """Awaitable result of one task; await it any number of times."""
-
-    __slots__ = ("_rec", "_sched", "_session", "duplicate", "id")
-
-    def __init__(
-        self, sched: Scheduler, session: _Session, rec: TaskRecord, duplicate: bool
-    ) -> None:
-        self.id = rec.id
-        self.duplicate = duplicate
-        self._rec = rec
-        self._sched = sched
-        self._session = session
-
-    def done(self) -> bool:
-        """True once the task is terminal (or the scheduler shut down before it ended)."""
-        return self._session.settled(self._rec) or self._session.closed
-
-    def cancel(self) -> None:
-        """Ask for cancellation without waiting (fire and forget)."""
-        if not self.done():
-            self._sched._cancel_now(self._session, self.id)
-
-    async def result(self) -> Any:
-        """The executor's return value, or TaskFailed."""
-        return await self
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        rec = self._rec
-        s = self._session
-        if rec.status >= FIRST_TERMINAL and s.durable is None:
-            return _outcome(rec)  # the common case, without a call
-        if not s.settled(rec):
-            if not s.closed:
-                yield from s.waiter(rec).__await__()
-            if not s.settled(rec):
-                raise TaskFailed("shutdown", s.reason, rec.id)
-        return _outcome(rec)
-
-    def __repr__(self) -> str:
-        return f"TaskHandle(id={self.id}, duplicate={self.duplicate})"
-
-
-class TaskContext(Attempt, AttemptMembers):
-    """First argument of every executor: who this attempt is, and its cancellation state.
-
-    It is the engine's attempt record itself (the engine creates it), so handing it to the
-    executor costs nothing extra. `cancellation_token()`, `tag()` and `traceparent()` are
-    shared with the remote worker's `Lease` (docs/library.md, "Cancellation tokens, tags and
-    traces").
-    """
-
-    # the scheduler's clock and the attempt's token, both set when the attempt is launched
-    __slots__ = ("_clock", "_token")
-    _clock: Callable[[], float]
-    _token: CancellationToken
-
-    id = property(lambda self: self.task.id)
-    attempt = property(lambda self: self.number)
-    kind = property(lambda self: self.task.kind)
-    key = property(lambda self: self.task.key)
-    pool = property(lambda self: self.task.pool)
-    timeout = property(lambda self: self.task.timeout)
-    deadline = property(lambda self: self.task.deadline)
-
-    @property
-    def tags(self) -> dict[str, str]:
-        return dict(self.task.tags or {})
-
-    @property
-    def group(self) -> dict[str, str]:
-        """Labels of the worker group running this attempt ({} for unlabeled slots)."""
-        return {} if self.slot is None else dict(self.slot.labels)
-
-    def is_cancelled(self) -> bool:
-        """True once the engine gave up on this attempt (cancel, timeout, lease loss, shutdown)."""
-        return self.abort_reason is not None
-
-    async def cancelled(self) -> None:
-        """Return once the engine gives up on this attempt. The executor's own task is
-        cancelled then too, so this serves work the executor started elsewhere."""
-        await self._token.wait()
-
-    def heartbeat(self) -> None:
-        """Extend the attempt's lease (no-op without lease_ttl); safe from executor threads,
-        since it only writes the lease's expiry time."""
-        self.extend(self._clock())
-
-    def __repr__(self) -> str:
-        t = self.task
-        key = "None" if t.key is None else f'"{t.key}"'
-        return (
-            f'TaskContext(id={t.id}, attempt={self.number}, pool="{t.pool}", '
-            f'kind="{t.kind}", key={key})'
-        )
-
-
-class EventStream:
-    """Status events published after the stream was made; drops the oldest when full."""
-
-    def __init__(self, session: _Session, capacity: int, raise_on_lag: bool) -> None:
-        self._session = session
-        self._capacity = capacity
-        self._raise = raise_on_lag
-        self._buf: collections.deque[StatusEvent] = collections.deque()
-        self._unreported = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self._closed = False
-        self._ended = False
-        self.lagged = 0
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or (self._ended and not self._buf)
-
-    def _push(self, ev: StatusEvent) -> None:
-        buf = self._buf
-        if len(buf) >= self._capacity:
-            buf.popleft()
-            self.lagged += 1
-            self._unreported += 1
-        buf.append(ev)
-        self._wake()
-
-    def _end(self) -> None:
-        self._ended = True
-        self._wake()
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    def close(self) -> None:
-        """Stop receiving events; iteration ends at once."""
-        if not self._closed:
-            self._closed = True
-            self._buf.clear()
-            self._session.drop_stream(self)
-            self._wake()
-
-    async def aclose(self) -> None:
-        self.close()
-
-    def __aiter__(self) -> AsyncIterator[StatusEvent]:
-        return self
-
-    async def __anext__(self) -> StatusEvent:
-        while True:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._raise and self._unreported:
-                n, self._unreported = self._unreported, 0
-                raise EventsLagged(n)
-            if self._buf:
-                return self._buf.popleft()
-            if self._ended:
-                raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-
-    async def __aenter__(self) -> EventStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class Scheduler:
@@ -447,7 +161,11 @@ class Scheduler:
         self._ended: str | None = None  # why the last session stopped on its own
         # A lost session closes its store in the background; the next start waits for it.
         self._closing: asyncio.Task[None] | None = None
-        self._launcher = launcher
+        self._launcher = (
+            LocalLauncher({p.name: (p.executor, p.is_async) for p in pools}, clock)
+            if launcher is None
+            else OutsideLauncher(launcher, clock)
+        )
         if shard is not None and (
             isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= 255
         ):
@@ -457,11 +175,10 @@ class Scheduler:
         self._pool_names = [p.name for p in pools]
         self._default_pool = "default" if "default" in by_name else pools[0].name
         self._core_configs = {p.name: p.core_config() for p in pools}
-        self._executors = {p.name: (p.executor, p.is_async) for p in pools}
         self._emit_transitions = bool(emit_transitions)
         self._event_capacity = event_capacity
         self._retention_max = retention_max
-        self._session: _Session | None = None  # set while RUNNING and STOPPING
+        self._session: Session | None = None  # set while RUNNING and STOPPING
         self._life = Lifecycle("Scheduler", _S.NEW, SCHEDULER_TRANSITIONS)
 
     # --- properties ------------------------------------------------------------------------
@@ -537,15 +254,12 @@ class Scheduler:
             retention_max=self._retention_max,
             attempt_class=TaskContext,
             resources=self._resources,
-            elastic=self._launcher is None,
+            elastic=self._launcher.elastic,
             journal=store is not None,
         )
-        self._session = s = _Session(engine, loop)
+        self._session = s = Session(engine, loop, self._launcher, self._clock)
         self._life.move(_S.RUNNING)
-        if self._launcher is not None:
-            for name in self._pool_names:
-                engine.set_capacity(name, 0, now)
-            self._launcher.bind(engine, lambda: self._kick(s))
+        self._launcher.bind(engine, s.reported)
         self._ended = None
         if store is not None:
             assert self._codec is not None and stored is not None
@@ -554,13 +268,13 @@ class Scheduler:
                 self._codec,
                 engine,
                 loop,
-                lambda starts, finished, events: self._release(s, starts, finished, events),
+                s.release,
                 lambda reason: self._lose(s, reason),
                 clock=self._clock,
             )
             d.recover(stored, now)
             d.start()
-        self._pump(s)  # timers due at start (the first autoscaler evaluation) run now
+        s.pump()  # timers due at start (the first autoscaler evaluation) run now
 
     async def shutdown(self, grace: float | None = None) -> None:
         """Stop admitting and dispatching, let running attempts finish for `grace` seconds,
@@ -576,9 +290,9 @@ class Scheduler:
             s.idle = s.loop.create_future()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(s.idle), None if math.isinf(g) else g)
-        pending = list(s.tasks.values())
+        pending = self._launcher.running()
         eng.abort_running(self._clock())
-        self._apply(s)
+        s.apply()
         if pending:
             await asyncio.wait(pending, timeout=0.1)
         if s.durable is not None:
@@ -589,21 +303,12 @@ class Scheduler:
         if self._life.at(_S.STOPPING):  # (LOST if the store failed meanwhile)
             self._life.move(_S.STOPPED)
 
-    def _close_session(self, s: _Session) -> None:
-        s.closed = True
-        for fut in [*s.waiters.values(), *(f for fs in s.room.values() for _, f in fs)]:
-            if not fut.done():
-                fut.set_result(None)
-        s.waiters.clear()
-        s.room.clear()
-        if s.wake_handle is not None:
-            s.wake_handle.cancel()
-        for st in s.streams:
-            st._end()
+    def _close_session(self, s: Session) -> None:
+        s.close()
         if self._session is s:
             self._session = None
 
-    def _lose(self, s: _Session, reason: str) -> None:
+    def _lose(self, s: Session, reason: str) -> None:
         """The store failed or another process took the leadership: stop at once (nothing
         more may be written), abort the running executors and fail the waiting handles."""
         if s.closed:
@@ -613,9 +318,8 @@ class Scheduler:
         eng = s.engine
         eng.halt()
         eng.abort_running(self._clock())
-        self._abort_attempts(s, eng.take().aborts)
-        if self._launcher is not None:
-            self._launcher.lost(reason)
+        self._launcher.abort(eng.take().aborts)
+        self._launcher.lost(reason)
         if self._session is s:
             self._life.move(_S.LOST)
         self._close_session(s)
@@ -634,7 +338,7 @@ class Scheduler:
     ) -> None:
         await self.shutdown(self._grace)
 
-    def _live(self) -> _Session:
+    def _live(self) -> Session:
         s = self._session
         if s is None:
             if self._ended is not None:
@@ -656,7 +360,7 @@ class Scheduler:
             raise SchedulerError("scheduler not serving")
         return s.engine
 
-    def _admitting(self) -> _Session:
+    def _admitting(self) -> Session:
         s = self._live()
         if self._life.at(_S.STOPPING):
             raise SchedulerError("scheduler is shutting down; it no longer accepts tasks")
@@ -675,71 +379,35 @@ class Scheduler:
 
     async def submit(self, payload: Any, **options: Any) -> TaskHandle:
         """Submit one task; returns its handle (for a live or retained key: the existing one).
-        With a store it returns once the task is on disk."""
-        s = self._admitting()
-        if s.durable is not None:
-            rec, dup = await self._submit_durable(s, payload, options)
-            return TaskHandle(self, s, rec, dup)
-        now = self._clock()
-        try:
-            rec, dup = s.engine.submit(self._build(payload, options, now), now)
-        except SubmitError as e:
-            if e.code != "full":
-                raise
-            s, rec, dup = await self._submit_when_room(s, payload, options)
-        self._kick(s)
-        return TaskHandle(self, s, rec, dup)
+        With a store it returns once the task is on disk.
 
-    async def enqueue(self, payload: Any, **options: Any) -> int:
-        """Submit one task and return only its id (cheapest path)."""
+        A full pool whose overflow policy is "wait" refuses the task with the code "full": the
+        caller then waits until the pool has room and tries again."""
         s = self._admitting()
-        if s.durable is not None:
-            return (await self._submit_durable(s, payload, options))[0].id
-        now = self._clock()
-        try:
-            rec = s.engine.submit(self._build(payload, options, now), now)[0]
-        except SubmitError as e:
-            if e.code != "full":
-                raise
-            s, rec, _ = await self._submit_when_room(s, payload, options)
-        self._kick(s)
-        return rec.id
-
-    async def _submit_durable(
-        self, s: _Session, payload: Any, options: Mapping[str, Any]
-    ) -> tuple[TaskRecord, bool]:
         d = s.durable
-        assert d is not None
-        data = encode_payload(d.codec, payload)
-        now = self._clock()
-        try:
-            rec, dup = s.engine.submit(self._build(payload, options, now), now)
-        except SubmitError as e:
-            if e.code != "full":
-                raise
-            s, rec, dup = await self._submit_when_room(s, payload, options)
-        if not dup:
-            d.encoded[rec.id] = data
-        self._kick(s)
-        await d.ack()
-        return rec, dup
-
-    async def _submit_when_room(
-        self, s: _Session, payload: Any, options: Mapping[str, Any]
-    ) -> tuple[_Session, TaskRecord, bool]:
-        """overflow="wait": park the caller until its pool has room, then try again."""
+        data = b"" if d is None else encode_payload(d.codec, payload)  # refused before admitted
         while True:
             now = self._clock()
             rec = self._build(payload, options, now)
             try:
-                got, dup = s.engine.submit(rec, now)
+                rec, dup = s.engine.submit(rec, now)
             except SubmitError as e:
                 if e.code != "full":
                     raise
-                await self._park(s, rec.pool, 1)
+                await s.park(rec.pool, 1)
                 s = self._admitting()
-                continue
-            return s, got, dup
+            else:
+                break
+        if d is not None and not dup:
+            d.encoded[rec.id] = data
+        s.kick()
+        if d is not None:
+            await d.ack()
+        return TaskHandle(s, rec, dup)
+
+    async def enqueue(self, payload: Any, **options: Any) -> int:
+        """Submit one task and return only its id."""
+        return (await self.submit(payload, **options)).id
 
     async def room(self, pool: str, n: int = 1) -> None:
         """Wait until `pool` can take `n` more pending tasks without its overflow policy
@@ -751,21 +419,7 @@ class Scheduler:
         if pool not in self._core_configs:
             raise SubmitError("unknown_pool", f"unknown pool {pool!r}")
         while not s.closed and not s.engine.has_room(pool, n):
-            await self._park(s, pool, n)
-
-    @staticmethod
-    async def _park(s: _Session, pool: str, n: int) -> None:
-        """Until a turn after which `pool` has room for `n` (see _apply), or the session ends."""
-        entry = (n, s.loop.create_future())
-        s.room.setdefault(pool, []).append(entry)
-        try:
-            await entry[1]
-        finally:
-            parked = s.room.get(pool)
-            if parked is not None and entry in parked:  # cancelled: leave nothing behind
-                parked.remove(entry)
-                if not parked:
-                    del s.room[pool]
+            await s.park(pool, n)
 
     async def submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
         """Admit all tasks or none: every task is validated before the first is admitted."""
@@ -782,30 +436,22 @@ class Scheduler:
             if d is not None:
                 encoded.append(encode_payload(d.codec, t.payload))
         admitted = s.engine.submit_batch(recs, now)
-        self._kick(s)
+        s.kick()
         if d is not None:
             for (rec, dup), data in zip(admitted, encoded, strict=True):
                 if not dup:
                     d.encoded[rec.id] = data
             await d.ack()
-        return [TaskHandle(self, s, rec, dup) for rec, dup in admitted]
+        return [TaskHandle(s, rec, dup) for rec, dup in admitted]
 
     # --- lookups and control ---------------------------------------------------------------
 
     async def cancel(self, id_or_key: int | str) -> bool:
         """Cancel a live task in any state; False if unknown or already finished."""
         s = self._live()
-        ok = self._cancel_now(s, _check_ref(id_or_key))
+        ok = s.cancel(_check_ref(id_or_key))
         if ok and s.durable is not None:
             await s.durable.ack()
-        return ok
-
-    def _cancel_now(self, s: _Session, ref: int | str) -> bool:
-        if s.closed:
-            return False
-        ok = s.engine.cancel(ref, self._clock())
-        if ok:
-            self._kick(s)
         return ok
 
     async def status(self, id_or_key: int | str) -> str | None:
@@ -817,7 +463,7 @@ class Scheduler:
         """A handle for a live or retained task, or None."""
         s = self._live()
         rec = s.engine.lookup(_check_ref(id_or_key))
-        return None if rec is None else TaskHandle(self, s, rec, False)
+        return None if rec is None else TaskHandle(s, rec, False)
 
     async def stored(self, task_id: int) -> TaskRecord | None:
         """A finished task that memory no longer holds (past `retention`), read back from the
@@ -839,7 +485,7 @@ class Scheduler:
         submitted to a pool with a free slot counts as dispatched)."""
         s = self._live()
         if s.pump_due:
-            self._pump(s)
+            s.pump()
         return s.engine.snapshot(self._clock())
 
     async def set_capacity(self, pool: str, n: int) -> None:
@@ -852,7 +498,7 @@ class Scheduler:
         if n < 0:
             raise OverflowError(f"n must be >= 0 (got {n})")
         s.engine.set_capacity(pool, n, self._clock())
-        self._kick(s)
+        s.kick()
 
     async def add_recurring(
         self,
@@ -937,7 +583,7 @@ class Scheduler:
         if d is not None:
             d.templates[name] = encode_payload(d.codec, payload)
         s.engine.add_recurring(sched, now)
-        self._kick(s)
+        s.kick()
         if d is not None:
             await d.ack()
 
@@ -945,7 +591,7 @@ class Scheduler:
         """Remove a schedule (and cancel its occurrence that has not started); False if unknown."""
         s = self._live()
         removed = s.engine.remove_recurring(name, self._clock())
-        self._kick(s)
+        s.kick()
         d = s.durable
         if removed and d is not None:
             d.templates.pop(name, None)
@@ -968,7 +614,7 @@ class Scheduler:
         if n < 0:
             raise OverflowError(f"n must be >= 0 (got {n})")
         s.engine.set_group_capacity(pool, dict(labels), n, self._clock())
-        self._kick(s)
+        s.kick()
 
     def events(self, on_lag: str = "skip") -> EventStream:
         """A stream of the status events published from now on."""
@@ -979,153 +625,6 @@ class Scheduler:
         s.streams.append(st)
         s.update_event_level()
         return st
-
-    # --- the driver loop -------------------------------------------------------------------
-
-    def _kick(self, s: _Session) -> None:
-        """Run the pump once in this loop iteration (coalesces many calls)."""
-        if not s.pump_due:
-            s.pump_due = True
-            s.loop.call_soon(self._pump, s)
-
-    def _pump(self, s: _Session) -> None:
-        s.pump_due = False
-        if s.closed:
-            return
-        eng = s.engine
-        now = self._clock()
-        eng.advance(now)
-        eng.dispatch(now)
-        self._apply(s)
-        wake = eng.next_wake()
-        if wake is not None and wake < s.wake_at:
-            if s.wake_handle is not None:
-                s.wake_handle.cancel()
-            s.wake_at = wake
-            s.wake_handle = s.loop.call_at(s.loop.time() + (wake - now), self._on_wake, s)
-
-    def _on_wake(self, s: _Session) -> None:
-        s.wake_handle = None
-        s.wake_at = math.inf
-        self._pump(s)
-
-    def _apply(self, s: _Session) -> None:
-        """Carry out the engine's actions (with a store: aborts now, the rest once written)."""
-        out = s.engine.take()
-        if out.aborts:
-            self._abort_attempts(s, out.aborts)
-        if s.durable is not None:
-            waiters = s.waiters
-            urgent = bool(
-                out.starts
-                or (out.events and s.streams)
-                or (waiters and any(rec.id in waiters for rec in out.finished))
-            )
-            s.durable.hold(out, urgent)
-        else:
-            self._release(s, out.starts, out.finished, out.events)
-        if s.idle is not None and not s.engine.running and not s.idle.done():
-            s.idle.set_result(None)
-        if s.room:
-            eng = s.engine
-            for pool in [p for p in s.room if eng.has_room(p)]:
-                later = []
-                for n, fut in s.room.pop(pool):
-                    if fut.done():
-                        continue
-                    if n == 1 or eng.has_room(pool, n):
-                        fut.set_result(None)
-                    else:
-                        later.append((n, fut))
-                if later:
-                    s.room[pool] = later
-
-    def _release(
-        self,
-        s: _Session,
-        starts: list[Attempt],
-        finished: list[TaskRecord],
-        events: list[StatusEvent],
-    ) -> None:
-        if starts:
-            self._launch(s, starts)
-        if finished and s.waiters:
-            self._resolve(s, finished)
-        if events:
-            for st in s.streams:
-                for ev in events:
-                    st._push(ev)
-
-    @staticmethod
-    def _resolve(s: _Session, finished: list[TaskRecord]) -> None:
-        waiters = s.waiters
-        for rec in finished:
-            fut = waiters.pop(rec.id, None)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-
-    def _abort_attempts(self, s: _Session, aborts: list[Attempt]) -> None:
-        """The engine gave these attempts up: cancel their executors (or tell the launcher)."""
-        if self._launcher is not None:
-            self._launcher.abort(aborts)
-            return
-        tasks = s.tasks
-        for att in cast("list[TaskContext]", aborts):
-            t = tasks.pop(att.lease, None)
-            if t is not None:  # launched, so it has its token
-                att._token._cancel()
-                t.cancel()
-
-    def _launch(self, s: _Session, starts: list[Attempt]) -> None:
-        if self._launcher is not None:
-            self._launcher.launch([att for att in starts if not att.ended])
-            return
-        create_task = s.loop.create_task
-        tasks = s.tasks
-        executors = self._executors
-        run = self._run_attempt
-        # The engine builds its attempts with attempt_class=TaskContext.
-        clock = self._clock
-        for att in cast("list[TaskContext]", starts):
-            if not att.ended:  # with a store, it may have been aborted while being written
-                att._clock = clock
-                att._token = CancellationToken()
-                tasks[att.lease] = create_task(run(s, att, *executors[att.task.pool]))
-
-    async def _run_attempt(
-        self, s: _Session, att: TaskContext, executor: Callable[..., Any], is_async: bool
-    ) -> None:
-        """Run one attempt and report its outcome (calling the executor here means an attempt
-        aborted before its first step never creates the executor's coroutine)."""
-        eng = s.engine
-        try:
-            if is_async:
-                result = await executor(att, att.task.payload)
-            else:
-                result = await s.loop.run_in_executor(None, executor, att, att.task.payload)
-                if inspect.isawaitable(result):
-                    result = await result
-        except asyncio.CancelledError:
-            if att.ended:  # we cancelled it: nothing to report
-                return
-            eng.fail(att, self._clock(), _SELF_CANCELLED)
-        except Permanent as e:
-            eng.fail(att, self._clock(), e.message, permanent=True)
-        except Retryable as e:
-            eng.fail(att, self._clock(), e.message, retry_after=e.retry_after)
-        except Exception as e:
-            eng.fail(att, self._clock(), _describe(e))
-        else:
-            eng.complete(att, self._clock(), result)
-        finally:
-            s.tasks.pop(att.lease, None)
-        if s.waiters and s.durable is None:  # wake awaiters now rather than one turn later
-            self._resolve(s, s.engine.finished_since_take())
-        self._kick(s)
-
-
-def _describe(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
 
 
 def _check_ref(ref: object) -> int | str:
