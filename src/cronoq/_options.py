@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.model import (
@@ -29,21 +29,30 @@ from cronoq.core.model import (
     parse_priority,
 )
 from cronoq.core.resources import ResourceConfig
+from cronoq.core.vocab import (
+    DEP_CONDITIONS,
+    MISS_POLICIES,
+    OVERFLOWS,
+    UNKNOWN_DEPENDENCY,
+    DepOn,
+    MissPolicy,
+    Overflow,
+    PriorityName,
+    UnknownDependency,
+)
 from cronoq.errors import SubmitError
 
-__all__ = ["AutoscaleConfig", "Dep", "Pool", "Resource", "Task", "build_task"]
+__all__ = [
+    "AutoscaleConfig",
+    "Dep",
+    "Pool",
+    "RecurringOptions",
+    "Resource",
+    "SubmitOptions",
+    "Task",
+    "build_task",
+]
 
-_OVERFLOWS = ("wait", "reject", "shed_lowest", "shed_oldest")
-_UNKNOWN_DEPENDENCY = ("reject", "await")
-_ON_MISS = ("run_late", "skip", "fail")
-_DEP_ON = {
-    "success": "success",
-    "failure": "failure",
-    "complete": "complete",
-    "on_success": "success",
-    "on_failure": "failure",
-    "on_complete": "complete",
-}
 _DEP_ON_REPR = {"success": "OnSuccess", "failure": "OnFailure", "complete": "OnComplete"}
 _NUL_IN_NAMES = "invalid task: kind, pool, key and tenant must not contain NUL characters"
 
@@ -302,9 +311,9 @@ class Pool:
         autoscale: bool | AutoscaleConfig | None = None,
         lease_ttl: float | None = None,
         max_pending: int | None = None,
-        overflow: str = "wait",
+        overflow: Overflow = "wait",
         retry: RetryPolicy | None = None,
-        unknown_dependency: str = "reject",
+        unknown_dependency: UnknownDependency = "reject",
         await_timeout: float | None = None,
         default_duration: float = 1.0,
         reservable_fraction: float = 0.5,
@@ -341,9 +350,9 @@ class Pool:
                 f"autoscale must be a bool, an AutoscaleConfig or None (got {autoscale!r})"
             )
 
-        if overflow not in _OVERFLOWS:
+        if overflow not in OVERFLOWS:
             raise ValueError("overflow must be wait, reject, shed_lowest or shed_oldest")
-        if unknown_dependency not in _UNKNOWN_DEPENDENCY:
+        if unknown_dependency not in UNKNOWN_DEPENDENCY:
             raise ValueError("unknown_dependency must be 'reject' or 'await'")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None (got {retry!r})")
@@ -403,7 +412,7 @@ class Pool:
         return self._max_pending
 
     @property
-    def overflow(self) -> str:
+    def overflow(self) -> Overflow:
         return self._overflow
 
     @property
@@ -411,7 +420,7 @@ class Pool:
         return self._retry
 
     @property
-    def unknown_dependency(self) -> str:
+    def unknown_dependency(self) -> UnknownDependency:
         return self._unknown_dependency
 
     @property
@@ -600,9 +609,10 @@ class Dep:
 
     __slots__ = ("_on", "_target")
 
+    # `on` takes a DepCondition, typed str until server/convert.py's edge_from_pb returns one
     def __init__(self, target: int | str, on: str = "success") -> None:
         self._target = _target("Dep target", target)
-        condition = _DEP_ON.get(on) if isinstance(on, str) else None
+        condition = DEP_CONDITIONS.get(on) if isinstance(on, str) else None
         if condition is None:
             raise ValueError("on must be 'success', 'failure' or 'complete'")
         self._on = condition
@@ -612,7 +622,7 @@ class Dep:
         return self._target
 
     @property
-    def on(self) -> str:
+    def on(self) -> DepOn:
         """'success', 'failure' or 'complete' (aliases are normalised)."""
         return self._on
 
@@ -625,6 +635,38 @@ class Dep:
 # --- tasks -------------------------------------------------------------------------------------
 
 
+class RecurringOptions(TypedDict, total=False):
+    """The submit() options a recurring schedule's template may carry (no dependencies, fixed
+    start or deadline_at): what `Scheduler.add_recurring` takes besides its own arguments."""
+
+    priority: Priority | int | PriorityName | None
+    pool: str | None
+    kind: str
+    key: str | None
+    duration_hint: float | None
+    timeout: float | None
+    retry: RetryPolicy | None
+    resources: Mapping[str, int] | None
+    tags: Mapping[str, object] | None
+    labels: Mapping[str, str] | None
+    tenant: str | None
+
+
+class SubmitOptions(RecurringOptions, total=False):
+    """The options of `Scheduler.submit`, `enqueue` and `Task` (docs/library.md), for a type
+    checker: a misspelled name or a value outside a vocabulary (`priority="urgent"`) is its
+    error. At run time build_task checks them (docs/reference/errors.md)."""
+
+    deadline_in: float | None
+    deadline_at: float | datetime | None
+    start_in: float | None
+    start_at: float | datetime | None
+    tolerance: float | None
+    on_miss: MissPolicy | None
+    after: int | str | Sequence[int | str] | None
+    deps: Sequence[Dep] | None
+
+
 class Task:
     """A task for submit_batch: the payload and the submit() options exactly as given.
 
@@ -634,12 +676,12 @@ class Task:
 
     __slots__ = ("options", "payload")
 
-    def __init__(self, payload: Any, **options: Any) -> None:
+    def __init__(self, payload: Any, **options: Unpack[SubmitOptions]) -> None:
         if options and not options.keys() <= TASK_OPTIONS:
             unknown = sorted(options.keys() - TASK_OPTIONS)
             raise TypeError(f"Task() got unexpected option(s): {', '.join(unknown)}")
         self.payload = payload
-        self.options: dict[str, Any] = options
+        self.options = options
 
     def __repr__(self) -> str:
         options = "".join(f", {k}={v!r}" for k, v in self.options.items())
@@ -758,7 +800,7 @@ def _extra(
     # Checked even without a fixed start (where they are ignored), as the published package does.
     slack = 1.0 if tolerance is None else check_seconds("tolerance", tolerance)
     miss = "run_late" if on_miss is None else on_miss
-    if miss not in _ON_MISS:
+    if miss not in MISS_POLICIES:
         raise ValueError("on_miss must be 'run_late', 'skip' or 'fail'")
     if start is not None:
         extra.start_at, extra.tolerance, extra.on_miss = start, slack, miss

@@ -26,6 +26,7 @@ from rich.console import Console, RenderableType
 from cronoq import __version__
 from cronoq.client import Client, ClientError, Payload, TaskInfo
 from cronoq.client._common import open_channel, strip_target
+from cronoq.core.vocab import MISS_POLICIES, OVERLAPS, PRIORITY_NAMES, STATUSES, Overlap
 
 from . import _top
 from ._params import DURATION, PAIR, REF, RESOURCE, TIME
@@ -54,10 +55,6 @@ log = logging.getLogger("cronoq.cli")
 
 _REFUSED_RETRY = 0.05  # how often a refused connection is tried again within --connect-timeout
 PIPE_WIDTH = 200
-STATUSES = (
-    "blocked", "scheduled", "ready", "running", "retrying", "succeeded", "failed",
-    "dead_lettered", "cancelled", "skipped", "missed", "shed",
-)  # fmt: skip
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -274,7 +271,7 @@ def _task_options(f: _F) -> _F:
         click.option("--key", help="Unique key: a second submit with it is a duplicate."),
         click.option(
             "--priority",
-            type=click.Choice(["critical", "high", "normal", "low"], case_sensitive=False),
+            type=click.Choice(PRIORITY_NAMES, case_sensitive=False),
             help="Priority class (default normal).",
         ),
         click.option("--tenant", help="Tenant for fair sharing."),
@@ -282,7 +279,7 @@ def _task_options(f: _F) -> _F:
         click.option("--tolerance", type=DURATION, help="Allowed lateness of a fixed start."),
         click.option(
             "--on-miss",
-            type=click.Choice(["run_late", "skip", "fail"]),
+            type=click.Choice(MISS_POLICIES),
             help="What a missed fixed start does.",
         ),
         click.option("--timeout", type=DURATION, help="Time limit of each attempt."),
@@ -606,7 +603,7 @@ def recurring() -> None:
 @click.option("--tz", help="IANA time zone of the cron expression (default UTC).")
 @click.option(
     "--overlap",
-    type=click.Choice(["skip", "allow", "queue", "queue_on_success"]),
+    type=click.Choice(OVERLAPS),
     default="skip",
     show_default=True,
     help="What an occurrence does while the previous one still runs.",
@@ -621,7 +618,7 @@ def recurring_add(
     cron: str,
     payload: str | None,
     tz: str | None,
-    overlap: str,
+    overlap: Overlap,
     **options: Any,
 ) -> int:
     """Create or replace the schedule NAME; the task options make the template."""

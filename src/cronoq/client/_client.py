@@ -12,11 +12,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack, cast
 
 # `_common` comes first: without grpc it raises the ImportError that says what to install.
 from ._common import (
-    TERMINAL,
     ClientError,
     Payload,
     TaskRef,
@@ -31,6 +30,18 @@ from ._common import (
 import grpc
 import grpc.aio
 
+from cronoq.core.vocab import (
+    DEP_CONDITIONS,
+    MISS_POLICIES,
+    OVERLAPS,
+    PRIORITY_NAMES,
+    TERMINAL_STATUSES,
+    DepCondition,
+    MissPolicy,
+    Overlap,
+    PriorityName,
+    Status,
+)
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 
@@ -56,33 +67,30 @@ log = logging.getLogger("cronoq.client")
 # or DEADLINE_EXCEEDED) normally arrives before the client gives up.
 WAIT_MARGIN = 5.0
 
-_PRIORITIES = {
-    "critical": pb.PRIORITY_CRITICAL,
-    "high": pb.PRIORITY_HIGH,
-    "normal": pb.PRIORITY_NORMAL,
-    "low": pb.PRIORITY_LOW,
-}
-# Integer priorities are class indexes (0 = critical), as `int(cronoq.Priority.X)` gives them.
+# The vocabulary's names (cronoq.core.vocab), in its order, to their wire values. Integer
+# priorities are class indexes (0 = critical), as `int(cronoq.Priority.X)` gives them.
 _PRIORITY_BY_INDEX = (pb.PRIORITY_CRITICAL, pb.PRIORITY_HIGH, pb.PRIORITY_NORMAL, pb.PRIORITY_LOW)
-_MISS = {
-    "run_late": pb.MISS_POLICY_RUN_LATE,
-    "skip": pb.MISS_POLICY_SKIP,
-    "fail": pb.MISS_POLICY_FAIL,
-}
-_CONDS = {
-    "on_success": pb.EDGE_COND_ON_SUCCESS,
+_PRIORITIES: dict[str, pb.Priority] = dict(zip(PRIORITY_NAMES, _PRIORITY_BY_INDEX, strict=True))
+_MISS: dict[str, pb.MissPolicy] = dict(
+    zip(
+        MISS_POLICIES,
+        (pb.MISS_POLICY_RUN_LATE, pb.MISS_POLICY_SKIP, pb.MISS_POLICY_FAIL),
+        strict=True,
+    )
+)
+_EDGE_CONDS: dict[str, pb.EdgeCond] = {
     "success": pb.EDGE_COND_ON_SUCCESS,
-    "on_complete": pb.EDGE_COND_ON_COMPLETE,
     "complete": pb.EDGE_COND_ON_COMPLETE,
-    "on_failure": pb.EDGE_COND_ON_FAILURE,
     "failure": pb.EDGE_COND_ON_FAILURE,
 }
-_OVERLAPS = {
-    "skip": pb.OVERLAP_SKIP,
-    "allow": pb.OVERLAP_ALLOW,
-    "queue": pb.OVERLAP_QUEUE,
-    "queue_on_success": pb.OVERLAP_QUEUE_ON_SUCCESS,
-}
+_CONDS = {name: _EDGE_CONDS[on] for name, on in DEP_CONDITIONS.items()}
+_OVERLAPS: dict[str, pb.Overlap] = dict(
+    zip(
+        OVERLAPS,
+        (pb.OVERLAP_SKIP, pb.OVERLAP_ALLOW, pb.OVERLAP_QUEUE, pb.OVERLAP_QUEUE_ON_SUCCESS),
+        strict=True,
+    )
+)
 # (wire field, source name) of the backoff fields; a missing or None value sends 0.0
 _RETRY_FIELDS = (
     ("initial_backoff_s", "initial_backoff"),
@@ -99,7 +107,7 @@ class Result:
     """How a task ended: from `wait`, or from `submit(wait=True)`."""
 
     id: int
-    status: str
+    status: Status
     output: bytes | None
     message: str = ""
     output_available: bool = False
@@ -132,7 +140,7 @@ class TaskInfo:
     """The state of one task; times are Unix seconds, None where the server has none."""
 
     id: int
-    status: str
+    status: Status
     pool: str = ""
     key: str = ""
     kind: str = ""
@@ -148,7 +156,7 @@ class TaskInfo:
 
     @property
     def done(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in TERMINAL_STATUSES
 
 
 @dataclass(frozen=True)
@@ -167,7 +175,7 @@ class Event:
     id: int
     pool: str
     key: str
-    status: str
+    status: Status
     attempt: int
     at: float
     message: str
@@ -277,24 +285,51 @@ class Snapshot:
 # --- task() -------------------------------------------------------------------------------------
 
 
+class TaskOptions(TypedDict, total=False):
+    """`task()`'s options (also `Client.submit`'s), for a type checker: a misspelled name or a
+    value outside a vocabulary (`priority="urgent"`) is its error; task() checks them at run
+    time."""
+
+    pool: str | None
+    kind: str | None
+    priority: int | PriorityName | None
+    key: str | None
+    deadline_in: float | None
+    deadline_at: datetime | float | None
+    start_in: float | None
+    start_at: datetime | float | None
+    tolerance: float | None
+    on_miss: MissPolicy | None
+    duration_hint: float | None
+    timeout: float | None
+    retry: Any
+    after: TaskRef | Iterable[TaskRef] | None
+    deps: Iterable[tuple[TaskRef, DepCondition] | Mapping[str, Any]]
+    resources: Mapping[str, int] | None
+    tags: Mapping[str, str] | None
+    labels: Mapping[str, str] | None
+    tenant: str | None
+    content_type: str | None
+
+
 def task(
     payload: Payload = None,
     *,
     pool: str | None = None,
     kind: str | None = None,
-    priority: Any = None,
+    priority: int | PriorityName | None = None,
     key: str | None = None,
     deadline_in: float | None = None,
     deadline_at: datetime | float | None = None,
     start_in: float | None = None,
     start_at: datetime | float | None = None,
     tolerance: float | None = None,
-    on_miss: str | None = None,
+    on_miss: MissPolicy | None = None,
     duration_hint: float | None = None,
     timeout: float | None = None,
     retry: Any = None,
     after: TaskRef | Iterable[TaskRef] | None = None,
-    deps: Iterable[tuple[TaskRef, str] | Mapping[str, Any]] = (),
+    deps: Iterable[tuple[TaskRef, DepCondition] | Mapping[str, Any]] = (),
     resources: Mapping[str, int] | None = None,
     tags: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
@@ -407,8 +442,8 @@ def _dep(entry: tuple[TaskRef, str] | Mapping[str, Any]) -> pb.Dep:
 # --- reading responses --------------------------------------------------------------------------
 
 
-def _status(value: int) -> str:
-    return enum_name(pb.TaskStatus, value, "TASK_STATUS_")
+def _status(value: int) -> Status:
+    return cast("Status", enum_name(pb.TaskStatus, value, "TASK_STATUS_"))
 
 
 def _seconds(msg: Any, name: str) -> float | None:
@@ -618,7 +653,7 @@ class Client:
         wait: bool = False,
         wait_timeout: float | None = None,
         call_timeout: float | None = None,
-        **opts: Any,
+        **opts: Unpack[TaskOptions],
     ) -> Submitted:
         """Submit one task (`opts` are `task()`'s); with `wait=True`, answer once it ended.
 
@@ -751,7 +786,7 @@ class Client:
         payload: Payload | pb.TaskSpec = None,
         *,
         tz: str | None = None,
-        overlap: str = "skip",
+        overlap: Overlap = "skip",
         **opts: Any,
     ) -> None:
         """Add or replace the schedule `name`, submitting a task at each `cron` occurrence.

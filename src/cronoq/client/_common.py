@@ -23,7 +23,6 @@ except ImportError as e:  # pragma: no cover - exercised by a subprocess test wi
 from cronoq.errors import CronoqError
 
 __all__ = [
-    "TERMINAL",
     "CancelTask",
     "ClientError",
     "Metadata",
@@ -45,9 +44,6 @@ Payload: TypeAlias = (
 TaskRef: TypeAlias = int | str
 Metadata: TypeAlias = tuple[tuple[str, str], ...] | None
 
-TERMINAL = frozenset(
-    {"succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"}
-)
 
 _RETRYABLE_CODES = frozenset({"unavailable", "resource_exhausted"})
 

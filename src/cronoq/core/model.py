@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 # Defined with the exceptions (errors.py depends on nothing of cronoq's); the edge modules
 # take it from here with the other argument checks (parse_priority).
 from ..errors import check_seconds as check_seconds
+from .vocab import STATUSES
 
 if TYPE_CHECKING:
     from .autoscale import AutoscaleSettings
@@ -33,20 +34,7 @@ SKIPPED = 9
 MISSED = 10
 SHED = 11
 
-STATUS_NAMES: tuple[str, ...] = (
-    "blocked",
-    "scheduled",
-    "ready",
-    "running",
-    "retrying",
-    "succeeded",
-    "failed",
-    "dead_lettered",
-    "cancelled",
-    "skipped",
-    "missed",
-    "shed",
-)
+STATUS_NAMES: tuple[str, ...] = STATUSES  # by status number (the names: core/vocab.py)
 FIRST_TERMINAL = SUCCEEDED
 TERMINAL_NAMES = frozenset(STATUS_NAMES[FIRST_TERMINAL:])
 

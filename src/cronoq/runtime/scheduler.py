@@ -15,16 +15,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, Unpack
 
 from .._durable import Durable, encode_payload
 from .._lifecycle import Lifecycle, table
-from .._options import Pool, Resource, Task, build_task
+from .._options import Pool, RecurringOptions, Resource, SubmitOptions, Task, build_task
 from ..core import engine as _engine
 from ..core.cron import CronError, parse_cron, zone
 from ..core.engine import Engine
-from ..core.model import STATUS_NAMES, Snapshot, TaskRecord, check_seconds
+from ..core.model import Snapshot, TaskRecord, check_seconds
 from ..core.recurring import Recurring
+from ..core.vocab import OVERLAPS, STATUSES, MissPolicy, Overlap, Status
 from ..errors import SchedulerError, SubmitError
 from ..store.base import SHARD_SHIFT, Store, Stored, check_store, first_id
 from ..store.codec import Codec, JsonCodec, check_codec
@@ -42,12 +43,7 @@ _LOOP_CLOSED = (
     "the scheduler stopped because its asyncio event loop was closed "
     "(call start() again on a running loop)"
 )
-_OVERLAPS = ("skip", "allow", "queue", "queue_on_success")
-# submit() options a recurring schedule's template may carry (no deps, fixed start or deadline_at)
-_RECURRING_OPTIONS = frozenset(
-    {"priority", "pool", "kind", "key", "duration_hint", "timeout", "retry", "resources", "tags"}
-    | {"labels", "tenant"}
-)
+_RECURRING_OPTIONS = RecurringOptions.__optional_keys__
 
 
 class SchedulerState(Enum):
@@ -368,7 +364,7 @@ class Scheduler:
 
     # --- submission ------------------------------------------------------------------------
 
-    def _build(self, payload: Any, options: Mapping[str, Any], now: float) -> TaskRecord:
+    def _build(self, payload: Any, options: SubmitOptions, now: float) -> TaskRecord:
         """Validate one task's options (the no-option path skips straight to the record)."""
         if not options:
             return TaskRecord(payload, self._default_pool)
@@ -377,7 +373,7 @@ class Scheduler:
         )
         return rec
 
-    async def submit(self, payload: Any, **options: Any) -> TaskHandle:
+    async def submit(self, payload: Any, **options: Unpack[SubmitOptions]) -> TaskHandle:
         """Submit one task; returns its handle (for a live or retained key: the existing one).
         With a store it returns once the task is on disk.
 
@@ -405,7 +401,7 @@ class Scheduler:
             await d.ack()
         return TaskHandle(s, rec, dup)
 
-    async def enqueue(self, payload: Any, **options: Any) -> int:
+    async def enqueue(self, payload: Any, **options: Unpack[SubmitOptions]) -> int:
         """Submit one task and return only its id."""
         return (await self.submit(payload, **options)).id
 
@@ -454,10 +450,10 @@ class Scheduler:
             await s.durable.ack()
         return ok
 
-    async def status(self, id_or_key: int | str) -> str | None:
+    async def status(self, id_or_key: int | str) -> Status | None:
         """Status name of a live or retained task, or None."""
         rec = self._live().engine.lookup(_check_ref(id_or_key))
-        return None if rec is None else STATUS_NAMES[rec.status]
+        return None if rec is None else STATUSES[rec.status]
 
     async def handle(self, id_or_key: int | str) -> TaskHandle | None:
         """A handle for a live or retained task, or None."""
@@ -507,11 +503,11 @@ class Scheduler:
         payload: Any,
         *,
         tz: str | None = None,
-        overlap: str = "skip",
+        overlap: Overlap = "skip",
         tolerance: float = 1.0,
-        on_miss: str = "run_late",
+        on_miss: MissPolicy = "run_late",
         deadline_in: float | None = None,
-        **options: Any,
+        **options: Unpack[RecurringOptions],
     ) -> None:
         """Run `payload` at every occurrence of a cron expression (5, 6 with leading seconds, or
         7 fields; @aliases) in time zone `tz` (IANA name, default UTC). Adding an existing name
@@ -522,7 +518,7 @@ class Scheduler:
             raise ValueError(f"name must be a string without NUL characters (got {name!r})")
         if not isinstance(cron, str):
             raise TypeError(f"cron must be a string (got {cron!r})")
-        if overlap not in _OVERLAPS:
+        if overlap not in OVERLAPS:
             raise ValueError("overlap must be 'skip', 'allow', 'queue' or 'queue_on_success'")
         unknown = options.keys() - _RECURRING_OPTIONS
         if unknown:
@@ -616,7 +612,7 @@ class Scheduler:
         s.engine.set_group_capacity(pool, dict(labels), n, self._clock())
         s.kick()
 
-    def events(self, on_lag: str = "skip") -> EventStream:
+    def events(self, on_lag: Literal["skip", "raise"] = "skip") -> EventStream:
         """A stream of the status events published from now on."""
         s = self._live()
         if on_lag not in ("skip", "raise"):
