@@ -561,7 +561,7 @@ async def test_http_uses_the_same_credentials_and_roles() -> None:
 async def test_request_timeout_bounds_unary_calls_but_not_waits() -> None:
     """limits.request_timeout_s: a unary call that takes longer ends DEADLINE_EXCEEDED; Wait and
     Submit(wait=true) are bounded by max_wait_s instead."""
-    from cronoq.server import tasks as tasks_module
+    from cronoq.server.services import tasks as tasks_module
 
     config = PORT0 + "[limits]\nrequest_timeout_s = 0.2\n"
     slow_calls = 0

@@ -29,11 +29,11 @@ import jsonschema
 import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.server import tasks as tasks_module
 from cronoq.server.app import ServerApp
 from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.server.fronts.http_api import ROUTES, openapi_document
+from cronoq.server.services import tasks as tasks_module
 from helpers.auth import AUTH, HOW, token
 from helpers.auth import POOLS as AUTH_POOLS
 from helpers.facts import TOTALS_KEYS

@@ -26,7 +26,7 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.app import BytesCodec
 from cronoq.server.config import LimitsSettings
-from cronoq.server.tasks import AdminService, TasksService
+from cronoq.server.services.tasks import AdminService, TasksService
 from helpers.transports import listening
 
 Code = grpc.StatusCode

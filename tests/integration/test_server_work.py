@@ -15,7 +15,7 @@ import pytest
 import cronoq
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server.work import WorkService
+from cronoq.server.services.worker_stream import WorkService
 from helpers.transports import listening
 from helpers.workers import Worker
 
@@ -244,8 +244,8 @@ async def test_a_full_outbound_buffer_ends_that_stream() -> None:
     """The outbound buffer is bounded (2 x slots + 8). (A real gRPC client keeps reading its
     socket into its own buffer whatever the application does, so the overflow is driven here
     through the service's own send path.)"""
-    from cronoq.server.work import _Stream
-    from cronoq.server.workers import RemoteWorker
+    from cronoq.server.services.worker_leases import RemoteWorker
+    from cronoq.server.services.worker_stream import _Stream
 
     svc = WorkService(
         pool_max={"p": 4}, pool_slot_caps={"p": None}, slot_cap=None, max_message_bytes=1 << 20

@@ -30,7 +30,7 @@ import pytest
 from cronoq.client import MAX_REDIRECTS, ClientError, Lease, Worker
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server.shards import FORWARDED
+from cronoq.server.services.sharding import FORWARDED
 from helpers.servers import Server, write
 from helpers.shards import Shard, config
 from helpers.waiting import until

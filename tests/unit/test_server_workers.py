@@ -1,5 +1,5 @@
-"""The server's remote-worker layer (cronoq.server.workers) on a real engine and virtual clock:
-grants, label groups, lease bookkeeping and every outcome of worker protocol v3
+"""The server's remote-worker layer (cronoq.server.services.worker_leases) on a real engine and
+virtual clock: grants, label groups, lease bookkeeping and every outcome of worker protocol v3
 (docs/protocol.md)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from cronoq.core.engine import Engine
 from cronoq.core.model import PoolConfig, RetryPolicy, TaskRecord
-from cronoq.server.workers import (
+from cronoq.server.services.worker_leases import (
     MSG_DISCONNECTED,
     MSG_NACKED,
     MSG_NO_WORKER,

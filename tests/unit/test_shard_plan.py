@@ -8,7 +8,7 @@ import pytest
 
 from cronoq.server.auth import ADMIN, Principal
 from cronoq.server.config import ServerConfig, load_config
-from cronoq.server.shards import Peers, ShardPlan
+from cronoq.server.services.sharding import Peers, ShardPlan
 
 TOKEN = "a-token-of-the-client-0123456789"
 

@@ -27,9 +27,9 @@ from .decode import DecodeGuard
 from .fronts.routes import HttpError, Route
 from .holds import bound_request
 from .scaler import WebhookScaler
-from .shards import Peers, Router, ShardPlan
-from .tasks import AdminService, TasksService
-from .work import WorkService
+from .services.sharding import Peers, Router, ShardPlan
+from .services.tasks import AdminService, TasksService
+from .services.worker_stream import WorkService
 
 SHUTDOWN_REASON = "server shutting down"
 # Unary calls that wait for a task: bounded by limits.max_wait_s instead (in the services).

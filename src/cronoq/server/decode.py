@@ -27,7 +27,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
-# Untyped for mypy (see http.py).
+# Untyped for mypy (see fronts/routes.py).
 from google.protobuf import descriptor_pool  # type: ignore[import-untyped]
 from google.protobuf.descriptor import Descriptor, FieldDescriptor  # type: ignore[import-untyped]
 

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import grpc
 
 from ..decode import Handler
-from ..shards import FORWARDED
+from ..services.sharding.plan import FORWARDED
 
 
 class Aborted(Exception):

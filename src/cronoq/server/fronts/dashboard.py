@@ -26,7 +26,7 @@ from ...core.model import FIRST_TERMINAL, STATUS_NAMES, SUCCEEDED, Priority, Tas
 from ...errors import SchedulerError
 from ...proto.cronoq.v1 import cronoq_pb2 as pb
 from ..convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
-from ..shards import ShardPlan
+from ..services.sharding.plan import ShardPlan
 from . import json_messages
 from .calls import Aborted, Call
 from .routes import Gateway, HttpError, Route, json_answer

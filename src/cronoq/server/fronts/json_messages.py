@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Mapping
 from http import HTTPStatus
 from typing import Any
 
-# Untyped for mypy (see http.py).
+# Untyped for mypy (see fronts/routes.py).
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 
 from ...proto.cronoq.v1 import cronoq_pb2 as pb

@@ -197,7 +197,7 @@ class NativeFront:
     """The public gRPC port on the native transport (see the module docstring).
 
     `methods` and `generic`: the handlers by method path and the generic handlers, as grpcio
-    would be given them (the app's are size-checked: see `app._MethodTable`); `interceptors`:
+    would be given them (the app's are size-checked: see `grpcio.MethodTable`); `interceptors`:
     the chain grpcio would run (the app's, then its readiness gate), whose last continuation
     returns the handler of `methods`, else the first a generic handler gives."""
 

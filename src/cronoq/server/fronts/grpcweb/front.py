@@ -52,7 +52,7 @@ class GrpcWebFront:
     `interceptors`: the chain grpcio runs (the app's, then its readiness gate), run here over a
     call made of the request's path and headers; its last continuation returns the handler of
     `app.methods`, size-checked as grpcio's are. `tls`: the context of `[server.tls]`
-    (http.ssl_context) when grpcio's internal port has TLS; the front offers `http/1.1` alone.
+    (http_api.ssl_context) when grpcio's internal port has TLS; the front offers `http/1.1` alone.
     """
 
     def __init__(

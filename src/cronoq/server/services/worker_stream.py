@@ -3,8 +3,8 @@
 `WorkService` is both the gRPC servicer and the scheduler's launcher (`cronoq.runtime.Launcher`):
 the scheduler hands it the attempts it started (after they are durable, with a store) and the
 ones it gave up; the service turns them into `lease` and `abort` messages on the right worker's
-stream, and turns what workers send into `cronoq.server.workers.Workers` calls, then kicks the
-scheduler so it decides what follows. Each stream has a bounded outbound queue sized for its
+stream, and turns what workers send into `worker_leases.Workers` calls, then kicks the scheduler
+so it decides what follows. Each stream has a bounded outbound queue sized for its
 current grant (resized as the grant changes): a worker that stops reading is disconnected (its
 leases retry elsewhere) rather than allowed to miss a lease or an abort. A worker registers
 only for pools and with labels its credential allows (`auth.current_principal()`,
@@ -22,16 +22,16 @@ from typing import Any
 
 import grpc
 
-from ..core.engine import Engine
-from ..core.model import Attempt
-from ..proto.cronoq.v1 import cronoq_pb2 as pb
-from ..proto.cronoq.v1 import cronoq_pb2_grpc
-from .auth import Principal, current_principal
-from .convert import CONTENT_TYPE_TAG, priority_to_pb
-from .decode import Undecodable
-from .errors import Refused
-from .logs import event
-from .workers import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
+from ...core.engine import Engine
+from ...core.model import Attempt
+from ...proto.cronoq.v1 import cronoq_pb2 as pb
+from ...proto.cronoq.v1 import cronoq_pb2_grpc
+from ..auth import Principal, current_principal
+from ..convert import CONTENT_TYPE_TAG, priority_to_pb
+from ..decode import Undecodable
+from ..errors import Refused
+from ..logs import event
+from .worker_leases import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
 log = logging.getLogger("cronoq.server")
 

@@ -1,26 +1,10 @@
-"""Sharding (docs/sharding.md): the plan's maps, the channels to the other shards, and the
-servicers that route each call.
-
-`ShardedTasks` and `ShardedAdmin` wrap the servicers of tasks.py, which know only the own
-shard. A call for the own shard goes to them unchanged (the unsharded path, and its cost); a
-call for another shard is forwarded to that shard's endpoint with the caller's own credentials
-and `cronoq-forwarded: 1`, or refused with the shard's name and endpoint when it may not be
-(docs/sharding.md, "Forwarding"). Lookups by key ask every shard; listings, Snapshot and Watch
-gather every shard and merge. A call carrying `cronoq-forwarded` is always answered by the own
-shard alone, so calls never loop.
-
-Checks come in the order of docs/sharding.md, "Order of checks": the interceptors have
-authenticated the caller, checked its role and that this server serves; here the pool
-permission comes before any routing, so that a token refused a pool never learns where it
-lives, then the rules across shards (dependencies, resources, batches), then the route.
-"""
+"""The servicers that route each call between shards (see the package docstring)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
-import math
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -32,24 +16,21 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import urlsplit
 
 import grpc
 
-# Untyped for mypy, as in http.py.
+# Untyped for mypy, as in fronts/routes.py.
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 
-from .._net import loopback
-from ..proto.cronoq.v1 import cronoq_pb2 as pb
-from ..proto.cronoq.v1 import cronoq_pb2_grpc
-from ..store.base import SHARD_SHIFT
-from . import convert
-from .auth import Principal, current_principal
-from .config import LimitsSettings, ServerConfig, ShardSettings
-from .convert import InvalidArgument
-from .errors import Refused
-from .holds import exempt_request
-from .tasks import (
+from ....proto.cronoq.v1 import cronoq_pb2 as pb
+from ....proto.cronoq.v1 import cronoq_pb2_grpc
+from ... import convert
+from ...auth import Principal, current_principal
+from ...config import LimitsSettings, ShardSettings
+from ...convert import InvalidArgument
+from ...errors import Refused
+from ...holds import exempt_request
+from ..tasks import (
     DEFAULT_PAGE,
     DEFAULT_POOL,
     AdminService,
@@ -58,32 +39,14 @@ from .tasks import (
     known_pools,
     pool_filter,
 )
+from .peers import Context, Peers
+from .plan import ENDPOINT_KEY, FORWARDED, SHARD_KEY, UNAVAILABLE_KEY, ShardPlan
 
-__all__ = [
-    "CONNECT_S",
-    "ENDPOINT_KEY",
-    "FORWARDED",
-    "SHARD_KEY",
-    "UNAVAILABLE_KEY",
-    "Peers",
-    "ShardPlan",
-    "ShardedAdmin",
-    "ShardedTasks",
-]
+__all__ = ["Router", "ShardedAdmin", "ShardedTasks"]
 
-Context = grpc.aio.ServicerContext[Any, Any]
 _M = TypeVar("_M", bound=Message)
 _R = TypeVar("_R", pb.GetRequest, pb.WaitRequest, pb.CancelRequest)
 
-FORWARDED = "cronoq-forwarded"
-SHARD_KEY = "cronoq-shard"
-ENDPOINT_KEY = "cronoq-shard-endpoint"
-UNAVAILABLE_KEY = "cronoq-unavailable-shards"
-CONNECT_S = 5.0  # how long a call waits for a peer's connection
-KEEPALIVE_MS = 20_000  # HTTP/2 pings on a peer channel
-RECONNECT_MS = 2_000  # the longest wait between connection attempts to a peer
-# Peer errors that mean "that shard cannot answer now" (docs/sharding.md, "Peer errors").
-_DOWN = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN}
 # What a gathered part may fail with and still leave the call served, the shard named in
 # `unavailable_shards`: unreachable, not forwardable for this caller, or too slow.
 _MISSING = {
@@ -99,250 +62,12 @@ _T = "/cronoq.v1.Tasks/"
 _A = "/cronoq.v1.Admin/"
 
 
-@dataclass(frozen=True)
-class ShardPlan:
-    """`[[shards]]` as maps: which shard serves a pool, a resource, a task id's number."""
-
-    own: ShardSettings
-    shards: tuple[ShardSettings, ...]
-    by_pool: Mapping[str, ShardSettings]
-    by_number: Mapping[int, ShardSettings]
-    by_resource: Mapping[str, ShardSettings]
-
-    @classmethod
-    def of(cls, cfg: ServerConfig) -> ShardPlan | None:
-        """The plan of a sharded configuration, None without `[[shards]]`."""
-        own = cfg.own_shard
-        if own is None:
-            return None
-        by_name = {s.name: s for s in cfg.shards}
-        return cls(
-            own,
-            cfg.shards,
-            {pool: s for s in cfg.shards for pool in s.pools},
-            {s.number: s for s in cfg.shards},
-            {r.name: by_name[r.shard] for r in cfg.resources if r.shard is not None},
-        )
-
-    @property
-    def others(self) -> list[ShardSettings]:
-        return [s for s in self.shards if s is not self.own]
-
-    def of_id(self, task_id: int) -> ShardSettings | None:
-        """The shard of a task id (its top 8 bits), None for a number no shard has."""
-        return self.by_number.get(task_id >> SHARD_SHIFT)
-
-    def pools_of(self, shard: ShardSettings, caller: Principal) -> list[str]:
-        return [p for p in shard.pools if caller.sees(p)]
-
-
-def _target(endpoint: str) -> tuple[str, bool]:
-    """The gRPC target (host:port) of an endpoint URL, and whether it is https."""
-    url = urlsplit(endpoint)
-    tls = url.scheme == "https"
-    host = url.hostname or ""
-    port = url.port or (443 if tls else 80)
-    return (f"[{host}]:{port}" if ":" in host else f"{host}:{port}"), tls
-
-
 def _forwarded(context: Context) -> bool:
     return any(k == FORWARDED for k, _ in context.invocation_metadata() or ())
 
 
 def _unavailable(names: Iterable[str]) -> list[str]:
     return sorted(set(names))
-
-
-class Peers:
-    """One lazily connected channel per other shard, and the rules of what may be sent on it
-    (docs/sharding.md, "Forwarding")."""
-
-    def __init__(self, cfg: ServerConfig) -> None:
-        self._auth = cfg.auth.enabled
-        self._insecure_http = cfg.server.insecure_peer_http
-        self._limits = cfg.limits
-        tls = cfg.server.peer_tls
-        self._tls = tls
-        self._channels: dict[str, grpc.aio.Channel] = {}
-        self._closing: set[asyncio.Future[None]] = set()
-
-    def may_forward(self, caller: Principal, shard: ShardSettings) -> bool:
-        """Whether this caller's credential may be sent to `shard`: always without auth;
-        a bearer token to https, to a loopback http, or anywhere with insecure_peer_http;
-        never a caller known by its client certificate alone."""
-        if not self._auth:
-            return True
-        if caller.bearer is None:
-            return False
-        url = urlsplit(shard.endpoint)
-        return url.scheme == "https" or self._insecure_http or loopback(url.hostname or "")
-
-    def _channel(self, shard: ShardSettings) -> grpc.aio.Channel:
-        ch = self._channels.get(shard.name)
-        if ch is None:
-            target, tls = _target(shard.endpoint)
-            size = self._limits.max_message_bytes
-            options = [
-                ("grpc.keepalive_time_ms", KEEPALIVE_MS),
-                # a shard back from an outage is asked again within RECONNECT_MS (gRPC's
-                # default backoff grows to two minutes)
-                ("grpc.initial_reconnect_backoff_ms", RECONNECT_MS // 4),
-                ("grpc.max_reconnect_backoff_ms", RECONNECT_MS),
-                ("grpc.max_receive_message_length", size),
-                ("grpc.max_send_message_length", size),
-            ]
-            if tls:
-                ch = grpc.aio.secure_channel(target, self._credentials(), options=options)
-            else:
-                ch = grpc.aio.insecure_channel(target, options=options)
-            self._channels[shard.name] = ch
-        return ch
-
-    def _credentials(self) -> grpc.ChannelCredentials:
-        tls = self._tls
-
-        def read(path: str | None) -> bytes | None:
-            if path is None:
-                return None
-            with open(path, "rb") as f:
-                return f.read()
-
-        if tls is None:
-            return grpc.ssl_channel_credentials()
-        return grpc.ssl_channel_credentials(read(tls.ca), read(tls.key), read(tls.cert))
-
-    async def _connected(self, shard: ShardSettings, ch: grpc.aio.Channel) -> None:
-        """Wait up to CONNECT_S for the channel to connect or fail (a failed one fails the
-        call at once, with gRPC's own reason)."""
-        done = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
-        state = ch.get_state(try_to_connect=True)
-        if state in done:
-            return
-        try:
-            async with asyncio.timeout(CONNECT_S):
-                while state not in done:
-                    await ch.wait_for_state_change(state)
-                    state = ch.get_state(try_to_connect=True)
-        except TimeoutError:
-            raise _down(shard, f"no connection within {CONNECT_S:g} s") from None
-
-    def _metadata(self, caller: Principal, context: Context) -> list[tuple[str, str]]:
-        md = [(FORWARDED, "1")]
-        if self._auth and caller.bearer is not None:
-            md.append(("authorization", f"Bearer {caller.bearer}"))
-        md.extend(
-            (k, v)
-            for k, v in context.invocation_metadata() or ()
-            if k == "traceparent" and isinstance(v, str)
-        )
-        return md
-
-    def _timeout(self, context: Context, bound: float | None) -> float:
-        """`bound` (default limits.max_wait_s + request_timeout_s), or what is left of the
-        caller's deadline."""
-        if bound is None:
-            bound = self._limits.max_wait_s + self._limits.request_timeout_s
-        remaining: float | None = context.time_remaining()
-        if remaining is not None and math.isfinite(remaining):
-            bound = min(bound, max(remaining, 0.0))
-        return bound
-
-    async def call(
-        self,
-        shard: ShardSettings,
-        method: str,
-        request: Message,
-        reply: type[_M],
-        caller: Principal,
-        context: Context,
-        *,
-        bound: float | None = None,
-    ) -> _M:
-        """One unary call to `shard` within `bound` seconds (see `_timeout`); its errors as
-        docs/sharding.md, "Peer errors" says."""
-        ch = self._channel(shard)
-        await self._connected(shard, ch)
-        stub = ch.unary_unary(
-            method,
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=reply.FromString,
-        )
-        try:
-            result: _M = await stub(
-                request,
-                metadata=self._metadata(caller, context),
-                timeout=self._timeout(context, bound),
-            )
-        except grpc.aio.AioRpcError as e:
-            raise self._failed(shard, e) from None
-        return result
-
-    def _failed(self, shard: ShardSettings, e: grpc.aio.AioRpcError) -> Refused:
-        """The error of a call to `shard`. A shard that answered UNAVAILABLE itself (a standby,
-        or a leader stepping down) loses its connection, so that the next call connects
-        afresh and may reach the shard's new leader behind the same endpoint."""
-        ch = self._channels.get(shard.name)
-        if (
-            e.code() == grpc.StatusCode.UNAVAILABLE
-            and ch is not None
-            and ch.get_state() == grpc.ChannelConnectivity.READY  # (not: no connection)
-        ):
-            del self._channels[shard.name]
-            self._closing.add(task := asyncio.ensure_future(ch.close()))
-            task.add_done_callback(self._closing.discard)
-        return _peer_error(shard, e)
-
-    async def stream(
-        self,
-        shard: ShardSettings,
-        method: str,
-        request: Message,
-        reply: type[_M],
-        caller: Principal,
-        context: Context,
-    ) -> AsyncGenerator[_M, None]:
-        """A server stream from `shard` (Watch); its end is UNAVAILABLE "... reconnect"."""
-        ch = self._channel(shard)
-        await self._connected(shard, ch)
-        call = ch.unary_stream(
-            method,
-            request_serializer=type(request).SerializeToString,
-            response_deserializer=reply.FromString,
-        )(request, metadata=self._metadata(caller, context))
-        try:
-            async for message in call:
-                yield message
-        except grpc.aio.AioRpcError as e:
-            raise self._failed(shard, e) from None
-        finally:
-            call.cancel()
-        raise Refused(
-            grpc.StatusCode.UNAVAILABLE, f"shard '{shard.name}' ended its event stream; reconnect"
-        )
-
-    async def close(self) -> None:
-        channels, self._channels = list(self._channels.values()), {}
-        for ch in channels:
-            await ch.close()
-        await asyncio.gather(*self._closing, return_exceptions=True)
-
-
-def _down(shard: ShardSettings, detail: str) -> Refused:
-    return Refused(grpc.StatusCode.UNAVAILABLE, f"shard '{shard.name}' is unavailable: {detail}")
-
-
-def _peer_error(shard: ShardSettings, e: grpc.aio.AioRpcError) -> Refused:
-    """UNAVAILABLE naming the shard when it could not answer; any other error as it came,
-    with its cronoq-* trailers (a peer's own refusal)."""
-    code = e.code()
-    if code in _DOWN:
-        return _down(shard, e.details() or code.name.lower())
-    trailers = tuple(
-        (k, v)
-        for k, v in e.trailing_metadata() or ()
-        if isinstance(v, str) and k.startswith("cronoq-")
-    )
-    return Refused(code, e.details() or "", trailers)
 
 
 def _routed(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..core.engine import Engine
-from ..core.groups import Group
-from ..core.model import Attempt
+from ...core.engine import Engine
+from ...core.groups import Group
+from ...core.model import Attempt
 
 PROTOCOL_VERSION = 3
 MSG_DISCONNECTED = "worker disconnected"
