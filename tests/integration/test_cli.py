@@ -436,10 +436,10 @@ class _Ready(logging.Handler):
 
 @contextlib.contextmanager
 def server_whose_clock_stands_still(config: str) -> Iterator[str]:
-    """The server cronoq-server runs (assemble.build), serving in a thread of this process on
+    """The server cronoq-server runs (wiring.build), serving in a thread of this process on
     a clock that does not move: everything it counts stays in its metrics window."""
-    from cronoq.server.assemble import build
     from cronoq.server.config import load_config
+    from cronoq.server.wiring import build
 
     app = build(load_config(config), clock=lambda: 1_000_000.0)
     logger, ready = logging.getLogger("cronoq.server.app"), _Ready()

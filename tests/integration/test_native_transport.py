@@ -25,10 +25,10 @@ import pytest
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
-from cronoq.server.assemble import build
 from cronoq.server.config import ConfigError, load_config, native_built
 from cronoq.server.config import reader as config_reader
 from cronoq.server.fronts.native import TOO_MANY_CALLS
+from cronoq.server.wiring import build
 from helpers.servers import PORT0, Server, running_app, write
 from helpers.waiting import until
 

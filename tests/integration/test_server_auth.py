@@ -1,7 +1,7 @@
 """Authentication, roles and pool/tenant scoping over real channels (docs/server.md,
 "Authentication").
 
-Each test runs the server as `cronoq-server` assembles it (`assemble.build(cfg)`) in this process
+Each test runs the server as `cronoq-server` assembles it (`wiring.build(cfg)`) in this process
 on a free loopback port, with tokens of every role and pool-restricted and tenant-bound ones, and
 calls it through the generated stubs: the role of every method, the rows of
 docs/reference/errors.md about auth and scoping, the check order on a standby, and with mTLS the
@@ -23,8 +23,8 @@ import pytest
 from cronoq import client as cq
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config, native_built
+from cronoq.server.wiring import build
 from helpers.auth import (
     CONFIG,
     HOW,

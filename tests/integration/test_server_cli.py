@@ -519,9 +519,9 @@ async def test_tls_listener(tmp_path: Path) -> None:
 
 
 def test_the_server_schedules_by_the_clock_it_is_given() -> None:
-    """assemble.build(cfg, clock=...): the scheduler, and the workers' service with it, read
+    """wiring.build(cfg, clock=...): the scheduler, and the workers' service with it, read
     that clock, so a test can drive the server's time."""
-    from cronoq.server.assemble import build
+    from cronoq.server.wiring import build
 
     def clock() -> float:
         return 1_000.0

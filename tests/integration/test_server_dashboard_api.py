@@ -16,9 +16,9 @@ from cronoq.client import Worker as ClientWorker
 from cronoq.core.engine import EVENTS_NONE
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server import app as app_module
-from cronoq.server.assemble import build
 from cronoq.server.config import ConfigError, load_config
 from cronoq.server.fronts import dashboard
+from cronoq.server.wiring import build
 from helpers.auth import CONFIG as AUTH_CONFIG
 from helpers.auth import token
 from helpers.waiting import until

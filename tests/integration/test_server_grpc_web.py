@@ -24,10 +24,10 @@ from cronoq.client import Lease, Worker
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.server.errors import percent_encode
 from cronoq.server.fronts import grpcweb
+from cronoq.server.wiring import build
 from helpers.auth import AUTH, token
 from helpers.servers import led_elsewhere, running_app
 

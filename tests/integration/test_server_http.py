@@ -1,6 +1,6 @@
 """The HTTP listener (docs/http.md) of a real in-process server, over real sockets.
 
-Each test builds the server as the command does (`assemble.build`) on ports 0 and talks to it
+Each test builds the server as the command does (`wiring.build`) on ports 0 and talks to it
 with aiohttp's client: our own extras (the `json` field, the older `/batch`, `/cancel` and `/wait`
 routes, recurring writes) with the published answers, the Host check, the body limit, a SQLite
 standby (503 and `/readyz`), the metrics (parsed with prometheus_client's parser), the
@@ -28,12 +28,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp, served_routes
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.server.fronts import http_api as http_listener
 from cronoq.server.fronts.http_api import RECYCLE_S, ROUTES, STANDBY_REASON
 from cronoq.server.fronts.routes import HttpError, Route
 from cronoq.server.hosts import loopback_host
+from cronoq.server.wiring import build
 from helpers.vclock import VirtualEventLoop
 from helpers.waiting import until
 from helpers.workers import Worker

@@ -5,7 +5,7 @@ listener produces, the query rules, the Host check, health and readiness, the me
 Most tests share one real `cronoq-server` process (module fixture), each in pools and keys of
 its own, with raw gRPC workers (helpers.workers) running the tasks. What needs a server in a
 given state (a standby, a stopping leader, credentials, tiny limits) runs one in process with
-`assemble.build`, over real sockets too. Every answer any test here gets is also checked
+`wiring.build`, over real sockets too. Every answer any test here gets is also checked
 against the OpenAPI document the server serves (`Http.call`): its status must be documented for
 the route and its body must validate against the documented schema.
 """
@@ -30,10 +30,10 @@ import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.server.fronts.http_api import ROUTES, openapi_document
 from cronoq.server.services import tasks as tasks_module
+from cronoq.server.wiring import build
 from helpers.auth import AUTH, HOW, token
 from helpers.auth import POOLS as AUTH_POOLS
 from helpers.facts import TOTALS_KEYS

@@ -14,8 +14,8 @@ import pytest
 from test_server_http import PORTS0, running
 
 from cronoq.server.app import served_routes
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config
+from cronoq.server.wiring import build
 
 # Every route that changes something, a path of it with a real task's id or key.
 WRITES = [r for r in served_routes(True) if r.verb not in ("GET", "HEAD")]

@@ -14,8 +14,8 @@ import pytest
 from test_server_http import PORTS0, running
 
 from cronoq.server.app import served_routes
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config
+from cronoq.server.wiring import build
 
 MARK = "@@lone@@"  # where the surrogate goes, replaced in the JSON text by the escape `\ud800`
 LONE = json.dumps(MARK).replace(MARK, "\\ud800")

@@ -26,9 +26,9 @@ import pytest
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server import inflight
-from cronoq.server.assemble import build
 from cronoq.server.config import LimitsSettings, load_config
 from cronoq.server.fronts.native import TOO_MANY_CALLS
+from cronoq.server.wiring import build
 from helpers import transports
 from helpers.h2peer import H2Peer
 from helpers.servers import PORT0, running_app

@@ -1,7 +1,7 @@
 """A full overflow="wait" pool holds Submit and SubmitBatch until there is room
 (docs/overflow-and-fairness.md, "On the server"), over real gRPC and HTTP sockets.
 
-Each test runs the server as `cronoq-server` assembles it (`assemble.build(cfg)`) in this process,
+Each test runs the server as `cronoq-server` assembles it (`wiring.build(cfg)`) in this process,
 with pools that have no workers: their tasks stay pending, so `max_pending` fills up with one
 submit and frees with one cancel. That a call is held is read from the server's own line of held
 calls (`held()`), so no test guesses how long the server takes to get there.
@@ -18,8 +18,8 @@ import aiohttp
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config
+from cronoq.server.wiring import build
 from helpers.auth import PORT0, Code, Stubs, code_of, connect, details_of, ref
 from helpers.servers import running_app
 

@@ -3,7 +3,7 @@
 The receiver is an aiohttp app on 127.0.0.1 (port 0) in the test's loop: it keeps every POST
 (body, Authorization header, what it answered, whether the server led at that moment) and can
 fail the first posts with 500, fail until told otherwise, or hang. The server runs as
-`cronoq-server` assembles it (`assemble.build(cfg)`), in this process, so its log records can be
+`cronoq-server` assembles it (`wiring.build(cfg)`), in this process, so its log records can be
 kept; its pool `auto` has no workers, so one submitted task stays queued and moves the desired
 capacity from `min` (1) to `max` (3) at the next evaluation (`drain_time_s` 0.1: the drain term
 of one queued task is far above `max`). Every wait is for a condition of the receiver or the logs.
@@ -25,10 +25,10 @@ from aiohttp import web
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.app import ServerApp
-from cronoq.server.assemble import build
 from cronoq.server.cli import LogfmtFormatter
 from cronoq.server.config import PoolSettings, ScalerSettings, load_config
 from cronoq.server.scaler import Poster
+from cronoq.server.wiring import build
 from helpers.auth import PORT0, Stubs, connect
 from helpers.servers import led_elsewhere, running_app
 from helpers.workers import Worker

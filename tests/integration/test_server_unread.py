@@ -16,9 +16,9 @@ import grpc
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server.assemble import build
 from cronoq.server.config import load_config
 from cronoq.server.inflight import UNREAD
+from cronoq.server.wiring import build
 from helpers.h2peer import H2Peer
 from helpers.servers import PORT0, running_app
 from helpers.waiting import until

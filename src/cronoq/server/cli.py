@@ -153,7 +153,7 @@ def _missing_server_extra() -> str | None:
     `--print-proto` and `--version` work without it. An ImportError about any other module is
     a broken installation, not a missing extra, and keeps its traceback."""
     try:
-        from . import assemble  # noqa: F401  (every module of the server, and so every import)
+        from . import wiring  # noqa: F401  (every module of the server, and so every import)
     except ImportError as exc:
         error: BaseException | None = exc
         while error is not None:
@@ -179,7 +179,7 @@ def _config_errors(exc: ConfigError) -> int:
 
 async def _serve(cfg: ServerConfig) -> None:
     # Imported here: --check and --print-proto then work without grpcio installed.
-    from .assemble import build  # grpc is imported only to serve
+    from .wiring import build  # grpc is imported only to serve
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

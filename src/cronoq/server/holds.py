@@ -15,7 +15,7 @@ way (admitted, deadline, the caller gone, the scheduler stopped) hands the turn 
 call that is cancelled leaves neither a task nor a waiter behind.
 
 While it is held, the call is exempt from `limits.request_timeout_s` (`exempt_request()`: the
-RequestTimeout interceptor of assemble.py bounds a call with `bound_request()`); its own deadline
+RequestTimeout interceptor of wiring.py bounds a call with `bound_request()`); its own deadline
 still applies.
 """
 

@@ -1,5 +1,6 @@
-"""The server as the command runs it: the app with its launcher (remote workers), services and,
-when credentials are configured, authentication in front of them."""
+"""The server as the command runs it: `build(cfg)` wires into the app (app.py, which knows no
+service) its launcher (remote workers), the services, sharding, the webhook scaler and, when
+credentials are configured, authentication in front of them."""
 
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ from aiohttp.web_protocol import RequestHandler
 
 from ..errors import percent_encode
 from ..logs import event
+from .preface import HTTP2_PREFACE, preface_pending
 
-__all__ = ["HTTP2_PREFACE", "Site", "preface_pending"]
+__all__ = ["Site"]
 
-HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 WARN_EVERY_S = 60.0  # a peer that keeps trying is logged again after this long
 _HEADER_SIZE = 9
 _MAX_FRAME = 16_384  # SETTINGS_MAX_FRAME_SIZE's default, which the client must respect
@@ -35,11 +35,6 @@ _STATUS_200 = b"\x88"  # HPACK: `:status: 200`, entry 8 of the static table
 _UNAVAILABLE = "14"
 
 log = logging.getLogger("cronoq.server")
-
-
-def preface_pending(head: bytes) -> bool:
-    """Could more bytes still make `head` the HTTP/2 connection preface?"""
-    return len(head) < len(HTTP2_PREFACE) and HTTP2_PREFACE.startswith(head)
 
 
 class Site(web.BaseSite):

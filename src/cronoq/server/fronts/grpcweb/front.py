@@ -21,7 +21,7 @@ from ...errors import refusal
 from ...hosts import loopback_host
 from ..calls import Aborted, Call, CallDetails, resolver
 from ..host import Host
-from ..misdirected import HTTP2_PREFACE, preface_pending
+from ..preface import HTTP2_PREFACE, preface_pending
 from .framing import (
     MESSAGE,
     answer_type,
