@@ -39,7 +39,7 @@ import grpc
 from _common import Child, print_about, print_cpus, verdict
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from cronoq.server.config import LEADER_LEASE_S
+from cronoq.server.config.settings import LEADER_LEASE_S
 
 RUNS = 10
 QUICK_RUNS = 2
