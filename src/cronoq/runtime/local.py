@@ -40,14 +40,18 @@ class LocalLauncher:
         self._engine: Engine | None = None
         self._kick: Callable[[], None] = lambda: None
         self._tasks: dict[int, asyncio.Future[Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def bind(self, engine: Engine, kick: Callable[[], None]) -> None:
+        """A session started on the running loop: its attempts run there."""
         self._engine = engine
         self._kick = kick
         self._tasks = {}  # an earlier session's attempts keep (and empty) their own
+        self._loop = asyncio.get_running_loop()
 
     def launch(self, starts: list[Attempt]) -> None:
-        create_task = asyncio.get_running_loop().create_task
+        assert self._loop is not None
+        create_task = self._loop.create_task
         tasks = self._tasks
         executors = self._executors
         run = self._run
@@ -76,13 +80,12 @@ class LocalLauncher:
         """Run one attempt and report its outcome (calling the executor here means an attempt
         aborted before its first step never creates the executor's coroutine)."""
         # the first step runs in the session that launched the attempt: keep its engine
-        eng, tasks, kick = self._engine, self._tasks, self._kick
-        assert eng is not None
+        eng, tasks, kick, loop = self._engine, self._tasks, self._kick, self._loop
+        assert eng is not None and loop is not None
         try:
             if is_async:
                 result = await executor(att, att.task.payload)
             else:
-                loop = asyncio.get_running_loop()
                 result = await loop.run_in_executor(None, executor, att, att.task.payload)
                 if inspect.isawaitable(result):
                     result = await result

@@ -22,9 +22,7 @@ from ..core.model import FIRST_TERMINAL, Attempt, StatusEvent, TaskRecord
 if TYPE_CHECKING:
     from .handles import EventStream
 
-__all__ = ["SHUTDOWN", "Launcher", "Session"]
-
-SHUTDOWN = "scheduler shut down"
+__all__ = ["Launcher", "Session"]
 
 
 class Launcher(Protocol):
@@ -86,7 +84,7 @@ class Session:
         self.wake_handle: asyncio.TimerHandle | None = None
         self.wake_at = math.inf
         self.durable: Durable | None = None
-        self.reason = SHUTDOWN  # why unfinished handles fail once the session is closed
+        self.reason = "scheduler shut down"  # why unfinished handles fail once it is closed
 
     # --- handles and streams ---------------------------------------------------------------
 
