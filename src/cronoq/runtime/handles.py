@@ -1,7 +1,8 @@
 """What library users hold: a task's handle, an executor's context, a stream of events.
 
 They are views of one session (`session.Session`): a handle reads the engine's record of its
-task and waits on the session's waiters, a stream is fed by the session's pump.
+task and waits on the session's waiters, a stream is fed by the session's pump. Their
+underscore methods are the driver's (the session and the launcher), kept out of the API.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class TaskContext(Attempt, AttemptMembers):
     traces").
     """
 
-    # the scheduler's clock and the attempt's token, both set by `launched` when it starts
+    # the scheduler's clock and the attempt's token, both set by `_launched` when it starts
     __slots__ = ("_clock", "_token")
     _clock: Callable[[], float]
     _token: CancellationToken
@@ -90,12 +91,12 @@ class TaskContext(Attempt, AttemptMembers):
     timeout = property(lambda self: self.task.timeout)
     deadline = property(lambda self: self.task.deadline)
 
-    def launched(self, clock: Callable[[], float]) -> None:
+    def _launched(self, clock: Callable[[], float]) -> None:
         """Arm the attempt as its executor starts (only then does it need a token)."""
         self._clock = clock
         self._token = CancellationToken()
 
-    def given_up(self) -> None:
+    def _given_up(self) -> None:
         """The engine gave the attempt up: cancel its token (the launcher cancels the task)."""
         self._token._cancel()
 
@@ -149,7 +150,7 @@ class EventStream:
     def closed(self) -> bool:
         return self._closed or (self._ended and not self._buf)
 
-    def feed(self, events: list[StatusEvent]) -> None:
+    def _feed(self, events: list[StatusEvent]) -> None:
         """The session published these events (it calls this, not the user)."""
         buf = self._buf
         for ev in events:
@@ -160,7 +161,7 @@ class EventStream:
             buf.append(ev)
         self._wake()
 
-    def ended(self) -> None:
+    def _end(self) -> None:
         """The session ended: iteration stops once the buffered events are read."""
         self._ended = True
         self._wake()

@@ -58,7 +58,7 @@ class LocalLauncher:
         clock = self._clock
         for att in cast("list[TaskContext]", starts):
             if not att.ended:  # with a store, it may have been aborted while being written
-                att.launched(clock)
+                att._launched(clock)
                 tasks[att.lease] = create_task(run(att, *executors[att.task.pool]))
 
     def abort(self, aborts: list[Attempt]) -> None:
@@ -67,7 +67,7 @@ class LocalLauncher:
         for att in cast("list[TaskContext]", aborts):
             t = tasks.pop(att.lease, None)
             if t is not None:  # launched, so it has its token
-                att.given_up()
+                att._given_up()
                 t.cancel()
 
     def lost(self, reason: str) -> None:

@@ -152,7 +152,7 @@ class Session:
         if self.wake_handle is not None:
             self.wake_handle.cancel()
         for st in self.streams:
-            st.ended()
+            st._end()
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -235,7 +235,7 @@ class Session:
             self.resolve(finished)
         if events:
             for st in self.streams:
-                st.feed(events)
+                st._feed(events)
 
     def resolve(self, finished: list[TaskRecord]) -> None:
         waiters = self.waiters
