@@ -34,6 +34,7 @@ from cronoq.core.vocab import (
     MISS_POLICIES,
     OVERFLOWS,
     UNKNOWN_DEPENDENCY,
+    DepCondition,
     DepOn,
     MissPolicy,
     Overflow,
@@ -609,8 +610,7 @@ class Dep:
 
     __slots__ = ("_on", "_target")
 
-    # `on` takes a DepCondition, typed str until server/convert.py's edge_from_pb returns one
-    def __init__(self, target: int | str, on: str = "success") -> None:
+    def __init__(self, target: int | str, on: DepCondition = "success") -> None:
         self._target = _target("Dep target", target)
         condition = DEP_CONDITIONS.get(on) if isinstance(on, str) else None
         if condition is None:

@@ -19,6 +19,7 @@ async def library() -> None:
         await sched.enqueue(1, on_miss="run-late")  # E: "on_miss" to "enqueue" of "Scheduler"
         await sched.enqueue(1, timeout="5s")  # E: "timeout" to "enqueue" of "Scheduler"
         cronoq.Task(1, priorty="low")  # E: Unexpected keyword argument "priorty"
+        cronoq.Dep("x", on="succeeded")  # E: Argument "on" to "Dep"
         await sched.add_recurring("n", "* * * * *", 1, overlap="never")  # E: "overlap"
         await sched.add_recurring("n", "* * * * *", 1, after="x")  # E: Unexpected keyword
         sched.events(on_lag="drop")  # E: "on_lag" to "events" of "Scheduler"

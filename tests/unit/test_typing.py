@@ -46,7 +46,7 @@ def test_mypy_rejects_each_mistake_with_its_error() -> None:
         for number, text in enumerate(path.read_text().splitlines(), 1)
         if "  # E: " in text
     }
-    assert len(expected) == 15
+    assert len(expected) == 16
     errors = _mypy(path)
     assert sorted(errors) == sorted(expected), errors
     for number, what in expected.items():

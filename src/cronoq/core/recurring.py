@@ -20,6 +20,7 @@ from typing import Any
 
 from .cron import CronSpec
 from .model import BLOCKED, FIRST_TERMINAL, READY, SCHEDULED, Extras, RetryPolicy, TaskRecord
+from .vocab import Overlap
 
 RECURRING_TAG = "cronoq.recurring"
 
@@ -51,7 +52,7 @@ class Recurring:
     resources: dict[str, int] | None = None
     tags: dict[str, str] | None = None
     labels: dict[str, str] | None = None
-    overlap: str = "skip"
+    overlap: Overlap = "skip"
     tolerance: float = 1.0
     on_miss: str = "run_late"
     cron: str = ""  # the expression and zone as given (stores and listings show them)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, get_args
 
 from cronoq._options import Dep
 from cronoq.core.cron import CronError, parse_cron, zone
@@ -33,6 +33,7 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.core.recurring import Recurring
+from cronoq.core.vocab import MISS_POLICIES, OVERLAPS, DepOn, MissPolicy, Overlap
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.config import LimitsSettings
 from cronoq.server.config.settings import MAX_MULTIPLIER
@@ -105,41 +106,24 @@ _STATUSES: tuple[pb.TaskStatus, ...] = tuple(
     pb.TaskStatus.Value(f"TASK_STATUS_{name.upper()}") for name in STATUS_NAMES
 )
 _STATUS_BY_NAME = dict(zip(STATUS_NAMES, _STATUSES, strict=True))
-_EDGES: dict[int, str] = {
-    pb.EDGE_COND_UNSPECIFIED: "success",
-    pb.EDGE_COND_ON_SUCCESS: "success",
-    pb.EDGE_COND_ON_COMPLETE: "complete",
-    pb.EDGE_COND_ON_FAILURE: "failure",
-}
-_EDGES_PB: dict[str, pb.EdgeCond] = {
-    "success": pb.EDGE_COND_ON_SUCCESS,
-    "complete": pb.EDGE_COND_ON_COMPLETE,
-    "failure": pb.EDGE_COND_ON_FAILURE,
-}
-_MISSES: dict[int, str] = {
-    pb.MISS_POLICY_UNSPECIFIED: "run_late",
-    pb.MISS_POLICY_RUN_LATE: "run_late",
-    pb.MISS_POLICY_SKIP: "skip",
-    pb.MISS_POLICY_FAIL: "fail",
-}
-_MISSES_PB: dict[str, pb.MissPolicy] = {
-    "run_late": pb.MISS_POLICY_RUN_LATE,
-    "skip": pb.MISS_POLICY_SKIP,
-    "fail": pb.MISS_POLICY_FAIL,
-}
-_OVERLAPS: dict[int, str] = {
-    pb.OVERLAP_UNSPECIFIED: "skip",
-    pb.OVERLAP_SKIP: "skip",
-    pb.OVERLAP_ALLOW: "allow",
-    pb.OVERLAP_QUEUE: "queue",
-    pb.OVERLAP_QUEUE_ON_SUCCESS: "queue_on_success",
-}
-_OVERLAPS_PB: dict[str, pb.Overlap] = {
-    "skip": pb.OVERLAP_SKIP,
-    "allow": pb.OVERLAP_ALLOW,
-    "queue": pb.OVERLAP_QUEUE,
-    "queue_on_success": pb.OVERLAP_QUEUE_ON_SUCCESS,
-}
+
+_N = TypeVar("_N", bound=str)
+
+
+def _wire_names(
+    value: Callable[[str], int], prefix: str, names: Sequence[_N], default: _N
+) -> tuple[dict[int, _N], dict[_N, Any]]:
+    """A wire enum beside the vocabulary's names (`on_miss` "run_late" is MISS_POLICY_RUN_LATE):
+    number to name, UNSPECIFIED (0) meaning `default`, and name to number."""
+    to_pb = {name: value(f"{prefix}{name.upper()}") for name in names}
+    from_pb = {number: name for name, number in to_pb.items()}
+    from_pb[0] = default
+    return from_pb, to_pb
+
+
+_EDGES, _EDGES_PB = _wire_names(pb.EdgeCond.Value, "EDGE_COND_ON_", get_args(DepOn), "success")
+_MISSES, _MISSES_PB = _wire_names(pb.MissPolicy.Value, "MISS_POLICY_", MISS_POLICIES, "run_late")
+_OVERLAPS, _OVERLAPS_PB = _wire_names(pb.Overlap.Value, "OVERLAP_", OVERLAPS, "skip")
 
 
 def _enum(table: Mapping[int, Any], value: int, field: str) -> Any:
@@ -177,31 +161,34 @@ def status_to_pb(status: int | str) -> pb.TaskStatus:
     return _STATUS_BY_NAME[status] if isinstance(status, str) else _STATUSES[status]
 
 
-def edge_from_pb(value: int, field: str = "cond") -> str:
-    result: str = _enum(_EDGES, value, field)
+def edge_from_pb(value: int, field: str = "cond") -> DepOn:
+    result: DepOn = _enum(_EDGES, value, field)
     return result
 
 
-def edge_to_pb(on: str) -> pb.EdgeCond:
-    return _EDGES_PB[on]
-
-
-def miss_from_pb(value: int, field: str = "on_miss") -> str:
-    result: str = _enum(_MISSES, value, field)
+def edge_to_pb(on: DepOn) -> pb.EdgeCond:
+    result: pb.EdgeCond = _EDGES_PB[on]
     return result
 
 
-def miss_to_pb(policy: str) -> pb.MissPolicy:
-    return _MISSES_PB[policy]
-
-
-def overlap_from_pb(value: int, field: str = "overlap") -> str:
-    result: str = _enum(_OVERLAPS, value, field)
+def miss_from_pb(value: int, field: str = "on_miss") -> MissPolicy:
+    result: MissPolicy = _enum(_MISSES, value, field)
     return result
 
 
-def overlap_to_pb(overlap: str) -> pb.Overlap:
-    return _OVERLAPS_PB[overlap]
+def miss_to_pb(policy: MissPolicy) -> pb.MissPolicy:
+    result: pb.MissPolicy = _MISSES_PB[policy]
+    return result
+
+
+def overlap_from_pb(value: int, field: str = "overlap") -> Overlap:
+    result: Overlap = _enum(_OVERLAPS, value, field)
+    return result
+
+
+def overlap_to_pb(overlap: Overlap) -> pb.Overlap:
+    result: pb.Overlap = _OVERLAPS_PB[overlap]
+    return result
 
 
 # --- times -------------------------------------------------------------------------------------
