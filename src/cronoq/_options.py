@@ -52,6 +52,8 @@ __all__ = [
     "SubmitOptions",
     "Task",
     "build_task",
+    "check_instant",
+    "check_number",
 ]
 
 _DEP_ON_REPR = {"success": "OnSuccess", "failure": "OnFailure", "complete": "OnComplete"}
@@ -80,7 +82,7 @@ def _count(name: str, value: object) -> int:
     return value
 
 
-def _number(name: str, value: object) -> float:
+def check_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number (got {value!r})")
     return float(value)
@@ -102,7 +104,7 @@ def _name(arg: str, value: object) -> str:
     return value
 
 
-def _instant(arg: str, value: object) -> float:
+def check_instant(arg: str, value: object) -> float:
     """An absolute time: Unix seconds or a datetime (naive means local time)."""
     if isinstance(value, datetime):
         return value.timestamp()
@@ -167,7 +169,7 @@ class AutoscaleConfig:
         cost_per_worker_second: float = 0.0,
     ) -> None:
         self._interval = _positive_seconds("interval", interval)
-        utilization = _number("target_utilization", target_utilization)
+        utilization = check_number("target_utilization", target_utilization)
         if not 0.0 < utilization <= 1.0:
             raise ValueError(f"target_utilization must be in (0, 1] (got {_shown(utilization)})")
         self._target_utilization = utilization
@@ -178,7 +180,7 @@ class AutoscaleConfig:
         self._cooldown = check_seconds("cooldown", cooldown)
         self._max_step_up_abs = _count("max_step_up_abs", max_step_up_abs)
         self._max_step_down = _count("max_step_down", max_step_down)
-        cost = _number("cost_per_worker_second", cost_per_worker_second)
+        cost = check_number("cost_per_worker_second", cost_per_worker_second)
         if not (math.isfinite(cost) and cost >= 0.0):
             raise ValueError(
                 f"cost_per_worker_second must be a finite number >= 0 (got {_shown(cost)})"
@@ -357,7 +359,7 @@ class Pool:
             raise ValueError("unknown_dependency must be 'reject' or 'await'")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy or None (got {retry!r})")
-        fraction = _number("reservable_fraction", reservable_fraction)
+        fraction = check_number("reservable_fraction", reservable_fraction)
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"reservable_fraction must be in [0, 1] (got {_shown(fraction)})")
 
@@ -483,7 +485,7 @@ class Pool:
 def _await_timeout(value: object) -> float | None:
     if value is None:
         return None
-    seconds = _number("await_timeout", value)
+    seconds = check_number("await_timeout", value)
     if math.isnan(seconds):
         raise ValueError(f"await_timeout must be a number of seconds (got {value!r})")
     return None if seconds == math.inf else max(seconds, 0.0)
@@ -498,7 +500,7 @@ def _weights(weights: Mapping[str, float] | None) -> dict[str, float]:
     for tenant, weight in weights.items():
         if not isinstance(tenant, str):
             raise TypeError(f"tenant_weights keys must be str (got {tenant!r})")
-        value = _number(f"tenant_weights[{tenant!r}]", weight)
+        value = check_number(f"tenant_weights[{tenant!r}]", weight)
         if not (math.isfinite(value) and value > 0.0):
             raise ValueError("tenant weights must be finite and > 0")
         out[tenant] = value
@@ -546,7 +548,7 @@ class Resource:
     def token_bucket(cls, name: str, rate: float, burst: int) -> Resource:
         """Starts with `burst` tokens and refills at `rate` per second up to `burst`."""
         _check_resource_name(name)
-        per_second = _number("rate", rate)
+        per_second = check_number("rate", rate)
         if not (math.isfinite(per_second) and per_second > 0.0):
             raise ValueError(f"rate must be a finite number > 0 (got {_shown(per_second)})")
         if _count("burst", burst) < 1:
@@ -740,7 +742,7 @@ def build_task(
             raise ValueError("use either deadline_in or deadline_at")
         deadline = now + check_seconds("deadline_in", deadline_in)
     elif deadline_at is not None:
-        deadline = _instant("deadline_at", deadline_at)
+        deadline = check_instant("deadline_at", deadline_at)
     if duration_hint is not None:
         duration_hint = check_seconds("duration_hint", duration_hint)
     if timeout is not None:
@@ -796,7 +798,7 @@ def _extra(
             raise ValueError("use either start_in or start_at")
         start = now + check_seconds("start_in", start_in)
     elif start_at is not None:
-        start = _instant("start_at", start_at)
+        start = check_instant("start_at", start_at)
     # Checked even without a fixed start (where they are ignored), as the published package does.
     slack = 1.0 if tolerance is None else check_seconds("tolerance", tolerance)
     miss = "run_late" if on_miss is None else on_miss

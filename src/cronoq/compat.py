@@ -28,7 +28,7 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias, TypeVar
 
-from ._options import AutoscaleConfig, Pool, _instant, _number
+from ._options import AutoscaleConfig, Pool, check_instant, check_number
 from .core.model import PoolSnapshot, Priority, Snapshot, check_seconds, parse_priority
 from .errors import SubmitError
 from .runtime import Scheduler, TaskContext
@@ -96,11 +96,11 @@ class Task:
         self.id = _task_id("id", self.id)
         self.duration = check_seconds("duration", self.duration)
         self.priority = Priority(parse_priority(self.priority))
-        self.arrival_time = _instant("arrival_time", self.arrival_time)
+        self.arrival_time = check_instant("arrival_time", self.arrival_time)
         if self.fixed_start is not None:
-            self.fixed_start = _instant("fixed_start", self.fixed_start)
+            self.fixed_start = check_instant("fixed_start", self.fixed_start)
         if self.deadline is not None:
-            self.deadline = _instant("deadline", self.deadline)
+            self.deadline = check_instant("deadline", self.deadline)
         deps: object = self.dependencies
         if isinstance(deps, (str, bytes)) or not isinstance(deps, Iterable):
             raise TypeError(f"dependencies must be a list of task ids (got {deps!r})")
@@ -259,9 +259,9 @@ class ElasticPriorityScheduler:
     ) -> None:
         initial = max(1, _workers("initial_workers", initial_workers))
         top = max(initial, _workers("max_workers", max_workers))
-        _number("scale_up_threshold", scale_up_threshold)
-        _number("scale_down_threshold", scale_down_threshold)
-        rate = _number("worker_cost_per_second", worker_cost_per_second)
+        check_number("scale_up_threshold", scale_up_threshold)
+        check_number("scale_down_threshold", scale_down_threshold)
+        rate = check_number("worker_cost_per_second", worker_cost_per_second)
         if not (math.isfinite(rate) and rate >= 0.0):
             raise ValueError(f"worker_cost_per_second must be a finite number >= 0 (got {rate!r})")
         self._rate = rate

@@ -11,14 +11,29 @@ import asyncio
 import collections
 from collections.abc import AsyncIterator, Callable, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._attempt import AttemptMembers, CancellationToken
 from ..core.model import FIRST_TERMINAL, STATUS_NAMES, SUCCEEDED, Attempt, StatusEvent, TaskRecord
 from ..errors import EventsLagged, TaskFailed
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .._durable import Durable
+
+
+class Session(Protocol):
+    """What the handles use of their session (`session.Session`, which holds them), so that
+    this module does not import it back."""
+
+    closed: bool
+    reason: str
+    durable: Durable | None
+
+    def settled(self, rec: TaskRecord) -> bool: ...
+    def waiter(self, rec: TaskRecord) -> asyncio.Future[None]: ...
+    def cancel(self, ref: int | str) -> bool: ...
+    def drop_stream(self, st: EventStream) -> None: ...
+
 
 __all__ = ["EventStream", "TaskContext", "TaskHandle"]
 

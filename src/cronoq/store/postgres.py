@@ -43,11 +43,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ..core.model import check_seconds
 from ..errors import SchedulerError
 from .base import (
-    COLUMN,
-    DONE_CHANGE,
     FENCED,
-    LIVE_CHANGE,
-    TASK_COLUMNS,
     Batch,
     Finished,
     LeadershipLost,
@@ -55,6 +51,28 @@ from .base import (
     signed,
     to_ns,
     unsigned,
+)
+from .pg_sql import (
+    COLUMNS,
+    COMMIT,
+    COMMIT_FUNCTION,
+    DONE_IDS,
+    DONE_TEXT,
+    FENCE,
+    FENCED_STATE,
+    ID_AT,
+    INSERTED,
+    JSON_AT,
+    LIVE_IDS,
+    LIVE_TEXT,
+    LOAD,
+    PRUNE,
+    PRUNE_ROWS,
+    SCHEDULE,
+    SCHEMA,
+    SECONDS_AT,
+    TERMINAL_AT,
+    TEXT_AT,
 )
 
 if TYPE_CHECKING:
@@ -81,7 +99,6 @@ COMMIT_TIMEOUT_S = 30.0
 COMMIT_BACKOFF_S = (0.05, 5.0)
 TRANSIENT_BUDGET_S = 300.0
 OTHER_RETRIES = 5
-PRUNE_ROWS = 1000
 # Lock connection keepalives (PostgreSQL's side of the socket: it ends a session whose client
 # vanished after 10 s idle plus three 1 s probes, which frees the lock).
 LOCK_SESSION = {
@@ -89,246 +106,6 @@ LOCK_SESSION = {
     "tcp_keepalives_interval": "1",
     "tcp_keepalives_count": "3",
 }
-
-_FENCED_STATE = "CQ001"  # the SQLSTATE cronoq_commit raises when the epoch is not ours
-
-# TASK_COLUMNS (the row tuples' order) -> the table's columns. Times are Unix ns; durations that
-# the rows keep in seconds (tolerance, duration hint, timeout) are stored as ns too.
-_PG_COLUMN = {
-    "arrival": "arrival_unix_ns",
-    "deadline": "deadline_unix_ns",
-    "fixed_start": "fixed_at_unix_ns",
-    "tolerance": "fixed_tolerance_ns",
-    "on_miss": "fixed_on_miss",
-    "duration_hint": "duration_hint_ns",
-    "timeout": "timeout_ns",
-    "updated": "updated_unix_ns",
-    "eligible": "eligible_unix_ns",
-    "not_before": "not_before_unix_ns",
-    "started": "started_unix_ns",
-}
-_NAMES = TASK_COLUMNS.split(", ")
-_COLUMNS = ", ".join(_PG_COLUMN.get(n, n) for n in _NAMES)
-_SECONDS = tuple(COLUMN[n] for n in ("tolerance", "duration_hint", "timeout"))
-_TEXT = tuple(COLUMN[n] for n in ("pool", "kind", "key", "on_miss", "tenant", "status", "message"))
-_JSON = tuple(COLUMN[n] for n in ("retry", "deps", "resources", "tags", "labels"))
-# The text columns of Batch.updates and Batch.finishes rows, by place.
-_LIVE_TEXT = tuple(i for i, c in enumerate(LIVE_CHANGE) if c in ("status", "message"))
-_DONE_TEXT = tuple(i for i, c in enumerate(DONE_CHANGE) if c in ("status", "message", "key"))
-_ID = COLUMN["id"]
-_TERMINAL = COLUMN["terminal"]
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS cronoq_schema_version (
-        id smallint PRIMARY KEY CHECK (id = 1),
-        version int NOT NULL)""",
-    """CREATE TABLE cronoq_leader (
-        id smallint PRIMARY KEY CHECK (id = 1),
-        epoch int NOT NULL,
-        max_id bigint NOT NULL DEFAULT 0)""",
-    "INSERT INTO cronoq_leader (id, epoch, max_id) VALUES (1, 0, 0)",
-    """CREATE TABLE cronoq_tasks (
-        id bigint PRIMARY KEY,
-        seq bigint NOT NULL,
-        arrival_unix_ns bigint NOT NULL,
-        pool text NOT NULL,
-        kind text NOT NULL,
-        priority smallint NOT NULL,
-        key text,
-        payload bytea,
-        deadline_unix_ns bigint,
-        fixed_at_unix_ns bigint,
-        fixed_tolerance_ns bigint,
-        fixed_on_miss text,
-        duration_hint_ns bigint,
-        timeout_ns bigint,
-        retry jsonb,
-        deps jsonb,
-        resources jsonb,
-        tags jsonb,
-        labels jsonb DEFAULT '[]',
-        tenant text,
-        status text NOT NULL,
-        terminal bool NOT NULL,
-        attempt int NOT NULL,
-        updated_unix_ns bigint NOT NULL,
-        message text,
-        output bytea,
-        eligible_unix_ns bigint,
-        not_before_unix_ns bigint,
-        started_unix_ns bigint)""",
-    "CREATE UNIQUE INDEX cronoq_tasks_live_key ON cronoq_tasks (key) "
-    "WHERE key IS NOT NULL AND NOT terminal",
-    "CREATE INDEX cronoq_tasks_key_id ON cronoq_tasks (key, id) WHERE key IS NOT NULL",
-    "CREATE INDEX cronoq_tasks_live ON cronoq_tasks (id) WHERE NOT terminal",
-    "CREATE INDEX cronoq_tasks_done ON cronoq_tasks (updated_unix_ns) WHERE terminal",
-    """CREATE TABLE cronoq_recurring (
-        name text PRIMARY KEY,
-        spec jsonb NOT NULL,
-        template_payload bytea,
-        next_unix_ns bigint,
-        last_task_id bigint)""",
-)
-
-# Each column's type, in TASK_COLUMNS order (as in the CREATE TABLE above).
-_TYPES = (
-    "bigint",
-    "bigint",
-    "bigint",
-    "text",
-    "text",
-    "smallint",
-    "text",
-    "bytea",
-    "bigint",
-    "bigint",
-    "bigint",
-    "text",
-    "bigint",
-    "bigint",
-    "jsonb",
-    "jsonb",
-    "jsonb",
-    "jsonb",
-    "jsonb",
-    "text",
-    "text",
-    "bool",
-    "int",
-    "bigint",
-    "text",
-    "bytea",
-    "bigint",
-    "bigint",
-    "bigint",
-)
-_LIVE = (
-    ("status", "text"),
-    ("attempt", "int"),
-    ("message", "text"),
-    ("eligible_unix_ns", "bigint"),
-    ("not_before_unix_ns", "bigint"),
-    ("started_unix_ns", "bigint"),
-)
-_DONE = (
-    ("status", "text"),
-    ("attempt", "int"),
-    ("updated_unix_ns", "bigint"),
-    ("message", "text"),
-    ("output", "bytea"),
-    ("key", "text"),
-    ("started_unix_ns", "bigint"),
-)
-_SCHEDULE = (
-    ("name", "text"),
-    ("spec", "jsonb"),
-    ("template_payload", "bytea"),
-    ("next_unix_ns", "bigint"),
-    ("last_task_id", "bigint"),
-)
-_PG_NAMES = _COLUMNS.split(", ")
-
-
-def _arrays(prefix: str, columns: Sequence[tuple[str, str]]) -> str:
-    return ", ".join(f"{prefix}{name} {kind}[]" for name, kind in columns)
-
-
-def _unnest(prefix: str, columns: Sequence[tuple[str, str]]) -> str:
-    names = [name for name, _ in columns]
-    return f"unnest({', '.join(prefix + n for n in names)}) AS v({', '.join(names)})"
-
-
-_LIVE_IDS = (*_LIVE, ("id", "bigint"))
-_DONE_IDS = (*_DONE, ("id", "bigint"))
-_INSERTED = tuple(zip(_PG_NAMES, _TYPES, strict=True))
-# One commit is one call of this function, in one round trip (its own transaction): the fence
-# first (it locks the leader row; another epoch raises "fenced", rolling everything back), then
-# status changes, inserts (a key freed by the batch may be reused in it; ids already written by
-# a retried commit are skipped), the outputs with the finishes, then the schedules. The arrays
-# are the batch's columns; NULL where the batch has none.
-_COMMIT_FUNCTION = f"""
-CREATE FUNCTION cronoq_commit(
-    p_epoch int, p_max_id bigint,
-    {_arrays("u_", _LIVE_IDS)},
-    {_arrays("d_", _DONE_IDS)},
-    {_arrays("i_", _INSERTED)},
-    {_arrays("s_", _SCHEDULE)},
-    r_names text[]
-) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off AS $fn$
-DECLARE
-    current_epoch int;
-BEGIN
-    IF p_max_id IS NULL THEN
-        SELECT epoch INTO current_epoch FROM cronoq_leader WHERE id = 1 FOR SHARE;
-    ELSE
-        -- the high-water mark, by the unsigned value (XOR with the sign bit)
-        UPDATE cronoq_leader SET max_id = CASE
-            WHEN (max_id # (-9223372036854775807 - 1)) < (p_max_id # (-9223372036854775807 - 1))
-            THEN p_max_id ELSE max_id END
-        WHERE id = 1 RETURNING epoch INTO current_epoch;
-    END IF;
-    IF current_epoch IS DISTINCT FROM p_epoch THEN
-        RAISE EXCEPTION 'fenced: epoch %, ours %', current_epoch, p_epoch USING ERRCODE = '{
-    _FENCED_STATE
-}';
-    END IF;
-    -- (the function's settings keep these joins nested loops over the arrays, each row an
-    -- index lookup by id, also in a plan cached while the table was small)
-    IF u_id IS NOT NULL THEN
-        UPDATE cronoq_tasks AS t SET {", ".join(f"{n} = v.{n}" for n, _ in _LIVE)}
-        FROM {_unnest("u_", _LIVE_IDS)} WHERE t.id = v.id;
-    END IF;
-    IF d_id IS NOT NULL THEN
-        UPDATE cronoq_tasks AS t SET terminal = true, {", ".join(f"{n} = v.{n}" for n, _ in _DONE)}
-        FROM {_unnest("d_", _DONE_IDS)} WHERE t.id = v.id;
-    END IF;
-    IF i_id IS NOT NULL THEN
-        INSERT INTO cronoq_tasks ({_COLUMNS})
-        SELECT * FROM {_unnest("i_", _INSERTED)}
-        ON CONFLICT (id) DO NOTHING;
-    END IF;
-    IF s_name IS NOT NULL THEN
-        INSERT INTO cronoq_recurring ({", ".join(n for n, _ in _SCHEDULE)})
-        SELECT * FROM {_unnest("s_", _SCHEDULE)}
-        ON CONFLICT (name) DO UPDATE SET {
-    ", ".join(f"{n} = excluded.{n}" for n, _ in _SCHEDULE[1:])
-};
-    END IF;
-    IF r_names IS NOT NULL THEN
-        DELETE FROM cronoq_recurring WHERE name = ANY (r_names);
-    END IF;
-END
-$fn$
-"""
-_COMMIT_ARITY = 2 + len(_LIVE_IDS) + len(_DONE_IDS) + len(_INSERTED) + len(_SCHEDULE) + 1
-_COMMIT = f"SELECT cronoq_commit({', '.join(f'${i + 1}' for i in range(_COMMIT_ARITY))})"
-_FENCE = "SELECT epoch FROM cronoq_leader WHERE id = 1 FOR SHARE"
-# A finished task's id as its dependents name it in `deps` (JSON: the unsigned value).
-_UNSIGNED_TEXT = (
-    "(CASE WHEN t.id < 0 THEN t.id::numeric + 18446744073709551616 ELSE t.id END)::text"
-)
-# A live task's dependency edges ([[id or key, condition], ...]); none when the column holds
-# something else (a corrupt row must not fail every load and prune: recovery fails its task).
-_EDGES = "jsonb_array_elements(CASE jsonb_typeof(c.deps) WHEN 'array' THEN c.deps END)"
-# Finished rows older than $1, at most PRUNE_ROWS, that no live task depends on (by id or key).
-_PRUNE = f"""
-DELETE FROM cronoq_tasks WHERE id IN (
-    SELECT t.id FROM cronoq_tasks AS t
-    WHERE t.terminal AND t.updated_unix_ns < $1 AND NOT EXISTS (
-        SELECT 1 FROM cronoq_tasks AS c, {_EDGES} AS edge
-        WHERE NOT c.terminal AND c.deps IS NOT NULL
-          AND edge->>0 IN ({_UNSIGNED_TEXT}, t.key))
-    LIMIT {PRUNE_ROWS})
-"""
-# What a new leader reloads: live tasks, tasks finished since $1, and finished parents of live
-# tasks (however old).
-_LOAD = f"""
-SELECT {_COLUMNS} FROM cronoq_tasks AS t
-WHERE NOT t.terminal OR t.updated_unix_ns >= $1 OR EXISTS (
-    SELECT 1 FROM cronoq_tasks AS c, {_EDGES} AS edge
-    WHERE NOT c.terminal AND c.deps IS NOT NULL AND edge->>0 IN ({_UNSIGNED_TEXT}, t.key))
-"""
 
 T = TypeVar("T")
 
@@ -381,25 +158,25 @@ def _ns(seconds: float | None) -> int | None:
 def _to_pg(row: Sequence[Any]) -> list[Any]:
     """A task row (TASK_COLUMNS order) as the table stores it."""
     out = list(row)
-    out[_ID] = signed(out[_ID])
-    for i in _SECONDS:
+    out[ID_AT] = signed(out[ID_AT])
+    for i in SECONDS_AT:
         out[i] = _ns(out[i])
-    for i in _TEXT:
+    for i in TEXT_AT:
         out[i] = _clean_text(out[i])
-    for i in _JSON:
+    for i in JSON_AT:
         out[i] = _clean_json(out[i])
-    out[_TERMINAL] = bool(out[_TERMINAL])
+    out[TERMINAL_AT] = bool(out[TERMINAL_AT])
     return out
 
 
 def _from_pg(record: asyncpg.Record | Sequence[Any]) -> tuple[Any, ...]:
     """A table row back in TASK_COLUMNS order, as every store gives it."""
     out = list(record)
-    out[_ID] = unsigned(out[_ID])
-    for i in _SECONDS:
+    out[ID_AT] = unsigned(out[ID_AT])
+    for i in SECONDS_AT:
         if out[i] is not None:
             out[i] = out[i] / 1e9
-    out[_TERMINAL] = 1 if out[_TERMINAL] else 0
+    out[TERMINAL_AT] = 1 if out[TERMINAL_AT] else 0
     return tuple(out)
 
 
@@ -591,7 +368,7 @@ class PostgresStore:
             if "cronoq_schema_version" not in tables:
                 if "cronoq_tasks" in tables:
                     raise self._fail("cronoq_tasks exists without cronoq_schema_version")
-                for stmt in (*_SCHEMA, _COMMIT_FUNCTION):
+                for stmt in (*SCHEMA, COMMIT_FUNCTION):
                     await conn.execute(stmt)
                 await conn.execute(
                     "INSERT INTO cronoq_schema_version (id, version) VALUES (1, $1)",
@@ -737,7 +514,7 @@ class PostgresStore:
             0 if math.isinf(self.reload_finished) else time.time_ns() - to_ns(self.reload_finished)
         )
         async with pool.acquire() as conn:
-            records = await conn.fetch(_LOAD, since)
+            records = await conn.fetch(LOAD, since)
             schedules = await conn.fetch(
                 "SELECT name, spec::text, template_payload, next_unix_ns, last_task_id "
                 "FROM cronoq_recurring"
@@ -747,7 +524,7 @@ class PostgresStore:
                 "SELECT coalesce((SELECT max(id) FROM cronoq_tasks WHERE id < 0), "
                 "(SELECT max(id) FROM cronoq_tasks))"
             )
-        tasks = sorted((_from_pg(r) for r in records), key=lambda r: r[_ID])
+        tasks = sorted((_from_pg(r) for r in records), key=lambda r: r[ID_AT])
         rows = [
             (name, spec, payload, next_ns, None if last is None else unsigned(last))
             for name, spec, payload, next_ns, last in schedules
@@ -758,7 +535,7 @@ class PostgresStore:
     async def finished(self, task_id: int) -> Finished | None:
         """The stored row of a finished task, output included (None: unknown, live, pruned)."""
         record = await self._pool_or_fail().fetchrow(
-            f"SELECT {_COLUMNS} FROM cronoq_tasks WHERE id = $1 AND terminal", signed(task_id)
+            f"SELECT {COLUMNS} FROM cronoq_tasks WHERE id = $1 AND terminal", signed(task_id)
         )
         return None if record is None else Finished(_from_pg(record))
 
@@ -830,7 +607,7 @@ class PostgresStore:
     async def _fenced(self, conn: _Conn) -> None:
         """A transaction's first statement: lock the leader row, check the epoch (the commit
         function does the same inside itself)."""
-        epoch = await conn.fetchval(_FENCE)
+        epoch = await conn.fetchval(FENCE)
         if epoch != self.epoch:
             raise self._deposed(f"epoch {epoch}, ours {self.epoch}")
 
@@ -841,15 +618,15 @@ class PostgresStore:
     async def _write(self, batch: Batch) -> None:
         """One call of cronoq_commit: one round trip, one transaction."""
         asyncpg = _asyncpg()
-        updates = _columns([_change(r, _LIVE_TEXT) for r in batch.updates], len(_LIVE_IDS))
-        finishes = _columns([_change(r, _DONE_TEXT) for r in batch.finishes], len(_DONE_IDS))
-        inserts = _columns([_to_pg(r) for r in batch.inserts], len(_INSERTED))
+        updates = _columns([_change(r, LIVE_TEXT) for r in batch.updates], len(LIVE_IDS))
+        finishes = _columns([_change(r, DONE_TEXT) for r in batch.finishes], len(DONE_IDS))
+        inserts = _columns([_to_pg(r) for r in batch.inserts], len(INSERTED))
         schedules = _columns(
             [
                 (_clean_text(n), _clean_json(spec), p, t, None if last is None else signed(last))
                 for n, spec, p, t, last in batch.schedules
             ],
-            len(_SCHEDULE),
+            len(SCHEDULE),
         )
         # (a name with NUL was stored with U+FFFD: removed by that name)
         removed = [_clean_text(n) for n in batch.removed_schedules] or None
@@ -860,10 +637,10 @@ class PostgresStore:
             conn = self._writer = await pool.acquire()
         try:
             await conn.execute(
-                _COMMIT, self.epoch, max_id, *updates, *finishes, *inserts, *schedules, removed
+                COMMIT, self.epoch, max_id, *updates, *finishes, *inserts, *schedules, removed
             )
         except asyncpg.PostgresError as e:  # the server's answer: the connection is fine
-            if e.sqlstate == _FENCED_STATE:
+            if e.sqlstate == FENCED_STATE:
                 raise self._deposed(str(e)) from None
             raise
         except BaseException:
@@ -876,7 +653,7 @@ class PostgresStore:
     async def _prune_some(self, before: int) -> int:
         async with self._pool_or_fail().acquire() as conn, _transaction(conn):
             await self._fenced(conn)
-            status = await conn.execute(_PRUNE, before)
+            status = await conn.execute(PRUNE, before)
         return int(status.rpartition(" ")[2])
 
     # --- closing ------------------------------------------------------------------------------
