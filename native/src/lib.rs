@@ -43,6 +43,9 @@ use server::{Cmd, Event, HIGH_WATER, LOW_WATER, Limits, MetaValue, Shared, State
 
 /// How long a client may take over the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long `close` lets open connections send what their calls queued last (final messages,
+/// statuses, GOAWAY) and end cleanly before the runtime drops them mid-write.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Event kinds, the first item of each drained tuple.
 const CALL: u8 = 0;
@@ -286,14 +289,19 @@ async fn run(
     mut state: watch::Receiver<State>,
     closed: std::sync::mpsc::Sender<()>,
 ) {
+    // Each connection's task holds a clone of `alive`: `open` ends once every one has ended.
+    let (alive, mut open) = tokio::sync::mpsc::channel::<()>(1);
     for listener in listeners {
         let shared = shared.clone();
         let conn_state = state.clone();
         let tls = tls.clone();
+        let alive = alive.clone();
         let on_conn = move |stream: tokio::net::TcpStream, addr| {
             let peer: Arc<str> = Arc::from(server::peer_string(addr));
             let (shared, state, tls) = (shared.clone(), conn_state.clone(), tls.clone());
+            let alive = alive.clone();
             tokio::spawn(async move {
+                let _alive = alive;
                 let Some(tls) = tls else {
                     let names: Arc<[String]> = Arc::from(Vec::new());
                     return server::serve_connection(shared, stream, peer, names, limits, state)
@@ -323,7 +331,11 @@ async fn run(
         ));
     }
     drop(closed);
+    drop(alive);
     let _ = state.wait_for(|s| *s == State::Closed).await.is_ok();
+    // Closed: every connection shuts down gracefully; let it write out its calls' last frames
+    // (a worker's `shutdown` message, the statuses) rather than cutting it mid-write.
+    let _ = tokio::time::timeout(FLUSH_TIMEOUT, open.recv()).await;
 }
 
 /// Python metadata pairs into headers: `-bin` keys take bytes (sent base64), others str.
