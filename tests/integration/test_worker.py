@@ -554,6 +554,9 @@ async def test_not_leader_reconnects_without_a_backoff_wait() -> None:
 
 async def test_backoff_doubles_up_to_its_maximum() -> None:
     async def unavailable(conn: Conn) -> None:
+        # after the register, as a server does: a bidi call ended before the client's first
+        # message is read may reach grpcio's client as INTERNAL "Internal error from Core"
+        await conn.recv("register")
         await conn.context.abort(Code.UNAVAILABLE, "down")
 
     async with fake(unavailable) as f:
@@ -603,6 +606,9 @@ async def test_without_reconnect_any_end_is_an_error() -> None:
         assert (e.value.code, e.value.message) == ("unavailable", "worker stream ended")
 
     async def unavailable(conn: Conn) -> None:
+        # after the register, as a server does: a bidi call ended before the client's first
+        # message is read may reach grpcio's client as INTERNAL "Internal error from Core"
+        await conn.recv("register")
         await conn.context.abort(Code.UNAVAILABLE, "down")
 
     async with fake(unavailable) as f:
@@ -905,6 +911,9 @@ async def test_cancelling_a_stop_caller_does_not_cancel_the_shutdown() -> None:
 
 async def test_stop_between_sessions_ends_run_and_a_second_run_serves_again() -> None:
     async def unavailable(conn: Conn) -> None:
+        # after the register, as a server does: a bidi call ended before the client's first
+        # message is read may reach grpcio's client as INTERNAL "Internal error from Core"
+        await conn.recv("register")
         await conn.context.abort(Code.UNAVAILABLE, "down")
 
     async with fake(unavailable) as f:
