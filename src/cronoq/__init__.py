@@ -9,6 +9,7 @@ Library mode runs `async def run(ctx, payload)` executors in-process on an async
 
 from ._attempt import CancellationToken
 from ._options import AutoscaleConfig, Dep, Pool, Resource, Task
+from .app import App, Handle, context
 from .core.model import PoolSnapshot, Priority, RetryPolicy, Snapshot, StatusEvent
 from .errors import (
     CronoqError,
@@ -25,6 +26,7 @@ from .store import Codec, JsonCodec, PostgresStore, SqliteStore
 __version__ = "0.2.0"
 
 __all__ = [
+    "App",
     "AutoscaleConfig",
     "CancellationToken",
     "Codec",
@@ -32,6 +34,7 @@ __all__ = [
     "Dep",
     "EventStream",
     "EventsLagged",
+    "Handle",
     "JsonCodec",
     "Permanent",
     "Pool",
@@ -52,6 +55,7 @@ __all__ = [
     "TaskFailed",
     "TaskHandle",
     "__version__",
+    "context",
 ]
 
 

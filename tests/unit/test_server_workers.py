@@ -153,8 +153,11 @@ def test_nack_offers_the_same_attempt_to_another_worker_once() -> None:
     assert (a.free, b.free) == (1, 0)
     assert rec.status_name == "running" and eng.totals["dispatched"] == 1
     # b hands it back too; a refused it already: nobody is left, so it fails as retryable
-    assert ws.nack(b, lease, T0 + 2) is None
-    assert (rec.status_name, rec.message) == ("retrying", MSG_NACKED)
+    assert ws.nack(b, lease, T0 + 2, "no task function for kind 'k'") is None
+    assert (rec.status_name, rec.message) == (
+        "retrying",
+        f"{MSG_NACKED}: no task function for kind 'k'",
+    )
     assert eng.pools["p"].busy == 0
 
 

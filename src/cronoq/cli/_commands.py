@@ -39,6 +39,7 @@ from ._render import (
     to_json,
     workers_table,
 )
+from ._worker import worker
 
 __all__ = ["cli", "run"]
 
@@ -664,6 +665,9 @@ def recurring_rm(settings: Settings, name: str) -> int:
 
 recurring.add_command(recurring_rm)
 recurring.add_command(recurring_rm, "remove")
+
+
+cli.add_command(worker)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -236,10 +236,13 @@ class Workers:
         or it takes a slot promised to one of those and their `assign()` finds no worker."""
         return self.engine.group_has_room(pool, key)
 
-    def nack(self, w: RemoteWorker, lease: int, now: float) -> tuple[RemoteWorker, Attempt] | None:
+    def nack(
+        self, w: RemoteWorker, lease: int, now: float, reason: str = ""
+    ) -> tuple[RemoteWorker, Attempt] | None:
         """The worker hands the lease back unrun. The same attempt goes to another worker of
         the pool whose labels match and that has a free slot (never back to one that handed
-        it back); if there is none, the attempt fails as retryable."""
+        it back); if there is none, the attempt fails as retryable, with the last worker's
+        reason after MSG_NACKED (so that "no worker knows this kind" reaches the submitter)."""
         att = self._held(w, lease)
         if att is None:
             return None
@@ -256,7 +259,7 @@ class Workers:
             if o.free > 0 and o.id not in refused
         ]
         if not candidates:
-            self.engine.fail(att, now, MSG_NACKED)
+            self.engine.fail(att, now, f"{MSG_NACKED}: {reason}" if reason else MSG_NACKED)
             return None
         other = max(candidates, key=lambda o: (o.key == w.key, o.free))
         if other.key != w.key:

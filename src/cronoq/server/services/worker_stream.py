@@ -374,7 +374,8 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             ws.set_slots(w, msg.set_slots.slots, now)
             st.resize()  # before the kick below can queue leases for the new grant
         elif kind == "nack":
-            moved = ws.nack(w, msg.nack.lease, now)
+            reason = msg.nack.reason.encode()[:MAX_FAIL_MESSAGE].decode(errors="ignore")
+            moved = ws.nack(w, msg.nack.lease, now, reason)
             if moved is not None:
                 other, att = moved
                 self._send(other, pb.ServerMessage(lease=self._lease(att)))

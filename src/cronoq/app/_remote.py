@@ -1,0 +1,100 @@
+"""Server mode of an `App`: submitting through a `Client` and serving through `Worker`s.
+
+Imported only when an app connects or serves, so that library mode never needs grpc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..client import Client, Lease, Reject, Worker, task
+from ..errors import Permanent, TaskFailed
+from ._app import JSON, App, Call, Handle, WireCodec, _batch_keys, _wire_options, invoke
+
+__all__ = ["Remote", "worker"]
+
+
+def _spec_options(call: Call[Any], keys: Mapping[int, str], codec: WireCodec) -> dict[str, Any]:
+    options = _wire_options(call, keys)
+    return {**options, "content_type": codec.content_type}
+
+
+class Remote:
+    """Submits an app's calls to a cronoq-server and waits for their results."""
+
+    def __init__(self, app: App, target: str, client_options: Mapping[str, Any]) -> None:
+        self._app = app
+        self._codec = app.codec
+        self.client = Client(target, **client_options)
+
+    async def submit(self, call: Call[Any]) -> Handle[Any]:
+        codec = self._codec
+        sent = await self.client.submit(
+            codec.encode(call.payload), **_spec_options(call, {}, codec)
+        )
+        return Handle(self._app, call.task, sent.id, sent.duplicate, None)
+
+    async def submit_batch(self, calls: Sequence[Call[Any]]) -> list[Handle[Any]]:
+        codec = self._codec
+        keys = _batch_keys(calls)
+        specs = [task(codec.encode(c.payload), **_spec_options(c, keys, codec)) for c in calls]
+        sent = await self.client.submit_batch(specs)
+        return [
+            Handle(self._app, c.task, s.id, s.duplicate, None)
+            for c, s in zip(calls, sent, strict=True)
+        ]
+
+    async def wait(self, handle: Handle[Any], timeout: float | None) -> Any:
+        result = await self.client.wait(handle.id, timeout)
+        if not result.ok:
+            raise TaskFailed(result.status, result.message, result.id)
+        if result.output is None:
+            raise LookupError(
+                f"task {result.id} succeeded but the server no longer holds its output"
+            )
+        return self._codec.decode(result.output) if result.output else None
+
+    async def cancel(self, id: int) -> bool:
+        return await self.client.cancel(id)
+
+
+def worker(app: App, target: str, pool: str, options: dict[str, Any]) -> Worker:
+    """A Worker serving `pool` with the app's functions for it."""
+    if pool not in app.pool_names():
+        raise ValueError(
+            f"app {app.name!r} declares no pool {pool!r} (it has {', '.join(app.pool_names())})"
+        )
+    if "slots" not in options:
+        options = {**options, "slots": app.slots(pool)}
+    return Worker(target, pool, handler(app, pool), **options)
+
+
+def handler(app: App, pool: str) -> Callable[[Lease], Any]:
+    """A Worker handler running the app's function for each lease's kind. A kind it does not
+    know is handed back, so that another worker of the pool (a newer version, another
+    language) can run it; with none, the server fails the attempt with this reason."""
+    tasks = app.tasks
+    codecs: dict[str, WireCodec] = {
+        "": app.codec,
+        JSON: app.codec,
+        app.codec.content_type: app.codec,
+    }
+
+    async def handle(lease: Lease) -> bytes:
+        task_fn = tasks.get(lease.kind)
+        if task_fn is None or task_fn.pool != pool:
+            raise Reject(f"no worker here has a task function for kind {lease.kind!r}")
+        codec = codecs.get(lease.content_type.split(";")[0].strip())
+        if codec is None:
+            raise Permanent(
+                f"the arguments of {lease.kind} are {lease.content_type!r}, which this"
+                f" worker's codec ({app.codec.content_type}) does not read"
+            )
+        try:
+            payload = codec.decode(lease.payload) if lease.payload else None
+        except ValueError as e:  # not the codec's format
+            raise Permanent(f"the arguments of {lease.kind} do not decode: {e}") from None
+        return codec.encode(await invoke(task_fn, lease, payload))
+
+    return handle
