@@ -42,6 +42,17 @@ CRONOQ_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_server_e2e.py
 		echo "gofmt needed: $unformatted" >&2
 		exit 1
 	fi
+	# The cross-language example's Go program (this SDK through a replace): vet and formatting;
+	# tests/integration/test_app_crosslang.py builds and runs it.
+	(
+		cd ../../examples/crosslang
+		go vet ./...
+		unformatted=$(gofmt -l .)
+		if [ -n "$unformatted" ]; then
+			echo "gofmt needed in examples/crosslang: $unformatted" >&2
+			exit 1
+		fi
+	)
 	# The pinned protoc plugins, so that TestStubsUpToDate regenerates and compares the stubs.
 	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
