@@ -127,8 +127,15 @@ def _target(arg: str, value: object) -> int | str:
     return value
 
 
+AWAITABLE_EXECUTOR = "_cronoq_returns_awaitable"
+
+
 def _is_coroutine_function(fn: object) -> bool:
-    """True if calling `fn` returns a coroutine by construction (so it must run on the loop)."""
+    """True if calling `fn` returns a coroutine by construction (so it must run on the loop),
+    or if `fn` says so with the AWAITABLE_EXECUTOR attribute: a plain function that returns
+    an awaitable (the app layer's routers hand back the task function's own coroutine)."""
+    if getattr(fn, AWAITABLE_EXECUTOR, False):
+        return True
     while isinstance(fn, functools.partial):
         fn = fn.func
     # Look __call__ up on the type, as a call does: for a class that finds type.__call__ (which

@@ -16,7 +16,15 @@ import contextvars
 import functools
 import inspect
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Mapping,
+    Sequence,
+)
 from datetime import datetime
 from typing import (
     TYPE_CHECKING,
@@ -31,13 +39,13 @@ from typing import (
     overload,
 )
 
-from .._options import Pool
+from .._options import AWAITABLE_EXECUTOR, Pool
 from ..core.model import Priority, RetryPolicy
 from ..core.vocab import DepCondition, MissPolicy, Overflow, PriorityName, UnknownDependency
 from ..errors import Permanent
 from ..runtime import Scheduler, TaskContext, TaskHandle
 from ..store.codec import Codec, JsonCodec
-from ._args import ArgumentError, Signature
+from ._args import ArgumentError, Bound, Signature
 
 if TYPE_CHECKING:
     from .._options import AutoscaleConfig
@@ -254,7 +262,16 @@ class Handle(Generic[R_co]):
         return self._task.signature.returned(value)  # type: ignore[no-any-return]
 
     def __await__(self) -> Generator[Any, None, R_co]:
-        return self.result().__await__()
+        inner = self._inner
+        if inner is not None and not self._task.signature.converts_result:
+            # library mode, a result that needs no building: the scheduler's own handle
+            return inner.__await__()  # type: ignore[no-any-return]
+        return self._converted().__await__()
+
+    async def _converted(self) -> R_co:
+        inner = self._inner
+        value = await (self._app._runner().wait(self, None) if inner is None else inner)
+        return self._task.signature.returned(value)  # type: ignore[no-any-return]
 
     async def cancel(self) -> bool:
         """Cancel the task; False once it has ended."""
@@ -308,11 +325,13 @@ class _Submitter(Generic[P, R]):
         """One call, for `App.submit_batch`; the arguments are checked now."""
         return Call(self._task, self._task.signature.bind(args, kwargs), self._options)
 
-    async def submit(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
-        """Submit one call; `await` the handle for the result."""
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, Handle[R]]:
+        """Submit one call: `await` it for the handle, and the handle for the result. (A plain
+        method returning the runner's coroutine, one frame less per submit: the arguments
+        are checked when it is called.)"""
         task = self._task
         call: Call[R] = Call(task, task.signature.bind(args, kwargs), self._options)
-        return await task.app._runner().submit(call)
+        return (task.app._runner_now or task.app._runner()).submit(call)
 
 
 class TaskFunction(_Submitter[P, R]):
@@ -612,7 +631,10 @@ def _unused(ctx: Any, payload: Any) -> None:
 
 
 def _in_thread(
-    attempt: TaskContext | Lease, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
+    attempt: TaskContext | Lease,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
 ) -> Any:
     token = _current.set(attempt)
     try:
@@ -621,33 +643,46 @@ def _in_thread(
         _current.reset(token)
 
 
-async def invoke(task: TaskFunction[Any, Any], attempt: TaskContext | Lease, payload: Any) -> Any:
-    """Run `task` for one attempt with the arguments `payload` (an envelope object) stands
-    for; its result as JSON data. A payload that does not fit fails the task for good."""
-    try:
-        args, kwargs = task.signature.arguments(payload)
-    except ArgumentError as e:
-        raise Permanent(str(e)) from None
+def invoke(task: TaskFunction[Any, Any], attempt: TaskContext | Lease, payload: Any) -> Any:
+    """Start `task` for one attempt with the arguments `payload` (an envelope object) stands
+    for: the awaitable of its return value (a plain function runs in the loop's executor). A
+    payload that does not fit fails the task for good. Not a coroutine itself, so that an
+    attempt costs one frame less."""
+    sig = task.signature
+    if type(payload) is Bound and sig.direct:  # a call of this process, used as it is
+        args: Sequence[Any] = ()
+        kwargs: dict[str, Any] = payload
+    else:
+        try:
+            args, kwargs = sig.arguments(payload)
+        except ArgumentError as e:
+            raise Permanent(str(e)) from None
     if task.is_async:
         _current.set(attempt)  # each attempt runs in an asyncio task of its own: no reset
-        result = await task.fn(*args, **kwargs)
-    else:
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(None, _in_thread, attempt, task.fn, args, kwargs)
-    return task.signature.result(result)
+        return task.fn(*args, **kwargs)
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(None, _in_thread, attempt, task.fn, args, kwargs)
 
 
-def _local_executor(app: App, pool: str) -> Callable[[TaskContext, Any], Coroutine[Any, Any, Any]]:
-    """The executor of one library-mode pool: the attempt's function, by kind."""
+def _local_executor(app: App, pool: str) -> Callable[[TaskContext, Any], Awaitable[Any]]:
+    """The executor of one library-mode pool: starts the attempt's function, by kind. It
+    returns the function's own coroutine when the result needs no converting (marked so that
+    the pool awaits it on the loop): an attempt then costs no frame of ours."""
     tasks = app.tasks
 
-    async def run(ctx: TaskContext, payload: Any) -> Any:
+    def run(ctx: TaskContext, payload: Any) -> Awaitable[Any]:
         task = tasks.get(ctx.task.kind)
         if task is None or task.pool != pool:
             raise Permanent(f"pool {pool!r} has no task function for kind {ctx.task.kind!r}")
-        return await invoke(task, ctx, payload)
+        started = invoke(task, ctx, payload)
+        return _converted(task, started) if task.signature.converts_result else started
 
+    setattr(run, AWAITABLE_EXECUTOR, True)
     return run
+
+
+async def _converted(task: TaskFunction[Any, Any], started: Awaitable[Any]) -> Any:
+    return task.signature.result(await started)
 
 
 class _Local:
@@ -658,9 +693,11 @@ class _Local:
         self._sched = sched
 
     async def submit(self, call: Call[Any]) -> Handle[Any]:
-        options = _wire_options(call, {})
-        if "deps" in options:
-            options["deps"] = _deps(options["deps"])
+        options = call.options
+        if "after" in options or "deps" in options:
+            options = _wire_options(call, {})
+            if "deps" in options:
+                options["deps"] = _deps(options["deps"])
         th = await self._sched.submit(call.payload, **options)
         return Handle(self._app, call.task, th.id, th.duplicate, th)
 
@@ -682,10 +719,6 @@ class _Local:
 
     async def wait(self, handle: Handle[Any], timeout: float | None) -> Any:
         inner: TaskHandle = handle._inner
-        if inner is None:  # a handle of another session
-            raise RuntimeError("this handle was not submitted in library mode")
-        if timeout is None:
-            return await inner
         return await asyncio.wait_for(asyncio.shield(inner.result()), timeout)
 
     async def cancel(self, id: int) -> bool:

@@ -24,11 +24,19 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-__all__ = ["ArgumentError", "Signature", "plain"]
+__all__ = ["ArgumentError", "Bound", "Signature", "plain"]
 
 Convert = Callable[[Any], Any]
 _P = inspect.Parameter
 _PRIMITIVES: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
+class Bound(dict[str, Any]):
+    """The envelope object of a call made in this process. In library mode the executor gets
+    this very object, so when no member needs building it calls the function with the
+    caller's own values, as a direct call would; decoded payloads are always checked."""
+
+    __slots__ = ()
 
 
 class ArgumentError(ValueError):
@@ -328,6 +336,8 @@ class Signature:
         "_simple",
         "_var_keyword",
         "_var_positional",
+        "converts_result",
+        "direct",
         "name",
     )
 
@@ -351,6 +361,11 @@ class Signature:
             p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY) for p in params
         ) and all(p.kind is _P.POSITIONAL_OR_KEYWORD for p in params[: len(self._names)])
         self._compiled = False
+        # Both set when the annotations are compiled (by the first bind or arguments):
+        # whether a `Bound` of this process can be the keyword arguments as it is, and
+        # whether a returned value may need `result()` to be JSON data.
+        self.direct = False
+        self.converts_result = False
         self._converters: dict[str, Convert | None] = {}
         self._plain: tuple[str, ...] = ()
         self._returns: tuple[bool, Convert | None] = (False, None)
@@ -375,25 +390,29 @@ class Signature:
         returns = hints.get("return", Any)
         self._plain = tuple(needs_plain)
         self._returns = (_needs_plain(returns), _compile(returns, self._fn))
+        self.direct = self._simple and not needs_plain
+        self.converts_result = self._returns[0]
         self._converters = converters
         self._compiled = True
         return converters
 
     # caller side
 
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Bound:
         """The envelope object of a call; TypeError, as calling the function would, when the
         arguments do not fit its parameters."""
         if not self._compiled:
             self._compile()
-        if self._simple:
-            names = self._names
+        names = self._names
+        if not kwargs and self._simple and len(args) == len(self._by_name):
+            members = Bound(zip(names, args, strict=True))  # every parameter, by position
+        elif self._simple:
             if len(args) > len(names):
                 raise TypeError(
                     f"{self.name}() takes {len(names)} positional arguments"
                     f" but {len(args)} were given"
                 )
-            members = dict(zip(names, args, strict=False))
+            members = Bound(zip(names, args, strict=False))
             for k, v in kwargs.items():
                 if k in members:
                     raise TypeError(f"{self.name}() got multiple values for argument {k!r}")
@@ -408,7 +427,7 @@ class Signature:
                 bound = self._params.bind(*args, **kwargs)
             except TypeError as e:
                 raise TypeError(f"{self.name}(): {e}") from None
-            members = dict(bound.arguments)
+            members = Bound(bound.arguments)
             if self._var_keyword is not None:
                 members.update(members.pop(self._var_keyword, {}))
         for name in self._plain:
@@ -440,7 +459,7 @@ class Signature:
         converters = self._converters if self._compiled else self._compile()
         if payload is None:
             payload = {}
-        elif type(payload) is not dict:
+        elif not isinstance(payload, dict):
             raise ArgumentError(
                 f"the arguments of {self.name} must be a JSON object with one member per"
                 f" parameter, got {_shown(payload)}"

@@ -95,6 +95,6 @@ def handler(app: App, pool: str) -> Callable[[Lease], Any]:
             payload = codec.decode(lease.payload) if lease.payload else None
         except ValueError as e:  # not the codec's format
             raise Permanent(f"the arguments of {lease.kind} do not decode: {e}") from None
-        return codec.encode(await invoke(task_fn, lease, payload))
+        return codec.encode(task_fn.signature.result(await invoke(task_fn, lease, payload)))
 
     return handle
