@@ -1,5 +1,5 @@
 """The cross-language example (examples/crosslang) against a real server: its Go program
-serves the "images" pool and `cronoq worker tasks:app --pool default` serves the Python one,
+serves the "images" pool and `cronoq worker tasks:app` serves the Python one,
 each as a process of its own. Python submits `resize` and gets Go's JSON back as the declared
 type; Go submits `add` and gets the Python worker's result. Both sides speak only the envelope:
 one JSON object with a member per argument, the kind being the function's name."""
@@ -144,8 +144,9 @@ def go_worker(go_program: Path, target: str) -> Iterator[Process]:
 
 @pytest.fixture(scope="module")
 def python_worker(target: str) -> Iterator[Process]:
-    """`cronoq worker tasks:app --pool default`, registered."""
-    argv = [sys.executable, "-m", "cronoq.cli", "worker", "tasks:app", "--pool", "default"]
+    """`cronoq worker tasks:app`, registered (for pool "default" only: `resize` is declared
+    with serve=False)."""
+    argv = [sys.executable, "-m", "cronoq.cli", "worker", "tasks:app"]
     p = Process([*argv, "--target", target])
     try:
         p.wait_for(r"registered with \S+: pool default, \d+ slot\(s\) granted, kinds add$")

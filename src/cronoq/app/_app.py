@@ -104,6 +104,7 @@ class TaskOptions(TypedDict, total=False):
     resources: Mapping[str, int]
     tags: Mapping[str, str]
     tenant: str
+    serve: bool  # False: declared for typed submits, served by another program
 
 
 class CallOptions(TypedDict, total=False):
@@ -151,8 +152,6 @@ class PoolOptions(TypedDict, total=False):
 _TASK_OPTIONS = TaskOptions.__optional_keys__
 _CALL_OPTIONS = CallOptions.__optional_keys__
 _POOL_OPTIONS = PoolOptions.__optional_keys__
-# TaskOptions that are not options of one task on the wire
-_DECLARATION_ONLY = frozenset({"kind", "pool", "lease_ttl"})
 
 
 def _check_names(given: Mapping[str, Any], known: frozenset[str], where: str) -> None:
@@ -348,6 +347,8 @@ class TaskFunction(_Submitter[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = Signature(fn, getattr(fn, "__qualname__", kind))
         self.lease_ttl: float | None = options.pop("lease_ttl", None)
+        # False: only declared here (typed submits); a program in another language serves it
+        self.serve: bool = options.pop("serve", True)
         self._task = self
         self._options = {"kind": kind, "pool": pool, **options}
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
@@ -540,7 +541,8 @@ class App:
         return int(self.pools.get(pool, {}).get("max", 10))
 
     def kinds(self, pool: str) -> dict[str, TaskFunction[Any, Any]]:
-        return {k: t for k, t in self.tasks.items() if t.pool == pool}
+        """The tasks this app serves on `pool` (not those declared with serve=False)."""
+        return {k: t for k, t in self.tasks.items() if t.pool == pool and t.serve}
 
     # --- submitting --------------------------------------------------------------------------
 
@@ -672,13 +674,20 @@ def _local_executor(app: App, pool: str) -> Callable[[TaskContext, Any], Awaitab
 
     def run(ctx: TaskContext, payload: Any) -> Awaitable[Any]:
         task = tasks.get(ctx.task.kind)
-        if task is None or task.pool != pool:
-            raise Permanent(f"pool {pool!r} has no task function for kind {ctx.task.kind!r}")
+        if task is None or task.pool != pool or not task.serve:
+            raise Permanent(_unserved(pool, ctx.task.kind, task))
         started = invoke(task, ctx, payload)
         return _converted(task, started) if task.signature.converts_result else started
 
     setattr(run, AWAITABLE_EXECUTOR, True)
     return run
+
+
+def _unserved(pool: str, kind: str, task: TaskFunction[Any, Any] | None) -> str:
+    """Why an attempt of `kind` finds no function to run here."""
+    if task is not None and task.pool == pool:
+        return f"task {kind!r} is declared with serve=False: another program serves it"
+    return f"pool {pool!r} has no task function for kind {kind!r}"
 
 
 async def _converted(task: TaskFunction[Any, Any], started: Awaitable[Any]) -> Any:

@@ -53,7 +53,15 @@ class Remote:
             raise LookupError(
                 f"task {result.id} succeeded but the server no longer holds its output"
             )
-        return self._codec.decode(result.output) if result.output else None
+        if not result.output:
+            return None
+        try:
+            return self._codec.decode(result.output)
+        except ValueError as e:  # a worker that answered in another encoding
+            raise TypeError(
+                f"the result of task {result.id} ({handle.kind}) is not"
+                f" {self._codec.content_type}: {e}"
+            ) from None
 
     async def cancel(self, id: int) -> bool:
         return await self.client.cancel(id)
@@ -83,7 +91,7 @@ def handler(app: App, pool: str) -> Callable[[Lease], Any]:
 
     async def handle(lease: Lease) -> bytes:
         task_fn = tasks.get(lease.kind)
-        if task_fn is None or task_fn.pool != pool:
+        if task_fn is None or task_fn.pool != pool or not task_fn.serve:
             raise Reject(f"no worker here has a task function for kind {lease.kind!r}")
         codec = codecs.get(lease.content_type.split(";")[0].strip())
         if codec is None:

@@ -98,7 +98,9 @@ async def serve(
     worker_options: Mapping[str, Any] | None = None,
 ) -> None:
     """Serve `pools` (every pool of the app when empty) until SIGTERM/SIGINT, then drain."""
-    names = list(pools) or app.pool_names()
+    names = list(pools) or [p for p in app.pool_names() if app.kinds(p)]
+    if not names:
+        raise ValueError(f"app {app.name!r} declares no task this worker can serve")
     unknown = [p for p in names if p not in app.pool_names()]
     if unknown:
         raise ValueError(
