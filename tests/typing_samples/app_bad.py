@@ -59,7 +59,7 @@ def keyed(n: int) -> int:
 
 
 async def submitting() -> None:
-    await add.submit(1, "2")  # E: Argument 2 to "submit" of "_Submitter"
+    await add.submit(1, "2")  # E: Argument 2 to "submit" of "Submitter"
     await add.submit(1)  # E: Missing positional argument "b" in call to "submit"
     await add.submit(1, 2, 3)  # E: Too many arguments for "submit"
     await add.submit(1, c=2)  # E: Unexpected keyword argument "c" for "submit"
@@ -68,9 +68,9 @@ async def submitting() -> None:
     await add.options(priority="urgent").submit(1, 2)  # E: Argument "priority" to "options"
     await add.options(pirority="high").submit(1, 2)  # E: Unexpected keyword argument "pirority"
     await add.options(timeout="5s").submit(1, 2)  # E: Argument "timeout" to "options"
-    await add.options(after=1.5).submit(1, 2)  # E: Argument "after" to "options" of "_Submitter"
+    await add.options(after=1.5).submit(1, 2)  # E: Argument "after" to "options" of "Submitter"
     await add.options(deps=[("sum", "succeeded")]).submit(1, 2)  # E: Literal['succeeded']
-    await add.options(key="k").submit(1, "2")  # E: Argument 2 to "submit" of "_Submitter"
+    await add.options(key="k").submit(1, "2")  # E: Argument 2 to "submit" of "Submitter"
     await add.options(pool="reports").submit(1, 2)  # E: Unexpected keyword argument "pool"
     await add.options(key="k").options(on_miss="late").submit(1, 2)  # E: Argument "on_miss"
 
@@ -87,7 +87,7 @@ async def awaiting() -> None:
 
 
 async def batching() -> None:
-    await app.submit_batch([add.call(1, "2")])  # E: Argument 2 to "call" of "_Submitter"
+    await app.submit_batch([add.call(1, "2")])  # E: Argument 2 to "call" of "Submitter"
     await app.submit_batch([add.call(1, 2), slugify.call(text=3)])  # E: Argument "text" to "call"
     await app.submit_batch([add.options(tenat="t").call(1, 2)])  # E: keyword argument "tenat"
     handles = await app.submit_batch([add.call(1, 2), add.call(3, 4)])

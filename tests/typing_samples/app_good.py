@@ -1,6 +1,5 @@
 """User code that uses cronoq's task functions (cronoq.App) correctly: `mypy --strict` and
-pyright accept it (tests/unit/test_app_typing.py), and it runs in library mode (`main`). A line
-marked `# XFAIL: <why>` is correct but rejected: a typing bug of cronoq, with an xfail test."""
+pyright accept it (tests/unit/test_app_typing.py), and it runs in library mode (`main`)."""
 
 # pyright: strict
 
@@ -97,7 +96,7 @@ async def main() -> None:
         waiting = await thumbnail.options(start_in=3600.0, key="later").submit("b.png", size=64)
         cancelled: bool = await waiting.cancel()
         # a task function is one of a wider result type, as its handles and calls are
-        anything = await run_pair(add)  # XFAIL: TaskFunction is invariant in its result type
+        anything = await run_pair(add)
 
         print(total, slug, rep, thumb, await either, await also, await after_many)
         print(sums, results, direct, here, cancelled, anything, h.id, h.duplicate, h.kind)

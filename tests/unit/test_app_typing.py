@@ -2,9 +2,8 @@
 --strict` rejects each mistake in tests/typing_samples/app_bad.py on the line marked
 `# E: <what the error says>` and nothing else, and accepts app_good.py; pyright (strict, by
 the samples' `# pyright: strict`) rejects exactly the same lines, whatever its wording, and
-accepts app_good.py. A line of app_good.py marked `# XFAIL: <why>` is correct code the layer's
-types reject: both checkers may reject it (and nothing else), and a strict xfail test per
-checker says so until the types are fixed. app_good.py also runs, in library mode."""
+accepts app_good.py (where a task function stands for a wider result type too: results are
+covariant). app_good.py also runs, in library mode."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from test_typing import ROOT, SAMPLES, _mypy
 
 GOOD = SAMPLES / "app_good.py"
@@ -34,12 +32,6 @@ def _marked(path: Path, marker: str) -> dict[int, str]:
 
 
 MISTAKES = _marked(BAD, "  # E: ")
-KNOWN_BUGS = _marked(GOOD, "  # XFAIL: ")
-XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="TaskFunction (and _Submitter, AsyncTaskFunction, SyncTaskFunction) is invariant in"
-    " its result type, where Handle and Call are covariant",
-)
 
 
 @functools.cache
@@ -94,14 +86,7 @@ def test_mypy_rejects_each_mistake_with_its_error() -> None:
 
 
 def test_mypy_accepts_correct_use() -> None:
-    errors = _mypy_errors(GOOD)
-    assert {n: e for n, e in errors.items() if n not in KNOWN_BUGS} == {}
-
-
-@XFAIL
-def test_mypy_accepts_a_task_function_where_a_wider_result_is_expected() -> None:
-    errors = _mypy_errors(GOOD)
-    assert not set(errors) & set(KNOWN_BUGS), {n: errors[n] for n in set(errors) & set(KNOWN_BUGS)}
+    assert _mypy_errors(GOOD) == {}
 
 
 def test_pyright_rejects_each_mistake() -> None:
@@ -111,14 +96,7 @@ def test_pyright_rejects_each_mistake() -> None:
 
 
 def test_pyright_accepts_correct_use() -> None:
-    errors = _pyright(GOOD)
-    assert {n: e for n, e in errors.items() if n not in KNOWN_BUGS} == {}
-
-
-@XFAIL
-def test_pyright_accepts_a_task_function_where_a_wider_result_is_expected() -> None:
-    errors = _pyright(GOOD)
-    assert not set(errors) & set(KNOWN_BUGS), {n: errors[n] for n in set(errors) & set(KNOWN_BUGS)}
+    assert _pyright(GOOD) == {}
 
 
 def test_the_correct_use_runs() -> None:

@@ -60,6 +60,7 @@ __all__ = [
     "Handle",
     "PoolOptions",
     "Ref",
+    "Submitter",
     "SyncTaskFunction",
     "TaskFunction",
     "TaskOptions",
@@ -304,36 +305,37 @@ Ref: TypeAlias = "Handle[Any] | Call[Any] | int | str"
 # --- task functions -----------------------------------------------------------------------------
 
 
-class _Submitter(Generic[P, R]):
-    """Submits calls of one task function with a fixed set of options."""
+class Submitter(Generic[P, R_co]):
+    """Submits calls of one task function with a fixed set of options: a task function, or
+    what its `options()` returns."""
 
     __slots__ = ("_options", "_task")
 
     _task: TaskFunction[Any, Any]
     _options: dict[str, Any]
 
-    def options(self, **options: Unpack[CallOptions]) -> _Submitter[P, R]:
+    def options(self, **options: Unpack[CallOptions]) -> Submitter[P, R_co]:
         """The same task with these options for its calls (each call's arguments stay checked)."""
         _check_names(options, _CALL_OPTIONS, f"{self._task.kind}.options()")
-        bound = _Submitter.__new__(_Submitter)
+        bound = Submitter.__new__(Submitter)
         bound._task = self._task
         bound._options = {**self._options, **options}
         return bound
 
-    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R_co]:
         """One call, for `App.submit_batch`; the arguments are checked now."""
         return Call(self._task, self._task.signature.bind(args, kwargs), self._options)
 
-    def submit(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, Handle[R]]:
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, Handle[R_co]]:
         """Submit one call: `await` it for the handle, and the handle for the result. (A plain
         method returning the runner's coroutine, one frame less per submit: the arguments
         are checked when it is called.)"""
         task = self._task
-        call: Call[R] = Call(task, task.signature.bind(args, kwargs), self._options)
+        call: Call[R_co] = Call(task, task.signature.bind(args, kwargs), self._options)
         return (task.app._runner_now or task.app._runner()).submit(call)
 
 
-class TaskFunction(_Submitter[P, R]):
+class TaskFunction(Submitter[P, R_co]):
     """A function declared with `@app.task`: calling it runs it here, as before; `submit`
     runs it as a task of the app."""
 
@@ -357,17 +359,17 @@ class TaskFunction(_Submitter[P, R]):
         return f"<task {self.kind!r} of pool {self.pool!r}: {self.signature.name}>"
 
 
-class AsyncTaskFunction(TaskFunction[P, R]):
+class AsyncTaskFunction(TaskFunction[P, R_co]):
     """A task function declared on an `async def`."""
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 
 
-class SyncTaskFunction(TaskFunction[P, R]):
+class SyncTaskFunction(TaskFunction[P, R_co]):
     """A task function declared on a plain function (it runs in a thread as a task)."""
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         return self.fn(*args, **kwargs)  # type: ignore[no-any-return]
 
 
