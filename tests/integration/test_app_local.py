@@ -531,12 +531,6 @@ async def test_call_options_override_the_declared_ones() -> None:
         assert (again.timeout, again.key, again.tags) == (9.0, "k2", {"team": "core"})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="a declared deadline_in is still sent when a call gives deadline_at: Scheduler.submit"
-    " refuses both ('use either deadline_in or deadline_at')",
-)
 @VIRTUAL
 async def test_a_call_deadline_at_overrides_the_declared_deadline_in() -> None:
     app = cronoq.App()
@@ -863,12 +857,6 @@ async def test_a_durable_run_sends_arguments_and_results_through_json(tmp_path: 
 # --- arguments that work in a direct call work as a task too ------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TaskFailed,
-    reason="library mode hands over the bound object itself: the *args member is a tuple,"
-    " which the executing side refuses ('expected an array')",
-)
 @VIRTUAL
 async def test_var_positional_arguments_in_library_mode() -> None:
     app = cronoq.App()
@@ -881,12 +869,6 @@ async def test_var_positional_arguments_in_library_mode() -> None:
         assert await (await total.submit(1, 2, 3)) == 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TaskFailed,
-    reason="a positional-or-keyword parameter before *args is passed by keyword and the *args"
-    " values positionally: the function gets 'multiple values' for it",
-)
 @VIRTUAL
 async def test_a_parameter_before_var_positional() -> None:
     app = cronoq.App()
@@ -901,13 +883,6 @@ async def test_a_parameter_before_var_positional() -> None:
         assert await h == [2, 4]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="bind does not turn the values of **kwargs into JSON data (it converts the member"
-    " named as the **kwargs parameter, which bind has already spread out): an Enum given as"
-    " an extra keyword cannot be stored",
-)
 async def test_var_keyword_values_are_stored_as_json(tmp_path: Path) -> None:
     app = cronoq.App()
 

@@ -150,6 +150,13 @@ class PoolOptions(TypedDict, total=False):
     fair_share: bool
 
 
+# Options of which a call gives one or the other: the later given replaces the earlier.
+_EITHER = (
+    ("deadline_in", "deadline_at"),
+    ("deadline_at", "deadline_in"),
+    ("start_in", "start_at"),
+    ("start_at", "start_in"),
+)
 _TASK_OPTIONS = TaskOptions.__optional_keys__
 _CALL_OPTIONS = CallOptions.__optional_keys__
 _POOL_OPTIONS = PoolOptions.__optional_keys__
@@ -317,9 +324,13 @@ class Submitter(Generic[P, R_co]):
     def options(self, **options: Unpack[CallOptions]) -> Submitter[P, R_co]:
         """The same task with these options for its calls (each call's arguments stay checked)."""
         _check_names(options, _CALL_OPTIONS, f"{self._task.kind}.options()")
+        merged: dict[str, Any] = {**self._options, **options}
+        for given, other in _EITHER:  # a relative time replaces an absolute one, and back
+            if given in options and other not in options:
+                merged.pop(other, None)
         bound = Submitter.__new__(Submitter)
         bound._task = self._task
-        bound._options = {**self._options, **options}
+        bound._options = merged
         return bound
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Call[R_co]:

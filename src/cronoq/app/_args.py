@@ -73,7 +73,8 @@ def plain(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return plain(value.value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # init=False fields are computed by the class: building it again recomputes them
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     dump = getattr(value, "model_dump", None)
@@ -125,8 +126,9 @@ def _compile(tp: Any, owner: Any) -> Convert | None:
     if origin in (list, Sequence, set, frozenset, tuple) or tp in (list, tuple, set, frozenset):
         return _array(origin or tp, args, owner)
     if origin in (dict, Mapping) or tp in (dict, Mapping):
+        key = _key(args[0]) if len(args) == 2 else None
         item = _compile(args[1], owner) if len(args) == 2 else None
-        return _object(item)
+        return _object(key, item)
     if isinstance(tp, type):
         return _class(tp)
     return None  # a typing construct we do not check (Callable, NewType, ...)
@@ -158,11 +160,12 @@ def _float(value: Any) -> float:
 
 
 def _literal(allowed: tuple[Any, ...]) -> Convert:
-    wire = {plain(a): a for a in allowed}
+    # keyed by type too: True == 1, but `true` is not the literal 1
+    wire = {(type(plain(a)), plain(a)): a for a in allowed}
 
     def check(value: Any) -> Any:
         try:
-            return wire[value]
+            return wire[type(value), value]
         except (KeyError, TypeError):
             choices = ", ".join(_shown(plain(a)) for a in allowed)
             raise ArgumentError(f"expected one of {choices}, got {_shown(value)}") from None
@@ -220,15 +223,41 @@ def _at(convert: Convert | None, where: int | str, value: Any) -> Any:
         raise ArgumentError(f"[{where!r}] {e}") from None
 
 
-def _object(item: Convert | None) -> Convert:
+def _object(key: Convert | None, item: Convert | None) -> Convert:
     def check(value: Any) -> Any:
         if type(value) is not dict:
             raise ArgumentError(f"expected an object, got {_shown(value)}")
-        if item is None:
+        if key is None and item is None:
             return value
-        return {k: _at(item, k, v) for k, v in value.items()}
+        return {k if key is None else _at(key, k, k): _at(item, k, v) for k, v in value.items()}
 
     return check
+
+
+def _key(tp: Any) -> Convert | None:
+    """Member names are text on the wire: a key annotated int, float or as an Enum is read
+    back from it (`plain` wrote it with str())."""
+    if tp is int or tp is float:
+        kind = tp
+
+        def number(text: Any) -> Any:
+            try:
+                return kind(text)
+            except ValueError:
+                raise ArgumentError(f"expected a {kind.__name__} key, got {_shown(text)}") from None
+
+        return number
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        by_text = {str(plain(m)): m for m in tp}
+
+        def member(text: Any) -> Any:
+            try:
+                return by_text[text]
+            except KeyError:
+                raise ArgumentError(f"expected a {tp.__name__} key, got {_shown(text)}") from None
+
+        return member
+    return None
 
 
 def _class(cls: type) -> Convert:
@@ -237,7 +266,7 @@ def _class(cls: type) -> Convert:
     if dataclasses.is_dataclass(cls):
         return _dataclass(cls)
     if _is_typeddict(cls):
-        return _object(None)
+        return _typeddict(cls)
     if cls is datetime or cls is date:
         return _iso(cls)
     validate = getattr(cls, "model_validate", None)
@@ -254,6 +283,27 @@ def _class(cls: type) -> Convert:
 
 def _is_typeddict(cls: type) -> bool:
     return isinstance(getattr(cls, "__total__", None), bool) and issubclass(cls, dict)
+
+
+def _typeddict(cls: type) -> Convert:
+    fields: dict[str, Convert | None] | None = None
+    required: frozenset[str] = getattr(cls, "__required_keys__", frozenset())
+
+    def check(value: Any) -> Any:
+        nonlocal fields
+        if type(value) is not dict:
+            raise ArgumentError(f"expected an object ({cls.__name__}), got {_shown(value)}")
+        if fields is None:
+            fields = {k: _compile(t, cls) for k, t in get_type_hints(cls).items()}
+        unknown = value.keys() - fields.keys()
+        if unknown:
+            raise ArgumentError(f"{cls.__name__} has no member {sorted(unknown)[0]!r}")
+        missing = required - value.keys()
+        if missing:
+            raise ArgumentError(f"{cls.__name__} needs its member {sorted(missing)[0]!r}")
+        return {k: _at(fields[k], k, v) for k, v in value.items()}
+
+    return check
 
 
 def _enum(cls: type[enum.Enum]) -> Convert:
@@ -404,7 +454,7 @@ class Signature:
         if not self._compiled:
             self._compile()
         names = self._names
-        if not kwargs and self._simple and len(args) == len(self._by_name):
+        if not kwargs and self._simple and len(args) == len(names) == len(self._by_name):
             members = Bound(zip(names, args, strict=True))  # every parameter, by position
         elif self._simple:
             if len(args) > len(names):
@@ -428,15 +478,34 @@ class Signature:
             except TypeError as e:
                 raise TypeError(f"{self.name}(): {e}") from None
             members = Bound(bound.arguments)
+            star = self._var_positional
+            if star is not None and star in members:  # an array on the wire: a list here too
+                members[star] = list(members[star])
             if self._var_keyword is not None:
-                members.update(members.pop(self._var_keyword, {}))
+                self._spread(members)
         for name in self._plain:
             if name in members:
                 members[name] = plain(members[name])
         return members
 
+    def _spread(self, members: Bound) -> None:
+        """Put the `**kwargs` of a call among the members, where the envelope carries them."""
+        assert self._var_keyword is not None
+        extra = members.pop(self._var_keyword, {})
+        clash = next((k for k in extra if k in self._by_name), None)
+        if clash is not None:  # only a positional-only name can clash: one object holds both
+            raise TypeError(
+                f"{self.name}(): the keyword argument {clash!r} has the name of a positional-only"
+                " parameter, which the task's arguments cannot carry both of"
+            )
+        if self._var_keyword in self._plain:
+            extra = {k: plain(v) for k, v in extra.items()}
+        members.update(extra)
+
     def result(self, value: Any) -> Any:
         """A returned value as JSON data."""
+        if not self._compiled:
+            self._compile()
         return plain(value) if self._returns[0] else value
 
     def returned(self, value: Any) -> Any:
@@ -467,48 +536,41 @@ class Signature:
         missing = self._required - payload.keys()
         if missing:
             raise ArgumentError(f"missing parameter {sorted(missing)[0]!r} of {self.name}")
+        var_keyword = self._var_keyword
+        extra = {k: v for k, v in payload.items() if k not in self._by_name or k == var_keyword}
+        if extra and var_keyword is None:
+            raise ArgumentError(f"{self.name} has no parameter {sorted(extra)[0]!r}")
+        # With values for *args, every parameter before it goes by position, as in a call.
+        by_position: tuple[inspect._ParameterKind, ...] = (_P.POSITIONAL_ONLY,)
+        if self._var_positional in payload:
+            by_position = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        by_name = self._by_name
-        for name, value in payload.items():
-            p = by_name.get(name)
-            if p is None or p.kind is _P.VAR_KEYWORD:
-                if self._var_keyword is None:
-                    raise ArgumentError(f"{self.name} has no parameter {name!r}")
-                extra[name] = value
+        skipped = None  # a positional parameter left to its default
+        for name, p in self._by_name.items():
+            if name not in payload or p.kind is _P.VAR_KEYWORD:
+                if p.kind in by_position:
+                    skipped = name
                 continue
-            convert = converters[name]
-            if convert is not None:
-                try:
-                    value = convert(value)
-                except ArgumentError as e:
-                    raise ArgumentError(f"parameter {name!r} of {self.name}: {e}") from None
-            if p.kind is _P.POSITIONAL_ONLY:
-                args.append((list(self._by_name).index(name), value))
-            elif p.kind is _P.VAR_POSITIONAL:
-                args.append((len(self._by_name), value))
+            value = self._member(name, converters[name], payload[name])
+            if p.kind in by_position or p.kind is _P.VAR_POSITIONAL:
+                if skipped is not None:
+                    raise ArgumentError(f"missing parameter {skipped!r} of {self.name}")
+                if p.kind is _P.VAR_POSITIONAL:
+                    args.extend(value)
+                else:
+                    args.append(value)
             else:
                 kwargs[name] = value
-        if args:
-            args = _positional(args, self)
         if extra:
-            convert = converters[self._var_keyword]  # type: ignore[index]
-            kwargs.update(convert(extra) if convert is not None else extra)
+            assert var_keyword is not None
+            kwargs.update(self._member(var_keyword, converters[var_keyword], extra))
         return args, kwargs
 
-
-def _positional(found: list[Any], sig: Signature) -> list[Any]:
-    """Positional-only values in parameter order, then the var-positional ones; a gap (a
-    positional-only parameter left to its default before one that is given) is refused."""
-    found.sort(key=lambda pair: pair[0])
-    out: list[Any] = []
-    for index, value in found:
-        if index == len(sig._by_name):
-            out.extend(value)
-        elif index != len(out):
-            name = list(sig._by_name)[len(out)]
-            raise ArgumentError(f"missing parameter {name!r} of {sig.name}")
-        else:
-            out.append(value)
-    return out
+    def _member(self, name: str, convert: Convert | None, value: Any) -> Any:
+        if convert is None:
+            return value
+        try:
+            return convert(value)
+        except ArgumentError as e:
+            raise ArgumentError(f"parameter {name!r} of {self.name}: {e}") from None
