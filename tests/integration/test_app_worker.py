@@ -415,11 +415,6 @@ def test_at_the_end_of_the_grace_the_task_is_abandoned_and_retried(
     run(body())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a second signal waits for the first stop's grace: Worker.stop(0.0) awaits the"
-    " shutdown already started with the grace (src/cronoq/app/_serve.py, serve())",
-)
 def test_a_second_sigterm_stops_at_once(target: str, tmp_path: Path) -> None:
     release = tmp_path / "release"
 
@@ -476,7 +471,7 @@ def test_a_refusal_for_good_exits_3_with_one_line(
             "cannot import 'no_such_module': ModuleNotFoundError: No module named 'no_such_module'",
         ),
         ("served:nothing", "served:nothing is nothing, not a cronoq.App"),
-        ("served:add", "served:add is a AsyncTaskFunction, not a cronoq.App"),
+        ("served:add", "served:add is an AsyncTaskFunction, not a cronoq.App"),
         (
             "duplicate:app",
             "cannot import 'duplicate': ValueError: task kind 'same' is already declared by first",

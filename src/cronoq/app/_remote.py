@@ -5,14 +5,15 @@ Imported only when an app connects or serves, so that library mode never needs g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..client import Client, Lease, Reject, Worker, task
 from ..errors import Permanent, TaskFailed
 from ._app import JSON, App, Call, Handle, WireCodec, _batch_keys, _wire_options, invoke
 
-__all__ = ["Remote", "worker"]
+__all__ = ["Handler", "Remote", "worker"]
 
 
 def _spec_options(call: Call[Any], keys: Mapping[int, str], codec: WireCodec) -> dict[str, Any]:
@@ -75,34 +76,47 @@ def worker(app: App, target: str, pool: str, options: dict[str, Any]) -> Worker:
         )
     if "slots" not in options:
         options = {**options, "slots": app.slots(pool)}
-    return Worker(target, pool, handler(app, pool), **options)
+    return Worker(target, pool, Handler(app, pool), **options)
 
 
-def handler(app: App, pool: str) -> Callable[[Lease], Any]:
+class Handler:
     """A Worker handler running the app's function for each lease's kind. A kind it does not
     know is handed back, so that another worker of the pool (a newer version, another
-    language) can run it; with none, the server fails the attempt with this reason."""
-    tasks = app.tasks
-    codecs: dict[str, WireCodec] = {
-        "": app.codec,
-        JSON: app.codec,
-        app.codec.content_type: app.codec,
-    }
+    language) can run it; with none, the server fails the attempt with this reason. It knows
+    its running attempts, so that a second signal can abandon them at once (`abandon`)."""
 
-    async def handle(lease: Lease) -> bytes:
-        task_fn = tasks.get(lease.kind)
-        if task_fn is None or task_fn.pool != pool or not task_fn.serve:
+    def __init__(self, app: App, pool: str) -> None:
+        self._app = app
+        self._pool = pool
+        codec = app.codec
+        self._codecs: dict[str, WireCodec] = {"": codec, JSON: codec, codec.content_type: codec}
+        self._running: set[asyncio.Task[Any]] = set()
+
+    async def __call__(self, lease: Lease) -> bytes:
+        task_fn = self._app.tasks.get(lease.kind)
+        if task_fn is None or task_fn.pool != self._pool or not task_fn.serve:
             raise Reject(f"no worker here has a task function for kind {lease.kind!r}")
-        codec = codecs.get(lease.content_type.split(";")[0].strip())
+        codec = self._codecs.get(lease.content_type.split(";")[0].strip())
         if codec is None:
             raise Permanent(
                 f"the arguments of {lease.kind} are {lease.content_type!r}, which this"
-                f" worker's codec ({app.codec.content_type}) does not read"
+                f" worker's codec ({self._app.codec.content_type}) does not read"
             )
         try:
             payload = codec.decode(lease.payload) if lease.payload else None
         except ValueError as e:  # not the codec's format
             raise Permanent(f"the arguments of {lease.kind} do not decode: {e}") from None
-        return codec.encode(task_fn.signature.result(await invoke(task_fn, lease, payload)))
+        me = asyncio.current_task()
+        assert me is not None
+        self._running.add(me)
+        try:
+            result = await invoke(task_fn, lease, payload)
+        finally:
+            self._running.discard(me)
+        return codec.encode(task_fn.signature.result(result))
 
-    return handle
+    def abandon(self) -> None:
+        """Cancel every running attempt: a stopping Worker reports nothing for them, and the
+        server gives them to another worker once this one's stream ends."""
+        for attempt in list(self._running):
+            attempt.cancel()

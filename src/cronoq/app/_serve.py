@@ -20,6 +20,7 @@ from typing import Any
 
 from ..client import Worker
 from ._app import App
+from ._remote import Handler
 
 __all__ = ["load_app", "serve"]
 
@@ -48,7 +49,8 @@ def load_app(path: str) -> App:
         return found[0]
     app = getattr(module, attribute, None)
     if not isinstance(app, App):
-        what = "nothing" if app is None else f"a {type(app).__name__}"
+        name = type(app).__name__
+        what = "nothing" if app is None else f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
         raise ValueError(f"{path} is {what}, not a cronoq.App")
     return app
 
@@ -132,9 +134,12 @@ async def serve(
             waiter = loop.create_task(signalled.wait())
             draining = loop.create_task(_stop_all(workers, grace))
             await asyncio.wait([draining, waiter], return_when=asyncio.FIRST_COMPLETED)
-            if not draining.done():  # a second signal: stop now
+            if not draining.done():  # a second signal: abandon the running attempts now
                 log.info("%s again: stopping now", received[-1])
-                await _stop_all(workers, 0.0)
+                for w in workers:
+                    if isinstance(w.handler, Handler):
+                        w.handler.abandon()
+                await draining
             await asyncio.gather(*runs, return_exceptions=True)
             log.info("stopped")
             return
