@@ -1,11 +1,13 @@
-"""The example programs of the seed's snippets, run as a user runs them: a Python executor in
-library mode, and the remote workers with a few submitted tasks against a real server (one
-without authentication, one with tokens)."""
+"""The example programs of the seed's snippets, run as a user runs them: the README's task
+functions in library mode and served by `cronoq worker`, a Python executor in library mode, and
+the remote workers with a few submitted tasks against a real server (one without
+authentication, one with tokens)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -122,22 +124,33 @@ def test_raw_worker_sends_its_tokens(auth_server: Server) -> None:
     assert wrong.stdout == ""
 
 
+README_SUBMIT = """cronoq submit --kind add --json-payload --wait '{"a": 2, "b": 3}'"""
+
+
 def readme_submit_output() -> list[str]:
-    """The output README.md shows for its `cronoq submit --wait '{"n": 7}'`: the text block
+    """The output README.md shows for its `cronoq submit --kind add ... --wait`: the text block
     that follows the command."""
     text = (EXAMPLES.parent / "README.md").read_text()
-    _, after = text.split("""cronoq submit --wait '{"n": 7}'""", 1)
+    _, after = text.split(README_SUBMIT, 1)
     block = re.search(r"```text\n(.*?)```", after, re.DOTALL)
     assert block is not None, "README.md shows no output for cronoq submit --wait"
     return block.group(1).splitlines()
 
 
-def test_submit_wait_prints_what_the_readme_shows(server: Server) -> None:
-    """The README's server-mode commands: examples/worker.py serving, `cronoq submit --wait`."""
+def test_task_functions_in_library_mode() -> None:
+    """The README's library-mode quick start: examples/tasks.py without a server."""
+    done = run("tasks.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["5", "hello ada (attempt 1)"]
+
+
+def test_task_functions_served_by_cronoq_worker(server: Server) -> None:
+    """The README's server-mode commands: `cronoq worker tasks:app` serving, then
+    examples/tasks.py submitting to the server, and `cronoq submit --kind add --wait`."""
     address = f"http://{server.address}"
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CRONOQ_")}
     worker = subprocess.Popen(
-        [sys.executable, "worker.py", "--server", address],
+        [sys.executable, "-m", "cronoq.cli", "--server", address, "worker", "tasks:app"],
         cwd=EXAMPLES,
         env=environ,
         stdout=subprocess.DEVNULL,
@@ -145,12 +158,18 @@ def test_submit_wait_prints_what_the_readme_shows(server: Server) -> None:
         text=True,
     )
     try:
-        done = run("-m", "cronoq.cli", "--server", address, "submit", "--wait", '{"n": 7}')
+        submitted = run("tasks.py", address)
+        argv = README_SUBMIT.split(" ", 1)[1]
+        done = run("-m", "cronoq.cli", "--server", address, *shlex.split(argv))
     finally:
         worker.send_signal(signal.SIGTERM)
         _, errors = worker.communicate(timeout=60)
-    assert done.returncode == 0, done.stderr
     assert worker.returncode == 0, errors
+    registered = r"registered with \S+: pool default, \d+ slot\(s\) granted, kinds add, greet"
+    assert re.search(registered, errors), errors
+    assert submitted.returncode == 0, submitted.stderr
+    assert submitted.stdout.splitlines() == ["5", "hello ada (attempt 1)"]
+    assert done.returncode == 0, done.stderr
     task = done.stdout.splitlines()[0]
     shown = readme_submit_output()
     # the README's task is the first of a fresh server: put this one's id in its place
