@@ -17,6 +17,11 @@ echo "install, with the native transport's build: $(($(date +%s) - started)) s"
 command -v chromium >/dev/null || apt-get install -y -q chromium \
 	|| { apt-get update -q && apt-get install -y -q chromium; }
 (cd dashboard && npm ci --no-audit --no-fund --loglevel=error && npm run check)
+# tests/deploy checks the systemd units and the compose file with Debian's tools (helm it builds
+# itself, once, into build/tools).
+{ command -v systemd-analyze && command -v docker-compose; } >/dev/null \
+	|| apt-get install -y -q systemd docker-compose \
+	|| { apt-get update -q && apt-get install -y -q systemd docker-compose; }
 # The suite runs on the default transport, the native one, which must have been built (the
 # install skips an extension that fails to build); then the server suites again on grpcio.
 CRONOQ_REQUIRE_NATIVE=1 .venv/bin/pytest -q
