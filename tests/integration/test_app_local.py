@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import gc
 import re
 import threading
 from collections.abc import Callable
@@ -910,3 +911,62 @@ async def test_positional_only_keyword_only_and_var_keyword_in_library_mode(tmp_
         ]
     async with local(app, store=cronoq.SqliteStore(tmp_path / "db")):
         assert await (await mixed.submit(1, b=Shape.SQUARE, c=Pt(3, 4))) == [1, "square", 3, []]
+
+
+# --- run(): one call from synchronous code --------------------------------------------------------
+
+
+def test_run_without_a_target_runs_in_a_scheduler_of_its_own() -> None:
+    app = cronoq.App()
+    seen: list[str] = []
+
+    @app.task
+    def greet(name: str, punctuation: str = "!") -> str:
+        seen.append(cronoq.context().kind)
+        return f"hello {name}{punctuation}"
+
+    assert greet.run("ada") == "hello ada!"
+    assert greet.options(priority="high").run("bob", punctuation="?") == "hello bob?"
+    assert seen == ["greet", "greet"]
+    with pytest.raises(TypeError, match=r"missing required argument 'name'"):
+        greet.run()  # type: ignore[call-arg]
+
+
+def test_run_refuses_to_block_an_event_loop() -> None:
+    app = cronoq.App()
+
+    @app.task
+    async def noop() -> None:
+        return None
+
+    async def inside() -> None:
+        with pytest.raises(RuntimeError, match=r"noop.run\(\) blocks: in async code use"):
+            noop.run()
+
+    asyncio.run(inside())
+
+
+def test_a_result_given_up_on_does_not_log_a_lost_exception(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After `result(timeout=)` gave up, the task's later failure is nobody's to log."""
+    app = cronoq.App()
+    release = asyncio.Event()
+
+    @app.task
+    async def late() -> None:
+        await release.wait()
+        raise RuntimeError("too late")
+
+    async def body() -> None:
+        async with app.local(shutdown_grace=0):
+            handle = await late.submit()
+            with pytest.raises(TimeoutError):
+                await handle.result(timeout=0)
+            release.set()
+            with pytest.raises(TaskFailed, match="too late"):
+                await handle
+
+    asyncio.run(body())
+    gc.collect()
+    assert "never retrieved" not in caplog.text

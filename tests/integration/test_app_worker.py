@@ -322,6 +322,40 @@ def test_a_payload_that_does_not_fit_fails_for_good(
     run(body())
 
 
+def test_a_payload_sent_as_text_is_read_as_json(target: str, serving: WorkerCommand) -> None:
+    """What `cronoq submit` sends for a payload given as text (text/plain) reaches the
+    function as a JSON object would; text that is no JSON fails for good, saying so."""
+
+    async def body() -> None:
+        async with Client(target, token=CLIENT) as client:
+            sent = await client.submit('{"a": 40, "b": 2}', kind="add")
+            result = await client.wait(sent.id, timeout=SAFETY)
+            assert (result.status, result.json()) == ("succeeded", 42)
+            sent = await client.submit("not json", kind="add")
+            result = await client.wait(sent.id, timeout=SAFETY)
+            assert result.status == "failed"
+            assert result.message.startswith("the arguments of add do not decode: ")
+
+    run(body())
+
+
+def test_run_submits_to_the_apps_target_from_synchronous_code(
+    target: str, serving: WorkerCommand
+) -> None:
+    """`task.run()` on an `App(target=..., token=...)`: one call from code without an event
+    loop, served by the worker command (this app only declares `add`, with serve=False)."""
+    app = cronoq.App("caller", target=target, token=CLIENT)
+
+    @app.task(serve=False)
+    def add(a: int, b: int) -> int:
+        raise AssertionError("runs in the worker command, not here")
+
+    assert add.run(19, 23) == 42
+    with pytest.raises(cronoq.TaskFailed, match="parameter 'b' of add"):
+        app.task(kind="add2", serve=False)  # a second declaration is fine
+        add.options(key="typed-wrong").run(1, "x")  # type: ignore[arg-type]
+
+
 def test_log_lines_are_json(target: str, serving: WorkerCommand) -> None:
     async def body() -> None:
         async with served.app.connect(target, token=CLIENT):

@@ -337,6 +337,23 @@ class Submitter(Generic[P, R_co]):
         """One call, for `App.submit_batch`; the arguments are checked now."""
         return Call(self._task, self._task.signature.bind(args, kwargs), self._options)
 
+    def run(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+        """Submit one call and wait for its result, from synchronous code (a script, a shell):
+        on the app's `target` server if it has one, else in a scheduler of its own in this
+        process. Inside async code, `await task.submit(...)` instead."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(
+                f"{self._task.kind}.run() blocks: in async code use `await (await"
+                f" {self._task.kind}.submit(...))`"
+            )
+        task = self._task
+        call: Call[R_co] = Call(task, task.signature.bind(args, kwargs), self._options)
+        return asyncio.run(_run_once(task.app, call))
+
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, Handle[R_co]]:
         """Submit one call: `await` it for the handle, and the handle for the result. (A plain
         method returning the runner's coroutine, one frame less per submit: the arguments
@@ -344,6 +361,14 @@ class Submitter(Generic[P, R_co]):
         task = self._task
         call: Call[R_co] = Call(task, task.signature.bind(args, kwargs), self._options)
         return (task.app._runner_now or task.app._runner()).submit(call)
+
+
+async def _run_once(app: App, call: Call[R]) -> R:
+    """One call, submitted and awaited on a runner started for it (`Submitter.run`)."""
+    runner = app.connect() if app.target is not None else app.local()
+    async with runner:
+        handle = await app._runner().submit(call)
+        return await handle  # type: ignore[no-any-return]
 
 
 class TaskFunction(Submitter[P, R_co]):
@@ -478,9 +503,20 @@ class App:
     """Task functions and the pools they run on; started in one of two modes (docs/app.md)."""
 
     def __init__(
-        self, name: str = "cronoq", *, default_pool: str = "default", codec: WireCodec | None = None
+        self,
+        name: str = "cronoq",
+        *,
+        target: str | None = None,
+        token: str | None = None,
+        default_pool: str = "default",
+        codec: WireCodec | None = None,
     ) -> None:
+        """`target`: the cronoq-server this app submits to and serves by default (connect(),
+        run(), `cronoq worker`); None runs `run()` in-process. `token`: the client token
+        connect() and run() send (a worker takes its own, --token)."""
         self.name = name
+        self.target = target
+        self.token = token
         self.default_pool = default_pool
         self.codec: WireCodec = _Json() if codec is None else codec
         if not isinstance(getattr(self.codec, "content_type", None), str):
@@ -610,11 +646,18 @@ class App:
                 yield sched
 
     @contextlib.asynccontextmanager
-    async def connect(self, target: str, **client_options: Any) -> AsyncIterator[Client]:
-        """Submit to the cronoq-server at `target` while the block runs (server mode); yields
-        the `Client` (`client_options` are its own: token, tls, credentials, ...)."""
+    async def connect(
+        self, target: str | None = None, **client_options: Any
+    ) -> AsyncIterator[Client]:
+        """Submit to the cronoq-server at `target` (default: the app's) while the block runs
+        (server mode); yields the `Client` (`client_options` are its own: token, tls, ...)."""
         from ._remote import Remote
 
+        target = target or self.target
+        if target is None:
+            raise ValueError(f"app {self.name!r} has no target: connect(target) or App(target=)")
+        if self.token is not None:
+            client_options = {"token": self.token, **client_options}
         remote = Remote(self, target, client_options)
         async with remote.client:
             with self._running(remote):
@@ -741,10 +784,18 @@ class _Local:
 
     async def wait(self, handle: Handle[Any], timeout: float | None) -> Any:
         inner: TaskHandle = handle._inner
-        return await asyncio.wait_for(asyncio.shield(inner.result()), timeout)
+        waiting = asyncio.ensure_future(inner.result())
+        # after a timeout nobody awaits it: its end must not be logged as never retrieved
+        waiting.add_done_callback(_retrieved)
+        return await asyncio.wait_for(asyncio.shield(waiting), timeout)
 
     async def cancel(self, id: int) -> bool:
         return await self._sched.cancel(id)
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _deps(deps: Sequence[tuple[int | str, str]]) -> list[Any]:

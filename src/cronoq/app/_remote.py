@@ -11,7 +11,7 @@ from typing import Any
 
 from ..client import Client, Lease, Reject, Worker, task
 from ..errors import Permanent, TaskFailed
-from ._app import JSON, App, Call, Handle, WireCodec, _batch_keys, _wire_options, invoke
+from ._app import JSON, App, Call, Handle, WireCodec, _batch_keys, _Json, _wire_options, invoke
 
 __all__ = ["Handler", "Remote", "worker"]
 
@@ -89,7 +89,15 @@ class Handler:
         self._app = app
         self._pool = pool
         codec = app.codec
-        self._codecs: dict[str, WireCodec] = {"": codec, JSON: codec, codec.content_type: codec}
+        # JSON also for text and no type: what `cronoq submit` and other clients send for a
+        # payload given as text; the call's own codec answers it
+        json = _Json()
+        self._codecs: dict[str, WireCodec] = {
+            "": json,
+            "text/plain": json,
+            JSON: json,
+            codec.content_type: codec,
+        }
         self._running: set[asyncio.Task[Any]] = set()
 
     async def __call__(self, lease: Lease) -> bytes:

@@ -19,7 +19,7 @@ __all__ = ["worker"]
 @click.option(
     "--target",
     envvar="CRONOQ_TARGET",
-    help="Server address (default: the global --server). Env CRONOQ_TARGET.",
+    help="Server address (default: the app's target, else the global --server). Env CRONOQ_TARGET.",
 )
 @click.option(
     "--token",
@@ -96,7 +96,7 @@ def worker(
         asyncio.run(
             serve(
                 app,
-                target or settings.server,
+                target or app.target or settings.server,
                 pools=pools,
                 slots=slots,
                 grace=grace,
