@@ -10,6 +10,9 @@ a missing server extra (one `Error:` line), or a failed start (a taken address, 
 file: logged as `event=failed` before the shutdown's `stopping` and `stopped`, then one last
 `Error: <reason>` line).
 
+`cronoq-server backup ...` (a first argument of exactly `backup`) is the online backup of a
+SQLite store instead (backup.py, docs/backups.md); every other command line is the server's.
+
 Logs go to stderr, one line per record, as `key=value` pairs (logfmt): `ts`, `level`,
 `logger`, then `event=<name>` and the event's fields, or `msg=<text>` for ordinary records.
 """
@@ -42,6 +45,7 @@ log = logging.getLogger("cronoq.server")
 # The top-level modules the server extra installs (pyproject.toml, [project.optional-dependencies]).
 _SERVER_EXTRA = frozenset({"grpc", "google", "aiohttp", "prometheus_client"})
 VALID = "configuration is valid"  # what --check prints on stdout
+BACKUP = "backup"  # the one subcommand, recognised only as the very first argument
 _BARE = re.compile(r"[A-Za-z0-9_.:/@+\-\[\]]+")  # values that need no quotes
 
 
@@ -97,8 +101,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == [BACKUP]:
+        # `cronoq-server backup ...` (docs/backups.md). Only a first argument of exactly
+        # "backup" leads here: the server's own command line takes no positional argument, so
+        # every invocation that worked before parses as it did.
+        from .backup import main as backup_main
+
+        return backup_main(words[1:])
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(words)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return exc.code if isinstance(exc.code, int) else 2
     if args.version:
