@@ -1,5 +1,5 @@
-"""bench/library.py, server.py, store.py, takeover.py, shards.py and workers.py --quick run to
-the end and print every figure (targets are not checked)."""
+"""bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py and app.py --quick
+run to the end and print every figure (targets are not checked)."""
 
 from __future__ import annotations
 
@@ -166,3 +166,35 @@ def test_quick_workers_benchmark_prints_every_figure() -> None:
     """The Python and Go workers (TypeScript and Rust need their SDK builds, which the test
     command makes after this suite)."""
     _run(WORKERS_BENCH, ["--quick", "--only", "python,go"], WORKERS_FIGURES, timeout=300)
+
+
+APP_BENCH = BENCH.parent / "app.py"
+APP_FIGURES = {
+    "1a": r"^\[1a\] library, submit all, then await all .*N=[\d,]+: plain [\d.]+ us, app [\d.]+ us "
+    r"CPU per task = [\d.]+x .*(PASS|MISS)",
+    "1b": r"^\[1b\] library, one at a time .*N=[\d,]+: plain [\d.]+ us, app [\d.]+ us CPU per task "
+    r"= [\d.]+x .*(PASS|MISS)",
+    "rounds": r"^     rounds \(us per task\): plain [\d. ]+; app [\d. ]+; ratios [\d. ]+",
+    "2-plain": r"^ +plain Worker +[\d,]+ leases/s +worker CPU +\d+ us/lease +server +\d+ us/task",
+    "2-app": r"^ +app worker +[\d,]+ leases/s +worker CPU +\d+ us/lease +server +\d+ us/task",
+    "2": r"^\[2\]  server, app worker vs plain Worker .*[\d.]+x leases/s .*(PASS|MISS)",
+    "header-python": r"^python: ",
+    "header-platform": r"^platform: .*grpcio ",
+    "header-cpus": r"^cpus: ",
+    "summary": r"^targets:  \d/3 met",
+}
+
+APP_PROFILE = {
+    "total": r"^\[1a\] under cProfile, N=[\d,]+, .*: own time per task plain [\d.]+ us, app [\d.]+",
+    "gc": r"^     garbage collector, app +[\d.]+ us per task",
+    "delta": r"^ +[+-][\d.]+ +[\d.]+ +[\d.]+ +[\d.]+/[\d.]+ +\S+",
+    "mine": r"^ +[\d.]+ +[\d.]+ +[\d.]+  cronoq/app/_app\.py:\d+\(submit\)",
+}
+
+
+def test_quick_app_benchmark_prints_every_figure() -> None:
+    _run(APP_BENCH, ["--quick"], APP_FIGURES, timeout=300)
+
+
+def test_quick_app_profile_prints_where_the_time_goes() -> None:
+    _run(APP_BENCH, ["--profile", "--n", "1000"], APP_PROFILE)
