@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,33 +43,44 @@ def free_port() -> int:
         return port
 
 
-class Server:
-    """A cronoq-server process whose log lines are collected by a thread as they come.
-    `env`: variables set for it on top of this process's (a store URL, say)."""
+class LoggedProcess:
+    """A process whose output lines (stderr, or stdout and stderr together with `merged`) are
+    collected by a thread as they come, so a test can wait for one without blocking on a pipe.
+    `env`, when given, is the process's whole environment."""
 
-    def __init__(self, config: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path | str | None = None,
+        env: Mapping[str, str] | None = None,
+        merged: bool = False,
+    ) -> None:
+        self.argv = list(argv)
         self.proc = subprocess.Popen(
-            [*COMMAND, "-c", config],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            self.argv,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if merged else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
             text=True,
-            env=None if env is None else {**os.environ, **env},
         )
         self.lines: list[str] = []
         self._new: queue.Queue[str | None] = queue.Queue()
+        self._ended = False
         threading.Thread(target=self._read, daemon=True).start()
-        match = self.wait_for(r"event=listening grpc=(\S+)")
-        self.address = match.group(1)
 
     def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+        out = self.proc.stdout if self.proc.stdout is not None else self.proc.stderr
+        assert out is not None
+        for line in out:
             self._new.put(line.rstrip("\n"))
         self._new.put(None)
 
     def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
-        """The first new log line matching `pattern`. The timeout is only a safety net that
-        fails a hung server; a busy machine may take seconds to start one."""
+        """The first new line matching `pattern`. The timeout is only a safety net that fails a
+        hung process; a busy machine may take seconds to start one."""
         end = time.monotonic() + timeout
         while True:
             try:
@@ -77,22 +88,52 @@ class Server:
             except queue.Empty:
                 raise AssertionError(f"no {pattern!r} in {self.lines}") from None
             if line is None:
+                self._ended = True
                 raise AssertionError(f"exited before {pattern!r}: {self.lines}")
             self.lines.append(line)
             if match := re.search(pattern, line):
                 return match
 
-    def terminate(self, timeout: float) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
-        while (line := self._new.get(timeout=5)) is not None:
+    def seen(self) -> list[str]:
+        """Every line so far, without waiting."""
+        with contextlib.suppress(queue.Empty):
+            while (line := self._new.get_nowait()) is not None:
+                self.lines.append(line)
+            self._ended = True
+        return self.lines
+
+    def wait(self, timeout: float = 60.0) -> int:
+        """The exit code, once the process has ended and its last lines are read."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {timeout} s later: {self.seen()}") from None
+        while not self._ended and (line := self._new.get(timeout=timeout)) is not None:
             self.lines.append(line)
+        self._ended = True
         return code
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM, then the exit code with every line it wrote in `lines`."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+class Server(LoggedProcess):
+    """A cronoq-server process whose log lines are collected by a thread as they come.
+    `env`: variables set for it on top of this process's (a store URL, say)."""
+
+    def __init__(self, config: str, env: Mapping[str, str] | None = None) -> None:
+        super().__init__(
+            [*COMMAND, "-c", config], env=None if env is None else {**os.environ, **env}
+        )
+        match = self.wait_for(r"event=listening grpc=(\S+)")
+        self.address = match.group(1)
 
 
 @dataclass

@@ -9,14 +9,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import queue
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -24,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from cronoq.errors import TaskFailed
-from helpers.servers import PORT0, Server, write
+from helpers.servers import PORT0, LoggedProcess, Server, write
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "crosslang"
 GO = shutil.which("go")
@@ -47,57 +42,9 @@ def environment() -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1"}
 
 
-class Process:
-    """A long-running program of the example whose output lines (stdout and stderr together)
-    a thread collects as they come."""
-
-    def __init__(self, argv: list[str]) -> None:
-        self.argv = argv
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=EXAMPLE,
-            env=environment(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._new: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._new.put(line.rstrip("\n"))
-        self._new.put(None)
-
-    def wait_for(self, pattern: str, timeout: float = TIMEOUT) -> re.Match[str]:
-        """The first new output line matching `pattern`."""
-        end = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._new.get(timeout=max(0.0, end - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no {pattern!r} from {self.argv}: {self.lines}") from None
-            if line is None:
-                raise AssertionError(f"{self.argv} exited before {pattern!r}: {self.lines}")
-            self.lines.append(line)
-            if match := re.search(pattern, line):
-                return match
-
-    def stop(self) -> int:
-        """SIGTERM, then the exit code once it has drained; every line it wrote is in `lines`."""
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(TIMEOUT)
-        while (line := self._new.get(timeout=TIMEOUT)) is not None:
-            self.lines.append(line)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+def process(argv: list[str]) -> LoggedProcess:
+    """A long-running program of the example, its stdout and stderr lines read together."""
+    return LoggedProcess(argv, cwd=EXAMPLE, env=environment(), merged=True)
 
 
 @pytest.fixture(scope="module")
@@ -132,9 +79,9 @@ def target(server: Server) -> str:
 
 
 @pytest.fixture(scope="module")
-def go_worker(go_program: Path, target: str) -> Iterator[Process]:
+def go_worker(go_program: Path, target: str) -> Iterator[LoggedProcess]:
     """`go run . -serve`: the "images" pool, registered."""
-    p = Process([str(go_program), "-serve", "-target", target])
+    p = process([str(go_program), "-serve", "-target", target])
     try:
         p.wait_for(r"cronoq worker registered .*pool=images")
         yield p
@@ -143,11 +90,11 @@ def go_worker(go_program: Path, target: str) -> Iterator[Process]:
 
 
 @pytest.fixture(scope="module")
-def python_worker(target: str) -> Iterator[Process]:
+def python_worker(target: str) -> Iterator[LoggedProcess]:
     """`cronoq worker tasks:app`, registered (for pool "default" only: `resize` is declared
     with serve=False)."""
     argv = [sys.executable, "-m", "cronoq.cli", "worker", "tasks:app"]
-    p = Process([*argv, "--target", target])
+    p = process([*argv, "--target", target])
     try:
         p.wait_for(r"registered with \S+: pool default, \d+ slot\(s\) granted, kinds add$")
         yield p
@@ -166,7 +113,7 @@ def tasks() -> ModuleType:
 
 
 def test_python_gets_gos_result_as_the_declared_type(
-    tasks: ModuleType, target: str, go_worker: Process
+    tasks: ModuleType, target: str, go_worker: LoggedProcess
 ) -> None:
     async def main() -> tuple[object, TaskFailed]:
         async with tasks.app.connect(target):
@@ -186,7 +133,7 @@ def test_python_gets_gos_result_as_the_declared_type(
 
 
 def test_go_submits_add_and_the_python_worker_computes_it(
-    go_program: Path, target: str, python_worker: Process
+    go_program: Path, target: str, python_worker: LoggedProcess
 ) -> None:
     done = subprocess.run(
         [str(go_program), "-add", "-target", target],
@@ -201,7 +148,7 @@ def test_go_submits_add_and_the_python_worker_computes_it(
 
 
 def test_submit_script_prints_both_typed_results(
-    target: str, go_worker: Process, python_worker: Process
+    target: str, go_worker: LoggedProcess, python_worker: LoggedProcess
 ) -> None:
     done = subprocess.run(
         [sys.executable, "submit.py", target],
@@ -218,7 +165,9 @@ def test_submit_script_prints_both_typed_results(
     ]
 
 
-def test_both_workers_drain_and_exit_on_sigterm(go_worker: Process, python_worker: Process) -> None:
-    assert python_worker.stop() == 0, python_worker.lines
+def test_both_workers_drain_and_exit_on_sigterm(
+    go_worker: LoggedProcess, python_worker: LoggedProcess
+) -> None:
+    assert python_worker.terminate(TIMEOUT) == 0, python_worker.lines
     assert python_worker.lines[-1].endswith("stopped"), python_worker.lines
-    assert go_worker.stop() == 0, go_worker.lines
+    assert go_worker.terminate(TIMEOUT) == 0, go_worker.lines

@@ -19,13 +19,10 @@ import contextlib
 import importlib.util
 import json
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -36,7 +33,7 @@ import pytest
 import cronoq
 from cronoq.client import Client
 from helpers import auth
-from helpers.servers import PORT0, Serving, serving_process
+from helpers.servers import PORT0, LoggedProcess, Serving, serving_process
 
 APPS = Path(__file__).resolve().parent / "app_samples"
 COMMAND = [sys.executable, "-m", "cronoq.cli", "worker"]
@@ -89,86 +86,29 @@ def environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CRONOQ_")}
 
 
-class WorkerCommand:
+class WorkerCommand(LoggedProcess):
     """`cronoq worker APP_PATH` as a process in app_samples/, its stderr lines read by a thread
     as they come."""
 
     def __init__(self, target: str, app_path: str, *args: str, token: str = WORKER) -> None:
         argv = [*COMMAND, app_path, "--target", target, "--token", token, *args]
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=APPS,
-            env=environ(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._new: queue.Queue[str | None] = queue.Queue()
-        self._ended = False
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._new.put(line.rstrip("\n"))
-        self._new.put(None)
-
-    def wait_for(self, pattern: str, timeout: float = SAFETY) -> re.Match[str]:
-        """The first new stderr line matching `pattern`."""
-        end = time.monotonic() + timeout
-        while True:
-            try:
-                line = self._new.get(timeout=max(0.0, end - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"no {pattern!r} in {self.lines}") from None
-            if line is None:
-                self._ended = True
-                raise AssertionError(f"exited before {pattern!r}: {self.lines}")
-            self.lines.append(line)
-            if match := re.search(pattern, line):
-                return match
+        super().__init__(argv, cwd=APPS, env=environ())
 
     async def line(self, pattern: str) -> re.Match[str]:
         """`wait_for` from async code, without blocking the event loop."""
-        return await asyncio.to_thread(self.wait_for, pattern)
+        return await asyncio.to_thread(self.wait_for, pattern, SAFETY)
 
     def registered(self, *pools: str) -> None:
         """Wait until the command logged each pool's registration (in any order)."""
         waiting = set(pools)
         while waiting:
-            waiting.discard(self.wait_for(r"registered with \S+: pool (\w+), ").group(1))
-
-    def seen(self) -> list[str]:
-        """Every line so far, without waiting."""
-        with contextlib.suppress(queue.Empty):
-            while (line := self._new.get_nowait()) is not None:
-                self.lines.append(line)
-            self._ended = True
-        return self.lines
+            waiting.discard(self.wait_for(r"registered with \S+: pool (\w+), ", SAFETY).group(1))
 
     def signal(self, sig: signal.Signals = signal.SIGTERM) -> None:
         self.proc.send_signal(sig)
 
-    def wait(self, timeout: float = SAFETY) -> int:
-        """The exit code, once the process has ended and its last lines are read."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running {timeout} s later: {self.seen()}") from None
-        while not self._ended and (line := self._new.get(timeout=SAFETY)) is not None:
-            self.lines.append(line)
-        self._ended = True
-        return code
-
     def stop(self) -> int:
-        self.signal(signal.SIGTERM)
-        return self.wait()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        return self.terminate(SAFETY)
 
 
 @contextlib.contextmanager
