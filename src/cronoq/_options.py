@@ -697,6 +697,32 @@ class Task:
         return f"Task({self.payload!r}{options})"
 
 
+ROUTING = frozenset({"kind", "pool"})
+
+
+def routed_task(
+    payload: Any,
+    pools: Mapping[str, PoolConfig],
+    default_pool: str,
+    kind: str,
+    pool: str | None,
+) -> TaskRecord:
+    """`build_task` for a task given only a kind and a pool (every submit of a task function):
+    the same checks, without looking at the twenty other options."""
+    kind = kind if kind == "default" else _name("kind", kind)
+    return TaskRecord(payload, _pool(pools, default_pool, pool), kind=kind)
+
+
+def _pool(pools: Mapping[str, PoolConfig], default_pool: str, pool: object) -> str:
+    if pool is None:
+        return default_pool
+    if pool.__class__ is not str or pool not in pools:
+        pool = _name("pool", pool)
+        if pool not in pools:
+            raise SubmitError("unknown_pool", f"unknown pool '{pool}'")
+    return pool
+
+
 def build_task(
     payload: Any,
     *,
@@ -730,12 +756,7 @@ def build_task(
     targets are only checked for shape here; whether they exist is the scheduler's business.
     """
     cls = 2 if priority is None else parse_priority(priority)
-    if pool is None:
-        pool = default_pool
-    elif pool.__class__ is not str or pool not in pools:
-        pool = _name("pool", pool)
-        if pool not in pools:
-            raise SubmitError("unknown_pool", f"unknown pool '{pool}'")
+    pool = _pool(pools, default_pool, pool)
     if kind != "default":
         kind = _name("kind", kind)
     if key is not None:

@@ -19,7 +19,16 @@ from typing import Any, Literal, Unpack
 
 from .._durable import Durable, encode_payload
 from .._lifecycle import Lifecycle, table
-from .._options import Pool, RecurringOptions, Resource, SubmitOptions, Task, build_task
+from .._options import (
+    ROUTING,
+    Pool,
+    RecurringOptions,
+    Resource,
+    SubmitOptions,
+    Task,
+    build_task,
+    routed_task,
+)
 from ..core import engine as _engine
 from ..core.cron import CronError, parse_cron, zone
 from ..core.engine import Engine
@@ -368,6 +377,11 @@ class Scheduler:
         """Validate one task's options (the no-option path skips straight to the record)."""
         if not options:
             return TaskRecord(payload, self._default_pool)
+        if options.keys() <= ROUTING:  # a kind and a pool only: every task function's submit
+            pools, default = self._core_configs, self._default_pool
+            return routed_task(
+                payload, pools, default, options.get("kind", "default"), options.get("pool")
+            )
         rec = build_task(
             payload, pools=self._core_configs, default_pool=self._default_pool, now=now, **options
         )
