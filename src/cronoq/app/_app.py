@@ -39,6 +39,7 @@ from typing import (
     overload,
 )
 
+from .._attempt import CancellationToken
 from .._options import AWAITABLE_EXECUTOR, Pool
 from ..core.model import Priority, RetryPolicy
 from ..core.vocab import DepCondition, MissPolicy, Overflow, PriorityName, UnknownDependency
@@ -218,8 +219,7 @@ class Context:
     def is_cancelled(self) -> bool:
         return self.raw.is_cancelled()
 
-    def cancellation_token(self) -> Any:
-        """The attempt's `CancellationToken`."""
+    def cancellation_token(self) -> CancellationToken:
         return self.raw.cancellation_token()
 
     def heartbeat(self) -> None:
