@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.auth import mtls_config
-from helpers.servers import PORT0, free_port, serving_process
+from helpers.servers import PORT0, LoggedProcess, free_port, serving_process
 from helpers.workers import EchoWorker
 
 COMMAND = [sys.executable, "-m", "cronoq.cli"]
@@ -411,6 +411,27 @@ def test_mutual_tls_with_pem_files(pki: Path, tmp_path: Path) -> None:
         assert anonymous.returncode == 4 and "connection failed" in one_error_line(anonymous)
         half = cronoq(server, *ca, *ops, "list")
         assert half.returncode == 2 and "--key" in one_error_line(half)
+
+
+def test_the_worker_command_takes_its_own_tls_files(pki: Path, tmp_path: Path) -> None:
+    """`cronoq worker ... --ca --cert --key` (not only the global options): a worker
+    certificate of pool "a" registers over mutual TLS, and a SIGTERM ends it cleanly."""
+    (tmp_path / "tls_app.py").write_text(
+        "import cronoq\napp = cronoq.App()\n@app.task(pool='a')\nasync def ping() -> str:\n"
+        "    return 'pong'\n"
+    )
+    with serving_process(tmp_path, mtls_config(pki)) as s:
+        server = "https://localhost:" + s.address.rsplit(":", 1)[1]
+        files = ["--ca", str(pki / "ca.pem"), "--cert", str(pki / "robot.pem")]
+        argv = [sys.executable, "-m", "cronoq.cli", "worker", "tls_app:app", "--target", server]
+        worker = LoggedProcess(
+            [*argv, *files, "--key", str(pki / "robot.key")], cwd=tmp_path, env=ENV
+        )
+        try:
+            worker.wait_for(r"registered with \S+: pool a, \d+ slot\(s\) granted, kinds ping$")
+            assert worker.terminate() == 0, worker.lines
+        finally:
+            worker.kill()
 
 
 def test_without_grpc_the_command_says_what_to_install() -> None:

@@ -29,7 +29,7 @@ from cronoq.client._common import open_channel, strip_target
 from cronoq.core.vocab import MISS_POLICIES, OVERLAPS, PRIORITY_NAMES, STATUSES, Overlap
 
 from . import _top
-from ._params import DURATION, PAIR, REF, RESOURCE, TIME
+from ._params import DURATION, PAIR, REF, RESOURCE, TIME, credentials, tls_options
 from ._render import (
     event_line,
     recurring_table,
@@ -193,13 +193,6 @@ def _output_flags(f: _F) -> _F:
     )(f)
 
 
-def _read_pem(path: Path | None) -> bytes | None:
-    return None if path is None else path.read_bytes()
-
-
-_PEM = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(
     __version__, "-V", "--version", prog_name="cronoq", message="%(prog)s %(version)s"
@@ -212,9 +205,7 @@ _PEM = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
     help="Server address; https:// selects TLS. Env CRONOQ_SERVER.",
 )
 @click.option("--token", envvar="CRONOQ_TOKEN", help="Bearer token. Env CRONOQ_TOKEN.")
-@click.option("--ca", type=_PEM, help="PEM file of the CA that signed the server's certificate.")
-@click.option("--cert", type=_PEM, help="PEM client certificate (mutual TLS; needs --key).")
-@click.option("--key", "key_file", type=_PEM, help="PEM private key of --cert.")
+@tls_options
 @click.option(
     "--connect-timeout",
     envvar="CRONOQ_CONNECT_TIMEOUT",
@@ -243,14 +234,7 @@ def cli(
     """
     settings = ctx.ensure_object(Settings)
     settings.server, settings.token, settings.connect_timeout = server, token, connect_timeout
-    if (cert is None) != (key_file is None):
-        raise click.UsageError("--cert and --key go together (mutual TLS)")
-    if ca or cert:
-        settings.credentials = grpc.ssl_channel_credentials(
-            root_certificates=_read_pem(ca),
-            private_key=_read_pem(key_file),
-            certificate_chain=_read_pem(cert),
-        )
+    settings.credentials = credentials(ca, cert, key_file)
 
 
 def _task_options(f: _F) -> _F:

@@ -7,20 +7,26 @@ Each type turns bad input into a click usage error that names the option, so the
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import grpc
 
 __all__ = [
     "DURATION",
     "PAIR",
+    "PEM",
     "REF",
     "RESOURCE",
     "TIME",
     "parse_duration",
     "parse_ref",
+    "credentials",
     "parse_time",
+    "tls_options",
 ]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -102,3 +108,33 @@ TIME = _Converting("time", parse_time)
 REF = _Converting("ref", parse_ref)
 PAIR = _Converting("name=value", _pair)
 RESOURCE = _Converting("name=amount", _resource)
+
+
+PEM = click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def tls_options(f: _F) -> _F:
+    """--ca, --cert and --key (mutual TLS), for the global options and `cronoq worker`."""
+    f = click.option("--key", "key_file", type=PEM, help="PEM private key of --cert.")(f)
+    f = click.option("--cert", type=PEM, help="PEM client certificate (mutual TLS; needs --key).")(
+        f
+    )
+    return click.option(
+        "--ca", type=PEM, help="PEM file of the CA that signed the server's certificate."
+    )(f)
+
+
+def credentials(
+    ca: Path | None, cert: Path | None, key_file: Path | None
+) -> grpc.ChannelCredentials | None:
+    """The channel credentials --ca, --cert and --key give (None without any)."""
+    if (cert is None) != (key_file is None):
+        raise click.UsageError("--cert and --key go together (mutual TLS)")
+    if not (ca or cert):
+        return None
+    return grpc.ssl_channel_credentials(
+        root_certificates=None if ca is None else ca.read_bytes(),
+        private_key=None if key_file is None else key_file.read_bytes(),
+        certificate_chain=None if cert is None else cert.read_bytes(),
+    )

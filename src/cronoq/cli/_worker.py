@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import click
 
 from cronoq._logs import setup_logging
 
-from ._params import DURATION, PAIR
+from ._params import DURATION, PAIR, credentials, tls_options
 
 __all__ = ["worker"]
 
@@ -27,6 +28,7 @@ __all__ = ["worker"]
     help="Worker token (default: the global --token). Env CRONOQ_WORKER_TOKEN.",
 )
 @click.option("--tls", is_flag=True, help="Use TLS with the system's CAs (https:// does too).")
+@tls_options
 @click.option("--pool", "pools", multiple=True, help="Serve this pool only (repeatable).")
 @click.option(
     "--slots",
@@ -64,6 +66,9 @@ def worker(
     target: str | None,
     token: str | None,
     tls: bool,
+    ca: Path | None,
+    cert: Path | None,
+    key_file: Path | None,
     pools: tuple[str, ...],
     slots: tuple[str, ...],
     labels: tuple[tuple[str, str], ...],
@@ -88,7 +93,7 @@ def worker(
     options: dict[str, Any] = {
         "token": token or settings.token,
         "tls": tls,
-        "credentials": settings.credentials,
+        "credentials": credentials(ca, cert, key_file) or settings.credentials,
         "labels": dict(labels),
         "name": name,
     }
