@@ -22,6 +22,11 @@ command -v chromium >/dev/null || apt-get install -y -q chromium \
 { command -v systemd-analyze && command -v docker-compose; } >/dev/null \
 	|| apt-get install -y -q systemd docker-compose \
 	|| { apt-get update -q && apt-get install -y -q systemd docker-compose; }
+# tests/deploy/test_image.py builds the root Dockerfile with buildah on a base image that
+# mmdebstrap makes from Debian's packages and podman tags (no registry is reachable).
+{ command -v buildah && command -v podman && command -v mmdebstrap; } >/dev/null \
+	|| apt-get install -y -q buildah podman mmdebstrap \
+	|| { apt-get update -q && apt-get install -y -q buildah podman mmdebstrap; }
 # The suite runs on the default transport, the native one, which must have been built (the
 # install skips an extension that fails to build); then the server suites again on grpcio.
 CRONOQ_REQUIRE_NATIVE=1 .venv/bin/pytest -q
