@@ -35,7 +35,10 @@ RELEASE = "demo"
 NAMESPACE = "jobs"
 FULLNAME = "demo-cronoq"
 PG_URL = "postgresql://cronoq:secret@db.example.internal:5432/cronoq"
+# The worker needs an image with the application (the chart refuses it without one).
+WORKER = ["--set", "worker.enabled=true", "--set", "worker.image.repository=registry.example/shop"]
 FULL = [
+    *WORKER,
     "--set",
     f"store.postgres.url={PG_URL}",
     "--set",
@@ -107,6 +110,12 @@ def render(helm: Path, *args: str) -> Rendered:
 @pytest.fixture(scope="module")
 def default(helm: Path) -> Rendered:
     return render(helm)
+
+
+@pytest.fixture(scope="module")
+def with_worker(helm: Path) -> Rendered:
+    """The defaults and a worker Deployment."""
+    return render(helm, *WORKER)
 
 
 @pytest.fixture(scope="module")
@@ -247,16 +256,24 @@ def test_config_passes_check(which: str, request: pytest.FixtureRequest, tmp_pat
     check_config(path, env)
 
 
-@pytest.mark.parametrize("which", ["default", "full"])
+@pytest.mark.parametrize("which", ["default", "with_worker", "full"])
 def test_every_secret_reference_resolves(which: str, request: pytest.FixtureRequest) -> None:
     r: Rendered = request.getfixturevalue(which)
     refs = [ref for c in containers(r) for ref in env_refs(c).values()]
-    assert len(refs) == (4 if which == "default" else 5)
+    # the server's three tokens, the worker's token, and the PostgreSQL URL in "full"
+    assert len(refs) == {"default": 3, "with_worker": 4, "full": 5}[which]
     for name, key in refs:
         assert len(r.secret_value(name, key)) >= 16, (name, key)
 
 
-@pytest.mark.parametrize("which", ["default", "full"])
+def test_no_worker_by_default_and_none_without_its_image(helm: Path, default: Rendered) -> None:
+    assert not [d for d in default.all("Deployment") if d["metadata"]["name"].endswith("-worker")]
+    done = run_helm(helm, "template", RELEASE, str(CHART), "--set", "worker.enabled=true")
+    assert done.returncode != 0
+    assert "worker.enabled needs worker.image.repository" in done.stderr
+
+
+@pytest.mark.parametrize("which", ["with_worker", "full"])
 def test_worker_runs_cronoq_worker(which: str, request: pytest.FixtureRequest) -> None:
     r: Rendered = request.getfixturevalue(which)
     worker = r.get("Deployment", f"{FULLNAME}-worker")
@@ -279,7 +296,7 @@ def test_worker_runs_cronoq_worker(which: str, request: pytest.FixtureRequest) -
     (server_var,) = [t["token_env"] for t in worker_token]
     assert r.secret_value(*env_refs(container)["CRONOQ_WORKER_TOKEN"]) == server_env(r)[server_var]
     # With KEDA the Deployment leaves its replicas to the ScaledObject.
-    assert ("replicas" in worker["spec"]) == (which == "default")
+    assert ("replicas" in worker["spec"]) == (which == "with_worker")
 
 
 def test_keda_scales_workers_on_desired_slots(full: Rendered) -> None:

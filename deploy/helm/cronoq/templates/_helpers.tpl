@@ -49,11 +49,10 @@ app.kubernetes.io/component: worker
 {{- end }}
 
 {{- define "cronoq.workerImage" -}}
-{{- if .Values.worker.image.repository }}
-{{- printf "%s:%s" .Values.worker.image.repository (default .Chart.AppVersion .Values.worker.image.tag) }}
-{{- else }}
-{{- include "cronoq.image" . }}
+{{- if not .Values.worker.image.repository }}
+{{- fail "worker.enabled needs worker.image.repository: an image with your application's modules (FROM the cronoq image)" }}
 {{- end }}
+{{- printf "%s:%s" .Values.worker.image.repository (default .Chart.AppVersion .Values.worker.image.tag) }}
 {{- end }}
 
 {{/* PostgreSQL when a URL or a Secret holding one is given; SQLite otherwise. */}}
