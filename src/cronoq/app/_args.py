@@ -536,6 +536,15 @@ class Signature:
         missing = self._required - payload.keys()
         if missing:
             raise ArgumentError(f"missing parameter {sorted(missing)[0]!r} of {self.name}")
+        kwargs: dict[str, Any] = {}
+        if self._simple:  # every parameter by name: the members are the keyword arguments
+            for name, value in payload.items():
+                try:
+                    convert = converters[name]
+                except KeyError:
+                    raise ArgumentError(f"{self.name} has no parameter {name!r}") from None
+                kwargs[name] = value if convert is None else self._member(name, convert, value)
+            return [], kwargs
         var_keyword = self._var_keyword
         extra = {k: v for k, v in payload.items() if k not in self._by_name or k == var_keyword}
         if extra and var_keyword is None:
@@ -545,7 +554,6 @@ class Signature:
         if self._var_positional in payload:
             by_position = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
         args: list[Any] = []
-        kwargs: dict[str, Any] = {}
         skipped = None  # a positional parameter left to its default
         for name, p in self._by_name.items():
             if name not in payload or p.kind is _P.VAR_KEYWORD:

@@ -79,6 +79,11 @@ def worker(app: App, target: str, pool: str, options: dict[str, Any]) -> Worker:
     return Worker(target, pool, Handler(app, pool), **options)
 
 
+def _media_type(content_type: str) -> str:
+    """ "text/plain; charset=utf-8" -> "text/plain"."""
+    return content_type.split(";")[0].strip()
+
+
 class Handler:
     """A Worker handler running the app's function for each lease's kind. A kind it does not
     know is handed back, so that another worker of the pool (a newer version, another
@@ -104,7 +109,8 @@ class Handler:
         task_fn = self._app.tasks.get(lease.kind)
         if task_fn is None or task_fn.pool != self._pool or not task_fn.serve:
             raise Reject(f"no worker here has a task function for kind {lease.kind!r}")
-        codec = self._codecs.get(lease.content_type.split(";")[0].strip())
+        codecs = self._codecs
+        codec = codecs.get(lease.content_type) or codecs.get(_media_type(lease.content_type))
         if codec is None:
             raise Permanent(
                 f"the arguments of {lease.kind} are {lease.content_type!r}, which this"
