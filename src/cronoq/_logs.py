@@ -4,19 +4,39 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import time
 from typing import Literal
 
-__all__ = ["JsonFormatter", "LogFormat", "setup_logging"]
+__all__ = ["FIELD_PREFIX", "RESERVED", "JsonFormatter", "LogFormat", "setup_logging"]
 
 LogFormat = Literal["text", "json"]
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The members a JSON line has of its own; a structured field named like one of them is written
+# under FIELD_PREFIX + its name instead (again while that is taken), never over them.
+RESERVED = frozenset({"ts", "level", "logger", "event", "msg", "exc"})
+FIELD_PREFIX = "field_"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record (`ts`, `level`, `logger`, `msg`, `exc`), so that a log
-    shipper never has to join lines, and a traceback stays inside its record."""
+    """One JSON object per record, so that a log shipper never has to join lines, and a
+    traceback stays inside its record (docs/server.md, "Logs"; docs/app.md for the worker).
+
+    Members, in this order: `ts` (RFC 3339, UTC, milliseconds), `level`, `logger`; `msg`, the
+    message, or for an event `event`, its name; the record's structured fields (the `fields`
+    dict of `extra`), each a member of its own (a field named like a member above or `exc` is
+    renamed `field_<name>`); and `exc`, the traceback, when the record has one.
+
+    With `events` (the server's convention, server/logs.py: its `event()` helper gives the
+    event's name as the message and its fields as `fields`), a record that carries fields is
+    an event; without it (the worker command's), its message stays a `msg`. Records without
+    fields have the same shape either way.
+    """
+
+    def __init__(self, *, events: bool = False) -> None:
+        super().__init__()
+        self.events = events
 
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
@@ -24,14 +44,27 @@ class JsonFormatter(logging.Formatter):
             "ts": f"{ts}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
         }
         fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            line.update(fields)
+        if not isinstance(fields, dict):
+            fields = None
+        line["event" if self.events and fields is not None else "msg"] = record.getMessage()
+        for key, value in (fields or {}).items():
+            name = str(key)
+            while name in RESERVED or name in line:
+                name = FIELD_PREFIX + name
+            line[name] = _plain(value)
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def _plain(value: object) -> object:
+    """`value` as JSON can hold it: an infinite or NaN float as its text (JSON has no such
+    number); anything else json.dumps cannot encode becomes its str() there."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
 
 
 def setup_logging(fmt: LogFormat, level: str) -> None:

@@ -132,8 +132,9 @@ class Server(LoggedProcess):
         super().__init__(
             [*COMMAND, "-c", config], env=None if env is None else {**os.environ, **env}
         )
-        match = self.wait_for(r"event=listening grpc=(\S+)")
-        self.address = match.group(1)
+        # the gRPC listener's line, in logfmt or (server.log_format = "json") as JSON
+        match = self.wait_for(r'event=listening grpc=(\S+)|"event": "listening", "grpc": "([^"]+)"')
+        self.address = match.group(1) or match.group(2)
 
 
 @dataclass

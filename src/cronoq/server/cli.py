@@ -15,6 +15,10 @@ SQLite store instead (backup.py, docs/backups.md); every other command line is t
 
 Logs go to stderr, one line per record, as `key=value` pairs (logfmt): `ts`, `level`,
 `logger`, then `event=<name>` and the event's fields, or `msg=<text>` for ordinary records.
+With `server.log_format = "json"` (or CRONOQ_LOG_FORMAT=json) each line is one JSON object
+with the same members instead, written by the worker command's formatter (cronoq._logs). The
+format applies from the start: the warnings found while validating the configuration are
+written in the format the configuration asks for.
 """
 
 from __future__ import annotations
@@ -32,10 +36,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cronoq import __version__
+from cronoq._logs import JsonFormatter
 from cronoq.errors import SchedulerError
 from cronoq.proto import proto_text
 
-from .config import ConfigError, ServerConfig, apply_overrides, read_config, validate
+from .config import (
+    ConfigError,
+    ServerConfig,
+    apply_overrides,
+    log_format_of,
+    read_config,
+    validate,
+)
 from .logs import event
 
 __all__ = ["LogfmtFormatter", "main"]
@@ -127,20 +139,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = root.level
     root.setLevel(logging.INFO)  # until the configuration names its level
     try:
-        return _run(args)
+        return _run(args, handler)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, handler: logging.Handler) -> int:
     path = args.config or os.environ.get("CRONOQ_CONFIG") or None
     shard = args.shard or os.environ.get("CRONOQ_SHARD") or None
     try:
         raw = read_config(None if path is None else Path(path))
-        cfg = validate(apply_overrides(raw, insecure_no_auth=args.insecure_no_auth, shard=shard))
+        raw = apply_overrides(raw, insecure_no_auth=args.insecure_no_auth, shard=shard)
+        # before validating: its warnings (a short token, ...) are records in that format too
+        handler.setFormatter(_formatter(log_format_of(raw)))
+        cfg = validate(raw)
     except ConfigError as exc:
         return _config_errors(exc)
+    handler.setFormatter(_formatter(cfg.server.log_format))  # the same, now validated
     if args.check:
         print(VALID)
         return 0
@@ -156,6 +172,12 @@ def _run(args: argparse.Namespace) -> int:
         # logged as event=failed, before the shutdown's events; said once more, last
         return _error(str(exc))
     return 0
+
+
+def _formatter(log_format: str) -> logging.Formatter:
+    """`server.log_format`'s formatter: logfmt, or JSON with the server's records carrying
+    fields rendered as events (`event` and the fields, as in logfmt)."""
+    return JsonFormatter(events=True) if log_format == "json" else LogfmtFormatter()
 
 
 def _missing_server_extra() -> str | None:
@@ -208,7 +230,7 @@ async def _serve(cfg: ServerConfig) -> None:
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
-    log.info("signal", extra={"fields": {"signal": sig.name}})
+    event(log, logging.INFO, "signal", signal=sig.name)
     stop.set()
 
 

@@ -1,5 +1,6 @@
-"""Structured log records: the server's log lines are `event=<name>` plus key=value fields (the
-command line's formatter, server/cli.py, renders them)."""
+"""Structured log records: the server's log lines are `event=<name>` plus key=value fields, or
+with `server.log_format = "json"` a JSON object with `event` and the fields as members (the
+command line's formatters, server/cli.py and cronoq._logs, render them)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from .library import core_pools, core_resources, library_pools, library_resource
 from .reader import (
     apply_overrides,
     load_config,
+    log_format_of,
     native_built,
     read_config,
     transport_of,
@@ -81,6 +82,7 @@ __all__ = [
     "library_pools",
     "library_resources",
     "load_config",
+    "log_format_of",
     "native_built",
     "read_config",
     "transport_of",

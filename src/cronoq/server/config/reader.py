@@ -24,6 +24,8 @@ from cronoq.server.hosts import loopback_name
 from .library import remote_executor
 from .settings import (
     LEADER_LEASE_S,
+    LOG_FORMAT_ENV,
+    LOG_FORMATS,
     LOG_LEVELS,
     MAX_ENDPOINT_LEN,
     MAX_MULTIPLIER,
@@ -324,6 +326,7 @@ def _server(t: Table, env: Mapping[str, str]) -> ServerSettings:
         peer_tls=peer_tls,
         insecure_peer_http=t.boolean("insecure_peer_http", default.insecure_peer_http),
         log_level=t.string("log_level", default.log_level, choices=LOG_LEVELS),
+        log_format=_log_format(t, env),
         dashboard=t.boolean("dashboard", default.dashboard),
         transport=_transport(t, env, grpc_web is not None),
     )
@@ -357,6 +360,31 @@ def _transport(t: Table, env: Mapping[str, str], grpc_web: bool) -> str:
             '"native" does not serve gRPC-Web ([server.grpc_web]): use "auto" or "grpcio"',
         )
     return transport
+
+
+def _log_format(t: Table, env: Mapping[str, str]) -> str:
+    """`server.log_format`, else CRONOQ_LOG_FORMAT, else "logfmt" (docs/server.md, "Logs")."""
+    if t.has("log_format"):
+        return t.string("log_format", "logfmt", choices=LOG_FORMATS)
+    value = env.get(LOG_FORMAT_ENV) or "logfmt"
+    if value not in LOG_FORMATS:
+        listed = ", ".join(quote(c) for c in LOG_FORMATS)
+        t.fail("log_format", f"{LOG_FORMAT_ENV} must be one of {listed} (got {quote(value)})")
+        return "logfmt"
+    return value
+
+
+def log_format_of(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> str:
+    """The log format the raw tables ask for, before they are validated: "json" only when
+    `server.log_format` is "json", or is absent and CRONOQ_LOG_FORMAT is "json"; else "logfmt".
+    The command line writes the warnings found while validating in it; when it is not "json",
+    validation either finds "logfmt" too or refuses the value."""
+    server = raw.get("server")
+    if isinstance(server, Mapping) and "log_format" in server:
+        value = server["log_format"]
+    else:
+        value = env.get(LOG_FORMAT_ENV)
+    return "json" if value == "json" else "logfmt"
 
 
 def transport_of(server: ServerSettings) -> str:

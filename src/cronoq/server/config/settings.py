@@ -35,6 +35,8 @@ MIN_TOKEN_LEN = 16  # shorter is an error (docs/configuration.md, "[auth]")
 SHORT_TOKEN_LEN = 32  # shorter logs a warning
 ROLES = ("client", "worker", "metrics", "admin")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("logfmt", "json")  # server.log_format
+LOG_FORMAT_ENV = "CRONOQ_LOG_FORMAT"
 STORE_KINDS = ("memory", "sqlite", "postgres")
 SCALER_KINDS = ("external", "webhook")
 RESOURCE_KINDS = ("semaphore", "token_bucket")
@@ -121,6 +123,8 @@ class ServerSettings:
     peer_tls: PeerTlsSettings | None = None
     insecure_peer_http: bool = False
     log_level: str = "info"
+    # "logfmt" or "json": how log records are written (docs/server.md, "Logs")
+    log_format: str = "logfmt"
     dashboard: bool = True
     # "auto", "native" or "grpcio": what serves the gRPC port (docs/server.md, "Transports")
     transport: str = "auto"
