@@ -67,6 +67,8 @@ def test_the_key_then_the_variable() -> None:
     assert load_config(None, env={"CRONOQ_LOG_FORMAT": ""}).server.log_format == "logfmt"
     given = '[server]\nlog_format = "logfmt"'
     assert load_config(given, env={"CRONOQ_LOG_FORMAT": "json"}).server.log_format == "logfmt"
+    # "text", the worker command's human format, is logfmt for the server
+    assert load_config(None, env={"CRONOQ_LOG_FORMAT": "text"}).server.log_format == "logfmt"
     # the key wins even over a variable that would be refused
     assert load_config(given, env={"CRONOQ_LOG_FORMAT": "xml"}).server.log_format == "logfmt"
 
@@ -83,8 +85,8 @@ def test_the_key_then_the_variable() -> None:
         ("[server]\nlog_format = true", {}, "server.log_format: must be a string (got a boolean)"),
         (
             None,
-            {"CRONOQ_LOG_FORMAT": "text"},
-            'server.log_format: CRONOQ_LOG_FORMAT must be one of "logfmt", "json" (got "text")',
+            {"CRONOQ_LOG_FORMAT": "yaml"},
+            'server.log_format: CRONOQ_LOG_FORMAT must be one of "logfmt", "json" (got "yaml")',
         ),
     ],
     ids=["case", "empty", "type", "env"],

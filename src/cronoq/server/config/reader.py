@@ -367,6 +367,8 @@ def _log_format(t: Table, env: Mapping[str, str]) -> str:
     if t.has("log_format"):
         return t.string("log_format", "logfmt", choices=LOG_FORMATS)
     value = env.get(LOG_FORMAT_ENV) or "logfmt"
+    if value == "text":  # `cronoq worker`'s name for its human lines: one variable serves both
+        value = "logfmt"
     if value not in LOG_FORMATS:
         listed = ", ".join(quote(c) for c in LOG_FORMATS)
         t.fail("log_format", f"{LOG_FORMAT_ENV} must be one of {listed} (got {quote(value)})")
