@@ -1011,7 +1011,9 @@ def test_a_module_level_worker_serves_under_two_event_loops() -> None:
 
     asyncio.run(asyncio.wait_for(once(), 8))
     asyncio.run(asyncio.wait_for(once(), 8))
-    assert MODULE_WORKER.connections == 2
+    # one session per loop at least; a loaded machine may add a reconnect (a first connection
+    # refused or reset while the fake server on the reused port comes up), which run() rides out
+    assert MODULE_WORKER.connections >= 2
 
 
 # --- against the real cronoq-server ----------------------------------------------------------
