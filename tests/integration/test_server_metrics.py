@@ -9,6 +9,11 @@ each test checks families of that one scrape, parsed with prometheus_client's pa
 type, label names, samples per pool in configuration order, and the values the traffic implies.
 Two tests scrape again for figures that only come with time (the autoscaler's target, the
 cost), polling until they show instead of sleeping for a guessed time.
+
+The published families are pinned by name, type and label names (PUBLISHED); our task-queue
+families (NEW: the wait and attempt-duration histograms, the ready-queue gauges, the per-pool
+retry and dead-letter counters) are checked beside them, by counts the traffic implies rather
+than by how long anything took.
 """
 
 from __future__ import annotations
@@ -62,6 +67,66 @@ ENDED = {
     "missed": 0,
     "shed": 1,
 }
+
+# The families of the published cronoq-server 0.2.1 plus our earlier ones: (type, label names).
+# Dashboards rely on them; nothing here may change.
+PUBLISHED: dict[str, tuple[str, list[str]]] = {
+    "cronoq_up": ("gauge", []),
+    "cronoq_leader": ("gauge", []),
+    **{
+        name: ("gauge", ["pool"])
+        for name in (
+            "cronoq_pool_workers",
+            "cronoq_pool_desired_workers",
+            "cronoq_pool_busy_workers",
+            "cronoq_pool_held_workers",
+            "cronoq_pool_workers_connected",
+            "cronoq_pool_reservations",
+            "cronoq_pool_dispatched_window",
+            "cronoq_pool_succeeded",
+            "cronoq_pool_failed",
+            "cronoq_pool_priority_adherence",
+            "cronoq_pool_fixed_start_hit_rate",
+            "cronoq_pool_utilization",
+            "cronoq_pool_schedule_efficiency",
+        )
+    },
+    "cronoq_pool_pending": ("gauge", ["pool", "class"]),
+    "cronoq_pool_wait_seconds": ("gauge", ["pool", "quantile"]),
+    "cronoq_pool_cost_total": ("counter", ["pool"]),
+    "cronoq_group_capacity": ("gauge", ["pool", "labels"]),
+    "cronoq_group_busy": ("gauge", ["pool", "labels"]),
+    "cronoq_workers_connected": ("gauge", []),
+    "cronoq_live_tasks": ("gauge", []),
+    "cronoq_running_tasks": ("gauge", []),
+    "cronoq_pending_tasks": ("gauge", []),
+    "cronoq_tasks_total": ("counter", ["status"]),
+    **{
+        name: ("counter", [])
+        for name in (
+            "cronoq_tasks_submitted_total",
+            "cronoq_attempts_dispatched_total",
+            "cronoq_retries_total",
+            "cronoq_timeouts_total",
+            "cronoq_lease_expiries_total",
+            "cronoq_stale_completions_total",
+        )
+    },
+}
+# Our task-queue families, exposed after the published ones (docs/http.md, "Task queue metrics").
+NEW: dict[str, tuple[str, list[str]]] = {
+    "cronoq_pool_queue_wait_seconds": ("histogram", ["pool", "class"]),
+    "cronoq_pool_attempt_duration_seconds": ("histogram", ["pool", "class", "outcome"]),
+    "cronoq_pool_ready_tasks": ("gauge", ["pool", "class"]),
+    "cronoq_pool_oldest_ready_age_seconds": ("gauge", ["pool", "class"]),
+    "cronoq_pool_retries_total": ("counter", ["pool"]),
+    "cronoq_pool_dead_lettered_total": ("counter", ["pool"]),
+}
+CLASSES = ["critical", "high", "normal", "low"]
+LE = [
+    "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5",
+    "5.0", "10.0", "30.0", "60.0", "120.0", "300.0", "600.0", "1800.0", "3600.0", "+Inf",
+]  # fmt: skip
 
 OLD_NAMES = [
     "cronoq_pool_capacity",
@@ -242,9 +307,18 @@ def test_no_old_name_or_label_is_exported(metrics: Scrape) -> None:
     for name in OLD_NAMES:
         assert name not in metrics.families
         assert f"{name}{{" not in metrics.text and f"{name} " not in metrics.text
+    published = {k for name in PUBLISHED for s in metrics.families[name][1] for k in s.labels}
+    assert published == {"pool", "class", "quantile", "status", "labels"}
     labels = {k for _, samples in metrics.families.values() for s in samples for k in s.labels}
-    assert "event" not in labels
-    assert labels == {"pool", "class", "quantile", "status", "labels"}
+    assert labels == published | {"outcome", "le"}  # the new histograms' own
+
+
+def test_published_families_unchanged_and_new_ones_beside_them(metrics: Scrape) -> None:
+    """Every published family keeps its name, type and label names, in the published order;
+    the new families follow them and are all there is besides."""
+    assert list(metrics.families) == [*PUBLISHED, *NEW]
+    for name, (kind, labels) in PUBLISHED.items():
+        family(metrics, name, kind, labels)
 
 
 # --- per pool -----------------------------------------------------------------------------------
@@ -374,3 +448,96 @@ def test_unlabelled_counters(metrics: Scrape) -> None:
 def test_up_and_leader(metrics: Scrape) -> None:
     assert single(metrics, "cronoq_up", "gauge") == 1
     assert single(metrics, "cronoq_leader", "gauge") == 1
+
+
+# --- the task-queue families ----------------------------------------------------------------
+
+
+def histogram(m: Scrape, name: str, labels: list[str]) -> dict[tuple[str, ...], Hist]:
+    """The series of one histogram family by label values (without `le`), each checked to have
+    the documented buckets, cumulative, with the +Inf bucket equal to the count."""
+    assert name in m.families, name
+    kind, samples = m.families[name]
+    assert kind == "histogram" and f"# TYPE {name} histogram\n" in m.text, name
+    out: dict[tuple[str, ...], Hist] = {}
+    for s in samples:
+        key = tuple(s.labels[k] for k in labels)
+        h = out.setdefault(key, Hist({}, math.nan, math.nan))
+        if s.name == name + "_bucket":
+            assert sorted(s.labels) == sorted([*labels, "le"]), s
+            h.buckets[s.labels["le"]] = s.value
+        else:
+            assert sorted(s.labels) == sorted(labels), s
+            if s.name == name + "_sum":
+                h.sum = s.value
+            else:
+                assert s.name == name + "_count", s
+                h.count = s.value
+    for key, h in out.items():
+        assert list(h.buckets) == LE, key
+        counts = list(h.buckets.values())
+        assert counts == sorted(counts) and counts[-1] == h.count, (key, counts)
+        assert h.sum >= 0, key
+    return out
+
+
+@dataclass
+class Hist:
+    buckets: dict[str, float]  # le -> cumulative count
+    sum: float
+    count: float
+
+
+def per_pool_class(m: Scrape, name: str) -> dict[tuple[str, str], float]:
+    samples = family(m, name, "gauge", ["pool", "class"])
+    keys = [(s.labels["pool"], s.labels["class"]) for s in samples]
+    assert keys == [(p, c) for p in POOLS for c in CLASSES], name
+    return {k: s.value for k, s in zip(keys, samples, strict=True)}
+
+
+def test_queue_wait_histogram_counts_every_start(metrics: Scrape) -> None:
+    waits = histogram(metrics, "cronoq_pool_queue_wait_seconds", ["pool", "class"])
+    # every dispatch (DISPATCHED) is one observation: 8 in zeta, 1 in ttl, all normal
+    assert {k: h.count for k, h in waits.items()} == {("zeta", "normal"): 8, ("ttl", "normal"): 1}
+    assert sum(h.count for h in waits.values()) == DISPATCHED
+
+
+def test_attempt_duration_histogram_by_outcome(metrics: Scrape) -> None:
+    runs = histogram(metrics, "cronoq_pool_attempt_duration_seconds", ["pool", "class", "outcome"])
+    assert {k: h.count for k, h in runs.items()} == {
+        ("zeta", "normal", "succeeded"): 4,
+        ("zeta", "normal", "failed"): 2,  # the retried attempt and the permanent failure
+        ("zeta", "normal", "timed_out"): 1,
+        ("ttl", "normal", "lease_expired"): 1,
+    }  # the attempt still running has not ended: it is in none
+    # an attempt ends by its timeout (0.2 s) or lease (TTL) no sooner than that after its start
+    timed_out = runs["zeta", "normal", "timed_out"]
+    assert timed_out.sum >= 0.2 and timed_out.buckets["0.1"] == 0
+    expired = runs["ttl", "normal", "lease_expired"]
+    assert expired.sum >= TTL and expired.buckets["0.25"] == 0
+
+
+def test_ready_tasks_and_the_oldest_age(metrics: Scrape) -> None:
+    ready = per_pool_class(metrics, "cronoq_pool_ready_tasks")
+    # the same as pending here: no task waits on a dependency, a start time or a backoff
+    assert ready == dict.fromkeys(ready, 0) | {
+        ("alpha", "high"): 2,
+        ("alpha", "low"): 1,
+        ("shed", "normal"): 1,
+    }
+    age = per_pool_class(metrics, "cronoq_pool_oldest_ready_age_seconds")
+    waiting = {k for k, n in ready.items() if n}
+    assert all(age[k] == 0 for k in age if k not in waiting)
+    assert all(age[k] >= 0 for k in waiting)
+    # the high tasks were submitted before the low one: they have waited at least as long
+    assert age["alpha", "high"] >= age["alpha", "low"]
+
+
+def test_per_pool_retries_and_dead_letters(metrics: Scrape) -> None:
+    retries = per_pool(metrics, "cronoq_pool_retries_total", "counter")
+    dead = per_pool(metrics, "cronoq_pool_dead_lettered_total", "counter")
+    assert retries == dict.fromkeys(POOLS, 0) | {"zeta": 1}
+    assert dead == dict.fromkeys(POOLS, 0) | {"zeta": 1, "ttl": 1}
+    # per pool, the published whole-server counters split up
+    assert sum(retries.values()) == single(metrics, "cronoq_retries_total", "counter")
+    assert sum(dead.values()) == ENDED["dead_lettered"]

@@ -937,6 +937,7 @@ class Sim:
         live = 0
         pending = {p: [0, 0, 0, 0] for p in self.pool_names}
         queued = dict.fromkeys(self.pool_names, 0)
+        ready = {p: [0, 0, 0, 0] for p in self.pool_names}
         for t in self.tasks.values():
             rec = t.rec
             assert t.events, f"task {t.id} was never reported"
@@ -950,6 +951,7 @@ class Sim:
                 assert t.run is None and rec.running is None, f"task {t.id} holds an attempt"
             due = rec.extra is not None and rec.extra.due
             if t.status == "ready":
+                ready[t.pool][t.cls] += 1
                 assert not (due and rec.parked is not None), f"task {t.id} due and parked"
                 if isinstance(rec.parked, ResourceState):
                     assert rec.parked.name in t.resources, f"task {t.id} parked on a stranger"
@@ -982,6 +984,10 @@ class Sim:
                     f"task {t.id} still scheduled at {self.now}"
                 )
         assert eng.live == live
+        # the metrics' ready counts (pending - retrying - blocked or scheduled) are exact
+        views = {v.pool: v for v in eng.ready_view()}
+        for p in self.pool_names:
+            assert list(views[p].ready_by_class) == ready[p], (p, views[p], ready[p])
         snap = eng.snapshot(self.now)
         for p in self.pool_names:
             pool = eng.pools[p]

@@ -60,7 +60,9 @@ from .model import (
     SUCCEEDED,
     Attempt,
     Extras,
+    Observer,
     PoolConfig,
+    ReadyView,
     Scoring,
     Snapshot,
     TaskRecord,
@@ -71,7 +73,17 @@ from .recurring import Recurring
 from .resources import ResourceConfig
 from .restore import restore
 from .schedules import Schedules
-from .state import ABORT_LEASE, ABORT_TIMEOUT, EVENTS_ALL, EVENTS_NONE, EVENTS_TERMINAL, State
+from .state import (
+    ABORT_CANCELLED,
+    ABORT_LEASE,
+    ABORT_SHUTDOWN,
+    ABORT_TIMEOUT,
+    EVENTS_ALL,
+    EVENTS_NONE,
+    EVENTS_TERMINAL,
+    ObservedState,
+    State,
+)
 
 __all__ = [
     "ABORT_CANCELLED",
@@ -88,9 +100,6 @@ __all__ = [
     "Engine",
 ]
 
-# abort reasons handed to the driver (state.py has those of timeouts and lease expiries)
-ABORT_CANCELLED = "cancelled"
-ABORT_SHUTDOWN = "scheduler shut down"
 
 MSG_CANCELLED = "cancelled"
 MSG_SHED = "shed under overload"
@@ -118,12 +127,17 @@ class Engine:
         resources: Sequence[ResourceConfig] = (),
         elastic: bool = True,
         journal: bool = False,
+        observer: Observer | None = None,
     ) -> None:
         """`elastic=False`: capacity comes from outside (remote workers' grants); the
         autoscaler then only computes `desired`, for external scalers to act on.
-        `journal=True`: keep a Journal of what changed, for a driver with a store."""
+        `journal=True`: keep a Journal of what changed, for a driver with a store.
+        `observer`: told of every attempt's start (its wait for a slot) and end (its runtime
+        and outcome), see model.Observer; with None (the default) the engine's State is the
+        plain one, whose start and end of an attempt test for no observer."""
         self.scoring = scoring or Scoring()
-        st = self._st = State(
+        kw = {} if observer is None else {"observer": observer}
+        st = self._st = (State if observer is None else ObservedState)(
             pools,
             resources,
             now,
@@ -134,6 +148,7 @@ class Engine:
             first_id=first_id,
             attempt_class=attempt_class,
             journal=journal,
+            **kw,
         )
         # The shared tables, under the names drivers and tests read them by.
         self.rng = st.rng
@@ -581,6 +596,12 @@ class Engine:
         return atts
 
     # --- snapshot ------------------------------------------------------------------------
+
+    def ready_view(self) -> list[ReadyView]:
+        """Each pool's ready tasks per class, the `ready_at` of the first in line and its
+        retry and dead-letter counts (model.ReadyView), in configuration order: O(pools x
+        classes) plus the due fixed starts, for a metrics scrape."""
+        return [p.ready_view() for p in self._st.pool_list]
 
     def snapshot(self, now: float) -> Snapshot:
         pools = [p.snapshot(now) for p in self._st.pool_list]

@@ -117,6 +117,7 @@ class FixedStarts:
         start = extra.start_at
         assert start is not None
         self._st.move(rec, READY, now, None)
+        pool.unready_by_class[rec.cls] -= 1
         rec.eligible_at = rec.ready_at = now
         pool.arrivals += 1
         _hold(extra, pool)

@@ -270,10 +270,39 @@ class PoolConfig:
 # How many ended attempts of a retried task its record keeps (TaskRecord.past_attempts).
 HISTORY_MAX = 20
 
-# PastAttempt.outcome: how an attempt that the task retried after ended.
-OUTCOME_FAILED = "failed"
-OUTCOME_TIMED_OUT = "timed_out"
-OUTCOME_LEASE_EXPIRED = "lease_expired"
+# How an attempt ended. PastAttempt.outcome (an attempt that the task retried after) is one of
+# the first three; `Observer.ended` is told any of ATTEMPT_OUTCOMES.
+OUTCOME_FAILED = "failed"  # its executor or worker reported a failure
+OUTCOME_TIMED_OUT = "timed_out"  # it ran past the task's timeout
+OUTCOME_LEASE_EXPIRED = "lease_expired"  # its worker stopped heartbeating
+OUTCOME_SUCCEEDED = "succeeded"
+OUTCOME_CANCELLED = "cancelled"  # the task was cancelled while it ran
+OUTCOME_ABANDONED = "abandoned"  # the scheduler shut down with it still running
+ATTEMPT_OUTCOMES: tuple[str, ...] = (
+    OUTCOME_SUCCEEDED,
+    OUTCOME_FAILED,
+    OUTCOME_TIMED_OUT,
+    OUTCOME_LEASE_EXPIRED,
+    OUTCOME_CANCELLED,
+    OUTCOME_ABANDONED,
+)
+
+
+class Observer(Protocol):
+    """What a driver may watch of attempts as they start and end (`Engine(observer=...)`, the
+    server's histograms): called synchronously inside the engine call that starts or ends the
+    attempt, so it must be quick and must not call back into the engine. Times are seconds.
+
+    `started`: an attempt of a task of priority class `cls` started in `pool` after waiting
+    `wait` = start - `TaskRecord.ready_at`, the instant the task last became ready (admitted
+    with nothing to wait for, its dependencies met, its fixed start come, its retry backoff
+    over): the time it waited for a slot, not for its dependencies, its start time or a
+    backoff. `ended`: the attempt ended with `outcome` (one of ATTEMPT_OUTCOMES) after
+    `runtime` = end - `Attempt.started_at`."""
+
+    def started(self, pool: str, cls: int, wait: float) -> None: ...
+
+    def ended(self, pool: str, cls: int, outcome: str, runtime: float) -> None: ...
 
 
 class PastAttempt(NamedTuple):
@@ -570,6 +599,27 @@ class PoolSnapshot:
     run_p99: float
     worker_seconds: float
     cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyView:
+    """The ready tasks of one pool, per priority class (index: the class, CRITICAL first), and
+    the pool's retry and dead-letter counts; `Engine.ready_view()`.
+
+    `ready_by_class`: tasks in status READY, waiting for a slot wherever they wait (the ready
+    queue, a short resource, a worker-group slot, a held slot of their fixed start).
+    `oldest_ready_at`: the `ready_at` of the task first in line of each class (its queue's
+    head, or a fixed start that is due), None when the class has none. Queue order is by first
+    eligibility, so after a retry the head may not be the task that became ready earliest;
+    tasks parked on a resource or a worker-group slot are not looked at (finding theirs would
+    walk every parked task). `retries`, `dead_lettered`: counted as `Snapshot.totals` counts
+    them, for this pool."""
+
+    pool: str
+    ready_by_class: tuple[int, ...]
+    oldest_ready_at: tuple[float | None, ...]
+    retries: int
+    dead_lettered: int
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,15 @@ import math
 
 from .autoscale import Autoscaler
 from .groups import Groups
-from .model import READY, PoolConfig, PoolSnapshot, Scoring, TaskRecord
+from .model import (
+    NUM_CLASSES,
+    READY,
+    PoolConfig,
+    PoolSnapshot,
+    ReadyView,
+    Scoring,
+    TaskRecord,
+)
 from .queue import ReadyQueues
 from .stats import PoolStats
 
@@ -23,6 +31,7 @@ class PoolState:
         "busy",
         "capacity",
         "cfg",
+        "dead_lettered",
         "due",
         "durations",
         "groups",
@@ -35,11 +44,13 @@ class PoolState:
         "queues",
         "reservation_limit",
         "reservations",
+        "retries",
         "retry",
         "retrying_by_class",
         "scaler",
         "stats",
         "unlabeled",
+        "unready_by_class",
     )
 
     def __init__(self, cfg: PoolConfig, sc: Scoring, now: float) -> None:
@@ -69,6 +80,12 @@ class PoolState:
         )
         self.arrivals = 0
         self.retrying_by_class = [0, 0, 0, 0]
+        # Pending tasks not ready yet (blocked on dependencies, scheduled for a fixed start):
+        # only tasks with extras ever are, so a plain task never touches it. Ready tasks are
+        # then pending - retrying - unready, per class (ready_view).
+        self.unready_by_class = [0, 0, 0, 0]
+        self.retries = 0  # retries and dead letters of this pool (Engine totals' per pool)
+        self.dead_lettered = 0
 
     def expected_duration(self, rec: TaskRecord) -> float:
         if rec.duration_hint is not None:
@@ -133,6 +150,28 @@ class PoolState:
     def desired(self) -> int:
         """The target capacity: the autoscaler's last one, or the capacity without it."""
         return self.capacity if self.scaler is None else self.scaler.desired
+
+    def ready_view(self) -> ReadyView:
+        """Ready tasks per class and the ready_at of the first in line (model.ReadyView)."""
+        ready = tuple(
+            p - r - u
+            for p, r, u in zip(
+                self.pending_by_class, self.retrying_by_class, self.unready_by_class, strict=True
+            )
+        )
+        oldest: list[float | None] = [None] * NUM_CLASSES
+        for c, q in enumerate(self.queues.classes):
+            if q.n:
+                head = q.fifo_head()
+                if head is not None:
+                    oldest[c] = head.ready_at
+        for _, _, rec in self.due:  # fixed starts waiting for their held slot (few)
+            extra = rec.extra
+            if rec.status == READY and extra is not None and extra.due:
+                at = oldest[rec.cls]
+                if at is None or rec.ready_at < at:
+                    oldest[rec.cls] = rec.ready_at
+        return ReadyView(self.name, ready, tuple(oldest), self.retries, self.dead_lettered)
 
     def snapshot(self, now: float) -> PoolSnapshot:
         m = self.stats.summary(now)

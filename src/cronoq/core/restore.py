@@ -51,13 +51,14 @@ def restore(
     for rec in done:
         st.retain(rec)
     lost: list[TaskRecord] = []
-    retried = 0
+    retried: dict[str, int] = {}  # lost attempts retried, by pool
     for rec in ordered:
         if rec.status >= FIRST_TERMINAL:
             continue
         was_running = rec.status == RUNNING
         problem = broken.get(rec.id) or _readmit(st, deps, rec, now)
-        retried += problem is None and was_running and rec.status == RETRYING
+        if problem is None and was_running and rec.status == RETRYING:
+            retried[rec.pool] = retried.get(rec.pool, 0) + 1
         if problem is not None:
             st.reinstate(rec, FAILED, journal=True)
             rec.message, rec.finished_at = problem, now

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from .actions import Actions, Journal
 from .groups import Group
@@ -27,18 +27,24 @@ from .model import (
     FAILED,
     FIRST_TERMINAL,
     HISTORY_MAX,
+    OUTCOME_ABANDONED,
+    OUTCOME_CANCELLED,
+    OUTCOME_FAILED,
     OUTCOME_LEASE_EXPIRED,
+    OUTCOME_SUCCEEDED,
     OUTCOME_TIMED_OUT,
     READY,
     RESTORE_TRANSITIONS,
     RETRYING,
     RUNNING,
+    SCHEDULED,
     STATUS_NAMES,
     SUCCEEDED,
     TOTALS_KEYS,
     TRANSITIONS,
     Attempt,
     Extras,
+    Observer,
     PastAttempt,
     PoolConfig,
     Scoring,
@@ -59,6 +65,15 @@ EVENTS_ALL = 2
 # abort reasons handed to the driver
 ABORT_TIMEOUT = "attempt timed out"
 ABORT_LEASE = "lease expired"
+ABORT_CANCELLED = "cancelled"
+ABORT_SHUTDOWN = "scheduler shut down"
+# the outcome an observer is told of an aborted attempt (model.ATTEMPT_OUTCOMES)
+_ABORT_OUTCOMES = {
+    ABORT_TIMEOUT: OUTCOME_TIMED_OUT,
+    ABORT_LEASE: OUTCOME_LEASE_EXPIRED,
+    ABORT_CANCELLED: OUTCOME_CANCELLED,
+    ABORT_SHUTDOWN: OUTCOME_ABANDONED,
+}
 
 
 class DepsHooks(Protocol):
@@ -171,6 +186,7 @@ class State:
                 rec.eligible_at = now
             self.make_ready(rec, pool, now)
             return
+        pool.unready_by_class[rec.cls] += 1  # until make_ready, fixed.make_due or finish
         if fixed:
             pool.reservations[rec] = pool.reservation(rec)
         self.deps.attach(rec, extra, pool, now)
@@ -188,6 +204,7 @@ class State:
             if extra.start_at is not None:
                 self.fixed.arrive(rec, extra, pool, now)
                 return
+        pool.unready_by_class[rec.cls] -= 1
         if not rec.eligible_at:
             rec.eligible_at = now
         self.make_ready(rec, pool, now)
@@ -258,8 +275,8 @@ class State:
         return runtime
 
     def abort(self, att: Attempt, pool: PoolState, now: float, reason: str) -> None:
+        att.abort_reason = reason  # first: an ObservedState's end_attempt reads it
         self.end_attempt(att, pool, now, False)
-        att.abort_reason = reason
         self.out.aborts.append(att)
 
     def reoffer_if_resources(self) -> None:
@@ -290,6 +307,7 @@ class State:
         if retry_after is not None and retry_after > delay:
             delay = retry_after
         self.totals["retries"] += 1
+        pool.retries += 1
         pool.stats.on_retry(now)
         pool.pending_by_class[rec.cls] += 1
         pool.retrying_by_class[rec.cls] += 1
@@ -331,11 +349,15 @@ class State:
             pool.pending_by_class[rec.cls] -= 1
             if rec.status == RETRYING:
                 pool.retrying_by_class[rec.cls] -= 1
+            elif rec.status == BLOCKED or rec.status == SCHEDULED:
+                pool.unready_by_class[rec.cls] -= 1
         self.move(rec, status, now, message)
         rec.message = message
         rec.finished_at = now
         if status == SUCCEEDED:  # an ended task that did not succeed keeps it, to submit again
             rec.payload = None
+        elif status == DEAD_LETTERED:
+            self.pools[rec.pool].dead_lettered += 1
         self.live -= 1
         self.totals[STATUS_NAMES[status]] += 1
         self.out.finished.append(rec)
@@ -389,11 +411,13 @@ class State:
         if rec.key is not None:
             self.keys[rec.key] = rec
 
-    def restart_counts(self, retries: int) -> None:
-        """After restore, totals and arrivals count only what happens from here."""
-        self.totals.update(dict.fromkeys(TOTALS_KEYS, 0), retries=retries)
+    def restart_counts(self, retried: dict[str, int]) -> None:
+        """After restore, totals and arrivals count only what happens from here, but for the
+        lost attempts restore retried (`retried`: how many, by pool)."""
+        self.totals.update(dict.fromkeys(TOTALS_KEYS, 0), retries=sum(retried.values()))
         for pool in self.pools.values():
-            pool.arrivals = 0
+            pool.arrivals = pool.dead_lettered = 0
+            pool.retries = retried.get(pool.name, 0)
         if self.journal is not None:
             self.journal.added.clear()  # their rows exist
 
@@ -413,6 +437,32 @@ class State:
         self.out.events.append(
             StatusEvent(rec.id, rec.pool, rec.key, STATUS_NAMES[status], rec.attempt, now, message)
         )
+
+
+class ObservedState(State):
+    """A State that tells an observer (model.Observer) of every attempt's start and end: the
+    engine's State when it is given one. Overriding the two primitives, rather than testing
+    for an observer inside them, leaves the path of an engine nobody observes as it was."""
+
+    def __init__(self, *args: Any, observer: Observer, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.observer = observer
+
+    def start(
+        self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool, slot: Group | None
+    ) -> None:
+        super().start(rec, pool, now, adherent, slot)
+        self.observer.started(pool.name, rec.cls, now - rec.ready_at)
+
+    def end_attempt(self, att: Attempt, pool: PoolState, now: float, success: bool) -> float:
+        runtime = super().end_attempt(att, pool, now, success)
+        reason = att.abort_reason
+        if reason is not None:
+            outcome = _ABORT_OUTCOMES.get(reason, OUTCOME_ABANDONED)
+        else:
+            outcome = OUTCOME_SUCCEEDED if success else OUTCOME_FAILED
+        self.observer.ended(pool.name, att.task.cls, outcome, runtime)
+        return runtime
 
 
 def _remember(rec: TaskRecord, now: float, outcome: str, message: str) -> None:

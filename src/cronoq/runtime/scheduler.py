@@ -32,7 +32,7 @@ from .._options import (
 from ..core import engine as _engine
 from ..core.cron import CronError, parse_cron, zone
 from ..core.engine import Engine
-from ..core.model import Snapshot, TaskRecord, check_seconds
+from ..core.model import Observer, Snapshot, TaskRecord, check_seconds
 from ..core.recurring import Recurring
 from ..core.vocab import OVERLAPS, STATUSES, MissPolicy, Overlap, Status
 from ..errors import SchedulerError, SubmitError
@@ -114,6 +114,7 @@ class Scheduler:
         launcher: Launcher | None = None,
         clock: Callable[[], float] | None = None,
         shard: int | None = None,
+        observer: Observer | None = None,
     ) -> None:
         """`launcher` (for the server): attempts go to it instead of the pools' executors, and
         every pool starts with no slots (the launcher's workers bring them).
@@ -124,12 +125,16 @@ class Scheduler:
 
         `clock` (default `time.time`): the scheduler's wall clock in Unix seconds, read for
         every decision (deadlines, backoffs, leases, timestamps). Its seconds must pass as fast
-        as the event loop's `loop.time()`, since the scheduler's timers are loop timers."""
+        as the event loop's `loop.time()`, since the scheduler's timers are loop timers.
+
+        `observer` (for the server's metrics): told of every attempt's start and end by the
+        engine of each session (`cronoq.core.model.Observer`); None costs nothing more."""
         if clock is None:
             clock = time.time
         elif not callable(clock):
             raise TypeError(f"clock must be a callable returning Unix seconds (got {clock!r})")
         self._clock: Callable[[], float] = clock
+        self._observer = observer
         pools = list(pools)
         if not pools:
             raise ValueError("at least one pool is required")
@@ -261,6 +266,7 @@ class Scheduler:
             resources=self._resources,
             elastic=self._launcher.elastic,
             journal=store is not None,
+            observer=self._observer,
         )
         self._session = s = Session(engine, loop, self._launcher, self._clock)
         self._life.move(_S.RUNNING)

@@ -175,6 +175,7 @@ class ServerApp:
             launcher=self.launcher,
             clock=clock,
             shard=None if cfg.own_shard is None else cfg.own_shard.number,
+            observer=self._http.metrics.observer,  # the task-queue histograms of /metrics
         )
         self.grpc_address: SocketAddress | None = None  # with the bound port, once listening
         self.http_address: SocketAddress | None = None

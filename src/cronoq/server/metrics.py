@@ -12,22 +12,37 @@ tests, a leader and its standby) never mix their figures.
 
 prometheus_client writes every value as a float (`3.0` where the published server writes `3`);
 a Prometheus scraper reads both as the same number.
+
+Beside the published families, our own task-queue families (docs/http.md, "Task queue
+metrics"): two histograms fed as attempts start and end, by a `TaskObserver` the server hands
+the engine (`Engine(observer=...)`, through the Scheduler): the engine calls it with figures
+it already has (the wait for a slot at a start, the runtime and outcome at an end), and the
+observer adds each to its buckets. Only an engine given an observer calls one (its state is
+then `core.state.ObservedState`), so the library path, which has none, is unchanged. The
+ready-queue gauges and the per-pool retry and dead-letter counters are read at scrape time
+from `Engine.ready_view()`, O(pools x classes).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from cronoq.core.model import FIRST_TERMINAL, STATUS_NAMES
+from cronoq.core.model import ATTEMPT_OUTCOMES, FIRST_TERMINAL, STATUS_NAMES, ReadyView
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 
-__all__ = ["CONTENT_TYPE", "ServerMetrics"]
+__all__ = ["BUCKETS", "CONTENT_TYPE", "ServerMetrics", "TaskObserver"]
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # docs/http.md, "Metrics": text exposition 0.0.4
 
@@ -68,12 +83,88 @@ _COUNTERS = (
 )
 _SINCE = " Counted since this leader started."
 
+# Upper bounds (seconds) of the two histograms' buckets, +Inf after them: 1 ms (an idle
+# pool's dispatch) to an hour (a backlog, a long batch job), about 2-2.5x apart.
+BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
+_LE = [*(repr(b) for b in BUCKETS), "+Inf"]
+_OUTCOME_ORDER = {o: i for i, o in enumerate(ATTEMPT_OUTCOMES)}
+
+
+class _Histogram:
+    """Counts per bucket (not cumulative; the last one is +Inf) and the sum of one series."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, v: float) -> None:
+        if v < 0.0:  # a clock stepped back between the two instants: count it as no time
+            v = 0.0
+        self.counts[bisect_left(BUCKETS, v)] += 1  # the first bound >= v: `le` is inclusive
+        self.total += v
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        n = 0
+        for le, c in zip(_LE, self.counts, strict=True):
+            n += c
+            out.append((le, n))
+        return out
+
+
+class TaskObserver:
+    """The engine's observer (cronoq.core.model.Observer) of the server: a histogram of the
+    wait for a slot per (pool, class) and one of the attempt runtime per (pool, class,
+    outcome). One per server process, handed to every engine its scheduler starts, so the
+    histograms count from the process's start (a standby observes nothing)."""
+
+    def __init__(self) -> None:
+        self.waits: dict[tuple[str, int], _Histogram] = {}
+        self.runtimes: dict[tuple[str, int, str], _Histogram] = {}
+
+    def started(self, pool: str, cls: int, wait: float) -> None:
+        h = self.waits.get((pool, cls))
+        if h is None:
+            h = self.waits[pool, cls] = _Histogram()
+        h.observe(wait)
+
+    def ended(self, pool: str, cls: int, outcome: str, runtime: float) -> None:
+        h = self.runtimes.get((pool, cls, outcome))
+        if h is None:
+            h = self.runtimes[pool, cls, outcome] = _Histogram()
+        h.observe(runtime)
+
 
 class _SnapshotCollector(Collector):
     """Families from the snapshot `ServerMetrics.render` sets just before collecting."""
 
-    def __init__(self) -> None:
+    def __init__(self, observer: TaskObserver) -> None:
         self.snapshot: pb.SnapshotResponse | None = None
+        self.observer = observer
+        self.ready: tuple[Sequence[ReadyView], float] | None = None  # with the clock's now
 
     def collect(self) -> Iterator[Metric]:
         yield GaugeMetricFamily("cronoq_up", "1 while the server process runs.", value=1)
@@ -99,6 +190,10 @@ class _SnapshotCollector(Collector):
         yield ended
         for name, field, text in _COUNTERS:
             yield CounterMetricFamily(name, text + _SINCE, value=getattr(snap.totals, field))
+        order = {p.name: i for i, p in enumerate(snap.pools)}
+        yield from _histogram_families(self.observer, order)
+        if self.ready is not None:
+            yield from _ready_families(*self.ready)
 
 
 def _pool_families(pools: Sequence[pb.PoolSnapshot]) -> Iterator[Metric]:
@@ -146,19 +241,87 @@ def _pool_families(pools: Sequence[pb.PoolSnapshot]) -> Iterator[Metric]:
     yield from (pending, wait, cost, capacity, busy)
 
 
+def _histogram_families(obs: TaskObserver, order: dict[str, int]) -> Iterator[Metric]:
+    """The two histograms: a series per label set observed so far, pools in configuration
+    order (a pool no longer configured last), then by class and outcome."""
+    last = len(order)
+    wait = HistogramMetricFamily(
+        "cronoq_pool_queue_wait_seconds",
+        "Seconds from when a task became ready to the start of its attempt, by priority class."
+        " Counted since this server started.",
+        labels=["pool", "class"],
+    )
+    waits = sorted(obs.waits.items(), key=lambda kv: (order.get(kv[0][0], last), kv[0]))
+    for (pool, cls), h in waits:
+        wait.add_metric([pool, CLASSES[cls]], h.buckets(), h.total)
+    yield wait
+    runtime = HistogramMetricFamily(
+        "cronoq_pool_attempt_duration_seconds",
+        "Seconds from the start of an attempt to its end, by priority class and outcome."
+        " Counted since this server started.",
+        labels=["pool", "class", "outcome"],
+    )
+    for (pool, cls, outcome), h in sorted(
+        obs.runtimes.items(),
+        key=lambda kv: (order.get(kv[0][0], last), kv[0][1], _OUTCOME_ORDER.get(kv[0][2], 0)),
+    ):
+        runtime.add_metric([pool, CLASSES[cls], outcome], h.buckets(), h.total)
+    yield runtime
+
+
+def _ready_families(views: Sequence[ReadyView], now: float) -> Iterator[Metric]:
+    """The ready-queue gauges and the per-pool retry and dead-letter counters."""
+    ready = GaugeMetricFamily(
+        "cronoq_pool_ready_tasks",
+        "Tasks ready to run and waiting for a slot, by priority class.",
+        labels=["pool", "class"],
+    )
+    oldest = GaugeMetricFamily(
+        "cronoq_pool_oldest_ready_age_seconds",
+        "Seconds the task first in line of each priority class has been ready; 0 when none waits.",
+        labels=["pool", "class"],
+    )
+    retries = CounterMetricFamily(
+        "cronoq_pool_retries_total",
+        "Failed attempts whose task will run again." + _SINCE,
+        labels=["pool"],
+    )
+    dead = CounterMetricFamily(
+        "cronoq_pool_dead_lettered_total",
+        "Tasks dead-lettered: their last attempt failed, timed out or lost its lease." + _SINCE,
+        labels=["pool"],
+    )
+    for v in views:
+        for cls, n, at in zip(CLASSES, v.ready_by_class, v.oldest_ready_at, strict=True):
+            ready.add_metric([v.pool, cls], n)
+            oldest.add_metric([v.pool, cls], 0.0 if at is None else max(0.0, now - at))
+        retries.add_metric([v.pool], v.retries)
+        dead.add_metric([v.pool], v.dead_lettered)
+    yield from (ready, oldest, retries, dead)
+
+
 class ServerMetrics:
-    """One app's registry; `render` is the body of a `/metrics` answer."""
+    """One app's registry; `render` is the body of a `/metrics` answer. `observer` is what the
+    app hands its scheduler, so the histograms see every attempt."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self._collector = _SnapshotCollector()
+        self.observer = TaskObserver()
+        self._collector = _SnapshotCollector(self.observer)
         self.registry.register(self._collector)
 
-    def render(self, snapshot: pb.SnapshotResponse) -> bytes:
-        """The exposition of `snapshot`. Synchronous from setting the snapshot to the text, so
-        concurrent scrapes on one event loop cannot interleave."""
+    def render(
+        self,
+        snapshot: pb.SnapshotResponse,
+        ready: tuple[Sequence[ReadyView], float] | None = None,
+    ) -> bytes:
+        """The exposition of `snapshot` and of `ready` (the engine's `ready_view()` and the
+        scheduler clock's now; None leaves its families out). Synchronous from setting the
+        snapshot to the text, so concurrent scrapes on one event loop cannot interleave."""
         self._collector.snapshot = snapshot
+        self._collector.ready = ready
         try:
             return generate_latest(self.registry)
         finally:
             self._collector.snapshot = None
+            self._collector.ready = None

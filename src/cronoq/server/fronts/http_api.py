@@ -50,6 +50,8 @@ from aiohttp.web_protocol import RequestHandler
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 from yarl import URL
 
+from ...core.model import ReadyView
+from ...errors import SchedulerError
 from ...proto.cronoq.v1 import cronoq_pb2 as pb
 from ..config import ConfigError, SocketAddress, TlsSettings
 from ..hosts import loopback_host
@@ -580,9 +582,19 @@ async def metrics(gw: Gateway, request: web.Request) -> web.Response:
     snap = await gw.snapshot(request)
     if snap is None:
         raise HttpError(503, NOT_LEADER)
-    response = web.Response(body=gw.metrics.render(snap))
+    response = web.Response(body=gw.metrics.render(snap, _ready(gw)))
     response.headers[hdrs.CONTENT_TYPE] = CONTENT_TYPE
     return response
+
+
+def _ready(gw: Gateway) -> tuple[list[ReadyView], float] | None:
+    """The serving engine's ready queues (Engine.ready_view) and the scheduler's now, read
+    after the snapshot in the same scrape; None if the session ended meanwhile."""
+    scheduler = gw.app.scheduler
+    try:
+        return scheduler.serving().ready_view(), scheduler.clock()
+    except (RuntimeError, SchedulerError):
+        return None
 
 
 async def openapi(gw: Gateway, request: web.Request) -> web.Response:
