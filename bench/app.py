@@ -55,6 +55,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import functools
 import gc
 import os
 import pstats
@@ -65,7 +66,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,23 +127,25 @@ class _NoHook:
         return None
 
 
-async def plain_all(n: int, hook: Any = None) -> float:
+Side = Callable[[], AbstractAsyncContextManager[tuple[Scheduler, Callable[[int], Any]]]]
+
+
+@contextlib.asynccontextmanager
+async def plain_side() -> AsyncIterator[tuple[Scheduler, Callable[[int], Any]]]:
+    """A plain Scheduler and its `submit`."""
     async with plain_scheduler() as sched:
-        submit = sched.submit
-        with hook or _NoHook():
-            c0 = time.process_time()
-            handles = [await submit(i) for i in range(n)]
-            for h in handles:
-                await h
-            cpu = time.process_time() - c0
-        snap = await sched.snapshot()
-    assert snap.totals["succeeded"] == n, snap.totals
-    return cpu / n
+        yield sched, sched.submit
 
 
-async def app_all(n: int, hook: Any = None) -> float:
+@contextlib.asynccontextmanager
+async def app_side() -> AsyncIterator[tuple[Scheduler, Callable[[int], Any]]]:
+    """The app's scheduler and the task function's `submit`."""
     async with APP.local() as sched:
-        submit = noop.submit
+        yield sched, noop.submit
+
+
+async def submit_all(side: Side, n: int, hook: Any = None) -> float:
+    async with side() as (sched, submit):
         with hook or _NoHook():
             c0 = time.process_time()
             handles = [await submit(i) for i in range(n)]
@@ -153,9 +157,8 @@ async def app_all(n: int, hook: Any = None) -> float:
     return cpu / n
 
 
-async def plain_one(n: int, hook: Any = None) -> float:
-    async with plain_scheduler() as sched:
-        submit = sched.submit
+async def one_at_a_time(side: Side, n: int, hook: Any = None) -> float:
+    async with side() as (_, submit):
         for i in range(n // 10):
             await (await submit(i))
         with hook or _NoHook():
@@ -166,18 +169,10 @@ async def plain_one(n: int, hook: Any = None) -> float:
     return cpu / n
 
 
-async def app_one(n: int, hook: Any = None) -> float:
-    async with APP.local():
-        submit = noop.submit
-        for i in range(n // 10):
-            await (await submit(i))
-        with hook or _NoHook():
-            c0 = time.process_time()
-            for i in range(n):
-                await (await submit(i))
-            cpu = time.process_time() - c0
-    return cpu / n
-
+plain_all = functools.partial(submit_all, plain_side)
+app_all = functools.partial(submit_all, app_side)
+plain_one = functools.partial(one_at_a_time, plain_side)
+app_one = functools.partial(one_at_a_time, app_side)
 
 Body = Callable[..., Awaitable[float]]
 LIBRARY: dict[str, tuple[str, Body, Body]] = {
