@@ -43,6 +43,26 @@ def free_port() -> int:
         return port
 
 
+# Variables that would choose for `cronoq-server` in a test: a developer's config, shard or
+# log format.
+_CHOOSERS = ("CRONOQ_CONFIG", "CRONOQ_SHARD", "CRONOQ_LOG_FORMAT")
+
+
+def server_command(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`cronoq-server ARGS` run to its end, in this environment less the variables that would
+    choose for it, plus `env`."""
+    environ = {k: v for k, v in os.environ.items() if k not in _CHOOSERS}
+    return subprocess.run(
+        [*COMMAND, *args],
+        env={**environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+
+
 class LoggedProcess:
     """A process whose output lines (stderr, or stdout and stderr together with `merged`) are
     collected by a thread as they come, so a test can wait for one without blocking on a pipe.

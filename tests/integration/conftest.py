@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 
 from helpers import transports
 from helpers.auth import make_pki
+from helpers.servers import Server
 from helpers.vclock import run_virtual
 
 # Generous next to the few tenths of a second any test here needs; only a hang gets near it.
@@ -43,6 +45,17 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     else:
         asyncio.run(guarded())
     return True
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Server]]:
+    """Server processes a test starts (append them): killed at its end, a stopped one too."""
+    started: list[Server] = []
+    yield started
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGCONT)
+        s.kill()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shutil
 import socket
@@ -16,7 +15,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from cronoq.proto import proto_text
 from cronoq.proto.cronoq.v1 import cronoq_pb2, cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
 from cronoq.server.config import load_config
-from helpers.servers import COMMAND, PORT0, Server, led_elsewhere, write
+from helpers.servers import PORT0, Server, led_elsewhere, server_command, write
 
 LOG_LINE = re.compile(r"ts=\S+ level=(debug|info|warning|error) logger=\S+ (event|msg)=\S")
 SHARDS = """
@@ -48,25 +46,6 @@ endpoint = "http://127.0.0.1:7080"
 """
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("CRONOQ_CONFIG", "CRONOQ_SHARD")}
-    return subprocess.run(
-        [*COMMAND, *args],
-        env={**environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=20,
-    )
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
-    yield started
-    for s in started:
-        s.kill()
-
-
 def get_code(address: str) -> grpc.StatusCode:
     """The status of Tasks/Get without a task reference: INVALID_ARGUMENT from a serving
     leader, UNAVAILABLE from a standby."""
@@ -82,14 +61,14 @@ def get_code(address: str) -> grpc.StatusCode:
 
 
 def test_version() -> None:
-    r = run("--version")
+    r = server_command("--version")
     assert (r.returncode, r.stdout) == (0, "cronoq-server 0.2.0\n")
-    assert run("-V").stdout == r.stdout
+    assert server_command("-V").stdout == r.stdout
 
 
 def test_print_proto_comes_first_and_needs_no_config(tmp_path: Path) -> None:
     broken = write(tmp_path, "[server]\nfoo = 1\n")
-    r = run("--print-proto", "-c", broken)
+    r = server_command("--print-proto", "-c", broken)
     assert (r.returncode, r.stdout, r.stderr) == (0, proto_text(), "")
     assert "service Workers" in r.stdout
 
@@ -98,67 +77,67 @@ VALID = "configuration is valid\n"  # what --check prints, as the published serv
 
 
 def test_check_ok(tmp_path: Path) -> None:
-    r = run("--check")  # the embedded default
+    r = server_command("--check")  # the embedded default
     assert (r.returncode, r.stdout, r.stderr) == (0, VALID, "")
-    r = run("--check", "-c", write(tmp_path, PORT0))
+    r = server_command("--check", "-c", write(tmp_path, PORT0))
     assert (r.returncode, r.stdout) == (0, VALID)
 
 
 def test_check_errors_one_error_line_each_exit_1(tmp_path: Path) -> None:
     config = write(tmp_path, '[server]\nfoo = 1\n[[pools]]\nname = "p"\nmin = 5\nmax = 2\n')
-    r = run("--check", "-c", config)
+    r = server_command("--check", "-c", config)
     assert r.returncode == 1 and r.stdout == ""
     lines = r.stderr.splitlines()
     assert lines[0] == "Error: server.foo: unknown key"
     assert len(lines) == 2 and lines[1].startswith("Error: pools[0].")
     assert "Traceback" not in r.stderr
     # the same without --check: the server does not start, and logs nothing
-    served = run("-c", config)
+    served = server_command("-c", config)
     assert (served.returncode, served.stderr) == (1, r.stderr)
-    missing = run("--check", "-c", str(tmp_path / "nope.toml"))
+    missing = server_command("--check", "-c", str(tmp_path / "nope.toml"))
     assert missing.returncode == 1
     (line,) = missing.stderr.splitlines()
     assert line.startswith(f"Error: {tmp_path / 'nope.toml'}: cannot read the file"), line
-    broken = run("--check", "-c", write(tmp_path, "[server\n", "broken.toml"))
+    broken = server_command("--check", "-c", write(tmp_path, "[server\n", "broken.toml"))
     assert broken.returncode == 1
     (line,) = broken.stderr.splitlines()
     assert line.startswith(f"Error: {tmp_path / 'broken.toml'}: not valid TOML ("), line
 
 
 def test_a_usage_error_exits_2(tmp_path: Path) -> None:
-    r = run("--no-such-option")
+    r = server_command("--no-such-option")
     assert r.returncode == 2 and r.stdout == ""
     assert "usage: cronoq-server" in r.stderr and "--no-such-option" in r.stderr
-    assert run("--check", "-c").returncode == 2  # -c without its PATH
+    assert server_command("--check", "-c").returncode == 2  # -c without its PATH
 
 
 def test_cronoq_config_env_and_the_flag_over_it(tmp_path: Path) -> None:
     bad = write(tmp_path, "[server]\nfoo = 1\n", "bad.toml")
-    r = run("--check", env={"CRONOQ_CONFIG": bad})
+    r = server_command("--check", env={"CRONOQ_CONFIG": bad})
     assert (r.returncode, r.stderr) == (1, "Error: server.foo: unknown key\n")
-    r = run("--check", "-c", write(tmp_path, PORT0), env={"CRONOQ_CONFIG": bad})
+    r = server_command("--check", "-c", write(tmp_path, PORT0), env={"CRONOQ_CONFIG": bad})
     assert (r.returncode, r.stdout) == (0, VALID)
 
 
 def test_shard_override_reaches_validation(tmp_path: Path) -> None:
     config = write(tmp_path, SHARDS)
-    r = run("--check", "-c", config)
+    r = server_command("--check", "-c", config)
     assert r.returncode == 1 and r.stderr.startswith("Error: server.shard: is required")
-    assert run("--check", "-c", config, "--shard", "cpu").stdout == VALID
+    assert server_command("--check", "-c", config, "--shard", "cpu").stdout == VALID
     # gpu is a shard, but its pool is not configured here: the validation saw the override
-    r = run("--check", "-c", config, env={"CRONOQ_SHARD": "gpu"})
+    r = server_command("--check", "-c", config, env={"CRONOQ_SHARD": "gpu"})
     assert r.returncode == 1 and 'pool "llm" of this server\'s shard' in r.stderr
-    r = run("--check", "-c", config, "--shard", "cpu", env={"CRONOQ_SHARD": "gpu"})
+    r = server_command("--check", "-c", config, "--shard", "cpu", env={"CRONOQ_SHARD": "gpu"})
     assert r.stdout == VALID  # the flag wins over the variable
-    r = run("--check", "-c", config, "--shard", "tpu")
+    r = server_command("--check", "-c", config, "--shard", "tpu")
     assert r.returncode == 1 and "Error: server.shard: must name one of" in r.stderr
 
 
 def test_insecure_no_auth_flag(tmp_path: Path) -> None:
     config = write(tmp_path, '[server]\ngrpc_addr = "0.0.0.0:0"\n')
-    r = run("--check", "-c", config)
+    r = server_command("--check", "-c", config)
     assert r.returncode == 1 and r.stderr.startswith("Error: server.grpc_addr: 0.0.0.0:0 is not")
-    assert run("--check", "-c", config, "--insecure-no-auth").stdout == VALID
+    assert server_command("--check", "-c", config, "--insecure-no-auth").stdout == VALID
 
 
 def test_check_validates_a_postgres_store_without_connecting(tmp_path: Path) -> None:
@@ -167,15 +146,15 @@ def test_check_validates_a_postgres_store_without_connecting(tmp_path: Path) -> 
     url = "postgresql://u:secret-pw@10.255.255.1:5432/db"
     config = write(tmp_path, PORT0 + f'[store]\nkind = "postgres"\nurl = "{url}"\n')
     began = time.monotonic()
-    r = run("--check", "-c", config)
+    r = server_command("--check", "-c", config)
     assert (r.returncode, r.stdout) == (0, VALID)
-    assert time.monotonic() - began < 15  # (run() gives up at 20 s)
+    assert time.monotonic() - began < 15  # (server_command() gives up at 20 s)
     warnings = [line for line in r.stderr.splitlines() if "level=warning" in line]
     assert len(warnings) == 2 and "prefer url_env" in warnings[0]
     assert "sslmode=verify-full" in warnings[1]
     assert "secret-pw" not in r.stderr and "10.255.255.1" not in r.stderr
     unset = PORT0 + '[store]\nkind = "postgres"\nurl_env = "CRONOQ_TEST_UNSET_URL"\n'
-    r = run("--check", "-c", write(tmp_path, unset))
+    r = server_command("--check", "-c", write(tmp_path, unset))
     assert (r.returncode, r.stderr) == (
         1,
         "Error: store.url_env: environment variable CRONOQ_TEST_UNSET_URL (store URL) is not set\n",
@@ -186,7 +165,7 @@ def test_a_database_refusal_retrying_cannot_fix_fails_the_start(tmp_path: Path, 
     """A database that does not exist is not waited for: exit 1 after event=failed."""
     url = pg.url.rpartition("/")[0] + "/no_such_database"
     config = write(tmp_path, PORT0 + '[store]\nkind = "postgres"\n')
-    r = run("-c", config, env={"DATABASE_URL": url})
+    r = server_command("-c", config, env={"DATABASE_URL": url})
     assert r.returncode == 1
     assert "event=listening" in r.stderr and "event=failed" in r.stderr
     last = r.stderr.splitlines()[-1]
@@ -198,7 +177,7 @@ def test_address_in_use_exits_1(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        r = run("-c", write(tmp_path, f'[server]\ngrpc_addr = "127.0.0.1:{port}"\n'))
+        r = server_command("-c", write(tmp_path, f'[server]\ngrpc_addr = "127.0.0.1:{port}"\n'))
     assert r.returncode == 1
     assert "Traceback" not in r.stderr
     # the log line, then the published server's last line
@@ -215,8 +194,10 @@ def events_of(stderr: str) -> list[str]:
 def test_a_store_that_cannot_open_logs_failed_before_the_shutdown(tmp_path: Path) -> None:
     store = f'[store]\nkind = "sqlite"\npath = "{tmp_path}/no-such-directory/q.db"\n'
     config = write(tmp_path, PORT0 + store)
-    assert run("--check", "-c", config).stdout == VALID  # the file is opened only to serve
-    r = run("-c", config)
+    assert (
+        server_command("--check", "-c", config).stdout == VALID
+    )  # the file is opened only to serve
+    r = server_command("-c", config)
     assert r.returncode == 1, r.stderr
     assert events_of(r.stderr)[-3:] == ["failed", "stopping", "stopped"], r.stderr
     (failed,) = [line for line in r.stderr.splitlines() if "event=failed" in line]

@@ -9,8 +9,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import grpc
 import pytest
 
 from cronoq.proto.cronoq.v1 import cronoq_pb2, cronoq_pb2_grpc
-from helpers.servers import COMMAND, PORT0, LoggedProcess, Server, write
+from helpers.servers import COMMAND, PORT0, LoggedProcess, Server, server_command, write
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 LEVELS = {"debug", "info", "warning", "error"}
@@ -26,28 +24,6 @@ LOGFMT_LINE = re.compile(r"ts=\S+ level=(debug|info|warning|error) logger=\S+ (e
 VALID = "configuration is valid\n"
 ENV = "CRONOQ_LOG_FORMAT"
 SHORT_TOKEN = "sixteen-chars-ok"  # long enough to serve, short enough to be warned about
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The command with this environment, less the variables that would choose for it."""
-    environ = {
-        k: v for k, v in os.environ.items() if k not in ("CRONOQ_CONFIG", "CRONOQ_SHARD", ENV)
-    }
-    return subprocess.run(
-        [*COMMAND, *args],
-        env={**environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=20,
-    )
-
-
-@pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
-    yield started
-    for s in started:
-        s.kill()
 
 
 def records(lines: list[str]) -> list[dict[str, Any]]:
@@ -147,7 +123,7 @@ def test_a_failed_start_logs_json_then_the_error_line(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         config = f'[server]\ngrpc_addr = "127.0.0.1:{port}"\n'
-        r = run("-c", write(tmp_path, config), env={ENV: "json"})
+        r = server_command("-c", write(tmp_path, config), env={ENV: "json"})
     assert r.returncode == 1
     *logged, last = r.stderr.splitlines()
     (failed,) = [rec for rec in records(logged) if rec.get("event") == "failed"]
@@ -182,15 +158,15 @@ def test_check_refuses_another_value(
     tmp_path: Path, config: str, env: dict[str, str], error: str
 ) -> None:
     path = write(tmp_path, config)
-    checked = run("--check", "-c", path, env=env)
+    checked = server_command("--check", "-c", path, env=env)
     assert (checked.returncode, checked.stdout, checked.stderr) == (1, "", error + "\n")
-    served = run("-c", path, env=env)  # nor does the server start: nothing is logged
+    served = server_command("-c", path, env=env)  # nor does the server start: nothing is logged
     assert (served.returncode, served.stderr) == (1, error + "\n")
 
 
 def test_check_accepts_both_values(tmp_path: Path) -> None:
     for value in ("logfmt", "json"):
-        r = run("--check", "-c", write(tmp_path, f'[server]\nlog_format = "{value}"\n'))
+        r = server_command("--check", "-c", write(tmp_path, f'[server]\nlog_format = "{value}"\n'))
         assert (r.returncode, r.stdout, r.stderr) == (0, VALID, "")
-        r = run("--check", env={ENV: value})
+        r = server_command("--check", env={ENV: value})
         assert (r.returncode, r.stdout, r.stderr) == (0, VALID, "")

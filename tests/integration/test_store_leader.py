@@ -389,16 +389,6 @@ def worker_ids(address: str) -> list[int]:
         return [w.id for w in listed.workers]
 
 
-@pytest.fixture
-def servers() -> Iterator[list[Server]]:
-    started: list[Server] = []
-    yield started
-    for s in started:
-        if s.proc.poll() is None:
-            s.proc.send_signal(signal.SIGCONT)
-        s.kill()
-
-
 def test_a_server_killed_and_started_again_serves_without_waiting_out_its_lease(
     tmp_path: Path, servers: list[Server]
 ) -> None:
