@@ -11,36 +11,5 @@ typed parameters, and run it in-process or on remote workers (docs/app.md).
         print(await (await add.submit(2, 3)))   # 5
 """
 
-from ._app import (
-    App,
-    AsyncTaskFunction,
-    Call,
-    CallOptions,
-    Context,
-    Handle,
-    PoolOptions,
-    Ref,
-    Submitter,
-    SyncTaskFunction,
-    TaskFunction,
-    TaskOptions,
-    WireCodec,
-    context,
-)
-
-__all__ = [
-    "App",
-    "AsyncTaskFunction",
-    "Call",
-    "CallOptions",
-    "Context",
-    "Handle",
-    "PoolOptions",
-    "Ref",
-    "Submitter",
-    "SyncTaskFunction",
-    "TaskFunction",
-    "TaskOptions",
-    "WireCodec",
-    "context",
-]
+from ._app import *  # noqa: F403 (the names of its __all__, which is this package's)
+from ._app import __all__ as __all__
