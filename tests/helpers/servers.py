@@ -49,17 +49,17 @@ _CHOOSERS = ("CRONOQ_CONFIG", "CRONOQ_SHARD", "CRONOQ_LOG_FORMAT")
 
 
 def server_command(
-    *args: str, env: Mapping[str, str] | None = None
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60.0
 ) -> subprocess.CompletedProcess[str]:
     """`cronoq-server ARGS` run to its end, in this environment less the variables that would
-    choose for it, plus `env`."""
+    choose for it, plus `env`. The timeout only fails a hung process."""
     environ = {k: v for k, v in os.environ.items() if k not in _CHOOSERS}
     return subprocess.run(
         [*COMMAND, *args],
         env={**environ, **(env or {})},
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=timeout,
     )
 
 

@@ -8,6 +8,7 @@ waits on time: each step waits for a log line, a process's exit or a submit's an
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import pytest
 from cronoq.client import Client, task
 from cronoq.store import SqliteStore
 from cronoq.store.base import COLUMN
-from helpers.servers import COMMAND, PORT0, Server, write
+from helpers.servers import COMMAND, PORT0, Server, server_command, write
 
 PRELOAD = 2000  # tasks in the store before the backup starts (a few MiB: many backup steps)
 PRELOAD_PAYLOAD = 1500  # bytes each
@@ -30,19 +31,11 @@ SAFETY_S = 300.0  # only a hang gets near it
 pytestmark = pytest.mark.realtime
 
 
+_run = functools.partial(server_command, timeout=SAFETY_S)
+
+
 def _store_config(tmp_path: Path, path: Path, name: str = "server.toml") -> str:
     return write(tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{path}"\n', name)
-
-
-def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("CRONOQ_CONFIG", "CRONOQ_SHARD")}
-    return subprocess.run(
-        [*COMMAND, *args],
-        env={**environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=SAFETY_S,
-    )
 
 
 def _stored(path: Path) -> tuple[dict[int, bytes], Any]:

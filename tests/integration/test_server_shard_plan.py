@@ -5,13 +5,11 @@ a server started with it opens its own shard's store."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers.servers import COMMAND, PORT0, Server, write
+from helpers.servers import PORT0, Server, server_command, write
 
 VALID = "configuration is valid\n"  # what --check prints
 
@@ -48,21 +46,6 @@ shard = "gpu"
 PLAN = POOLS + CPU + GPU + RESOURCES
 
 
-def cronoq_server(
-    *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The command, with neither CRONOQ_CONFIG nor CRONOQ_SHARD from this process (a test sets
-    them itself). The timeout only fails a hung process."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("CRONOQ_CONFIG", "CRONOQ_SHARD")}
-    return subprocess.run(
-        [*COMMAND, *args],
-        env={**environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_a_valid_two_shard_plan_passes_check(tmp_path: Path) -> None:
     (tmp_path / "ca.pem").write_text("-----BEGIN PLACEHOLDER-----\n")
     text = (
@@ -73,9 +56,9 @@ def test_a_valid_two_shard_plan_passes_check(tmp_path: Path) -> None:
     )
     config = write(tmp_path, text)
     for shard in ("cpu", "gpu"):
-        r = cronoq_server("--check", "-c", config, "--shard", shard)
+        r = server_command("--check", "-c", config, "--shard", shard)
         assert (r.returncode, r.stdout) == (0, VALID), r.stderr
-    r = cronoq_server("--check", "-c", config, env={"CRONOQ_SHARD": "gpu"})
+    r = server_command("--check", "-c", config, env={"CRONOQ_SHARD": "gpu"})
     assert (r.returncode, r.stdout) == (0, VALID), r.stderr
 
 
@@ -200,14 +183,14 @@ def test_check_refuses_an_invalid_plan_naming_the_key(tmp_path: Path, case: str)
     config = write(tmp_path, text(tmp_path))
     flags = [] if shard is None else ["--shard", shard]
     env = {"T": "admin-token-0123456789abcdefghijk", "PG_URL": "postgres://u@localhost/db"}
-    r = cronoq_server("--check", "-c", config, *flags, env=env)
+    r = server_command("--check", "-c", config, *flags, env=env)
     assert (r.returncode, r.stdout) == (1, ""), r.stderr
     assert error.replace("@DIR@", str(tmp_path)) in r.stderr.splitlines(), r.stderr
     assert "Traceback" not in r.stderr
 
 
 def test_a_shard_set_by_the_environment_without_shards_is_refused(tmp_path: Path) -> None:
-    r = cronoq_server("--check", "-c", write(tmp_path, PORT0), env={"CRONOQ_SHARD": "cpu"})
+    r = server_command("--check", "-c", write(tmp_path, PORT0), env={"CRONOQ_SHARD": "cpu"})
     assert r.returncode == 1
     assert r.stderr.startswith("Error: server.shard: is set but no [[shards]] is configured")
 
@@ -215,7 +198,7 @@ def test_a_shard_set_by_the_environment_without_shards_is_refused(tmp_path: Path
 def test_an_invalid_plan_fails_the_start_before_the_server_listens(tmp_path: Path) -> None:
     """Not only --check: the server itself refuses the plan, exits 1 and never serves."""
     text = PORT0 + PLAN.replace('shard = "gpu"\n', "")
-    r = cronoq_server("-c", write(tmp_path, text), "--shard", "cpu")
+    r = server_command("-c", write(tmp_path, text), "--shard", "cpu")
     assert r.returncode == 1, r.stderr
     assert r.stderr.splitlines() == [
         "Error: resources[1].shard: is required with [[shards]]: each shard counts its "
