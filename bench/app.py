@@ -76,8 +76,19 @@ import grpc
 from _common import print_about, print_cpus, verdict
 from cronoq import App, Pool, Scheduler
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
-from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
-from server import BATCH, POOL, SLOTS, Client, Proc, ServerRun, config, connect, start_server
+from server import (
+    BATCH,
+    POOL,
+    SLOTS,
+    Client,
+    Proc,
+    ServerRun,
+    config,
+    connect,
+    phase_server,
+    start_server,
+    workers_connected,
+)
 
 TARGET_LIBRARY_RATIO = 1.2  # [1a], [1b]: app CPU per task / plain
 TARGET_SERVER_RATIO = 0.9  # [2]: app worker leases/s / plain worker's
@@ -238,49 +249,20 @@ def _me(role: str, target: str) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), "--role", role, "--target", target]
 
 
-async def _connected(client: Client, want: int) -> None:
-    """Until `want` workers are connected (1: the new one has registered; 0: it has gone)."""
-    while True:
-        workers = (await client.admin.ListWorkers(pb.Empty())).workers
-        if len(workers) == want and all(w.slots == SLOTS for w in workers):
-            return
-        await asyncio.sleep(0.01)
-
-
 async def phase_worker(client: Client, server: Proc, role: str, target: str, n: int) -> ServerRun:
     """N "noop" tasks with the envelope payload by SubmitBatch, served by the worker `role`."""
-    spec = pb.TaskSpec(kind=KIND, payload=ENVELOPE, content_type=JSON)
-    requests = [
-        pb.SubmitBatchRequest(tasks=[spec for _ in range(min(BATCH, n - i))])
-        for i in range(0, n, BATCH)
-    ]
-    k = len(client.callers)
-    shares = [(tasks, requests[i::k]) for i, tasks in enumerate(client.callers) if requests[i::k]]
-
-    async def caller(tasks: cronoq_pb2_grpc.TasksStub, share: list[pb.SubmitBatchRequest]) -> None:
-        last = 0
-        for req in share:
-            last = (await tasks.SubmitBatch(req)).tasks[-1].id
-        await tasks.Wait(pb.WaitRequest(task=pb.TaskRef(id=last)))
-
     worker = Proc(_me(role, target), role)
     try:
         granted = int(worker.expect(r"^registered slots=(\d+)").group(1))
         assert granted == SLOTS, granted
-        await asyncio.wait_for(_connected(client, 1), 120)
-        goal = await client.succeeded() + n
-        cpu_s, cpu_w = server.cpu(), worker.cpu()
-        t0 = time.perf_counter()
-        await asyncio.gather(*(caller(tasks, share) for tasks, share in shares))
-        while await client.succeeded() < goal:
-            await asyncio.sleep(0.001)
-        dt = time.perf_counter() - t0
-        run = ServerRun(n / dt, (server.cpu() - cpu_s) / n, (worker.cpu() - cpu_w) / n)
+        await asyncio.wait_for(workers_connected(client, 1), 120)
+        spec = pb.TaskSpec(kind=KIND, payload=ENVELOPE, content_type=JSON)
+        run = await phase_server(client, n, server, worker, spec)
         snap = await client.admin.Snapshot(pb.Empty())
         assert snap.totals.failed == 0, snap.totals  # the app worker ran every envelope
     finally:
         worker.stop()
-        await asyncio.wait_for(_connected(client, 0), 120)
+        await asyncio.wait_for(workers_connected(client, 0), 120)
     return run
 
 

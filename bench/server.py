@@ -430,10 +430,14 @@ async def connect(target: str, callers: int = CALLERS) -> AsyncIterator[Client]:
         yield Client(*channels)
 
 
-async def phase_server(client: Client, n: int, server: Proc, worker: Proc) -> ServerRun:
-    """N no-op tasks by SubmitBatch, the batches dealt out to the client's callers."""
+async def phase_server(
+    client: Client, n: int, server: Proc, worker: Proc, spec: pb.TaskSpec | None = None
+) -> ServerRun:
+    """N tasks like `spec` (default: no-op tasks) by SubmitBatch, the batches dealt out to the
+    client's callers."""
+    spec = pb.TaskSpec() if spec is None else spec
     requests = [
-        pb.SubmitBatchRequest(tasks=[pb.TaskSpec() for _ in range(min(BATCH, n - i))])
+        pb.SubmitBatchRequest(tasks=[spec for _ in range(min(BATCH, n - i))])
         for i in range(0, n, BATCH)
     ]
     k = len(client.callers)
@@ -453,6 +457,16 @@ async def phase_server(client: Client, n: int, server: Proc, worker: Proc) -> Se
         await asyncio.sleep(0.001)
     dt = time.perf_counter() - t0
     return ServerRun(n / dt, (server.cpu() - cpu_s) / n, (worker.cpu() - cpu_w) / n)
+
+
+async def workers_connected(client: Client, want: int) -> None:
+    """Until `want` workers are connected (1: the new one has registered with its slots; 0:
+    the previous one has gone)."""
+    while True:
+        workers = (await client.admin.ListWorkers(pb.Empty())).workers
+        if len(workers) == want and all(w.slots == SLOTS for w in workers):
+            return
+        await asyncio.sleep(0.01)
 
 
 async def phase_client(n: int, fleet: Fleet) -> ServerRun:

@@ -46,7 +46,6 @@ from pathlib import Path
 import grpc
 
 from _common import print_about, print_cpus, verdict
-from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from server import (
     BATCH,
     POOL,
@@ -57,6 +56,7 @@ from server import (
     config,
     phase_server,
     start_server,
+    workers_connected,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,24 +116,14 @@ def _build(language: str, out: Path) -> list[Program]:
     ]
 
 
-async def _connected(client: Client, want: int) -> None:
-    """Waits until `want` workers are connected (1: the new one has registered with its slots;
-    0: the previous one has gone)."""
-    while True:
-        workers = (await client.admin.ListWorkers(pb.Empty())).workers
-        if len(workers) == want and all(w.slots == SLOTS for w in workers):
-            return
-        await asyncio.sleep(0.01)
-
-
 async def _one(client: Client, server: Proc, program: Program, target: str, n: int) -> ServerRun:
     worker = Proc(program.argv(target), program.name)
     try:
-        await asyncio.wait_for(_connected(client, 1), 120)
+        await asyncio.wait_for(workers_connected(client, 1), 120)
         return await phase_server(client, n, server, worker)
     finally:
         worker.stop()
-        await asyncio.wait_for(_connected(client, 0), 120)
+        await asyncio.wait_for(workers_connected(client, 0), 120)
 
 
 async def bench(n: int, reps: int, programs: list[Program]) -> None:
