@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from cronoq.errors import TaskFailed
-from helpers.servers import PORT0, LoggedProcess, Server, write
+from helpers.servers import PORT0, LoggedProcess, serving_process
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "crosslang"
 GO = shutil.which("go")
@@ -64,18 +64,9 @@ def go_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(write(tmp_path_factory.mktemp("crosslang"), CONFIG))
-    try:
-        s.wait_for("event=ready")
-        yield s
-    finally:
-        s.kill()
-
-
-@pytest.fixture(scope="module")
-def target(server: Server) -> str:
-    return f"http://{server.address}"
+def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving_process(tmp_path_factory.mktemp("crosslang"), CONFIG) as s:
+        yield f"http://{s.address}"
 
 
 @pytest.fixture(scope="module")
