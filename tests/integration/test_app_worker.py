@@ -459,6 +459,26 @@ def test_a_bad_app_path_exits_2_with_one_line(target: str, app_path: str, line: 
     assert (code, lines) == (2, [f"cronoq: error: {line} (see 'cronoq worker --help')"])
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--pool", "nowhere"],
+            "app 'served' declares no pool 'nowhere' (it has default, other)",
+        ),
+        (["--slots", "0"], "bad --slots '0': use N or POOL=N with N >= 1"),
+        (
+            ["--slots", "nowhere=2"],
+            "--slots 'nowhere=2' names a pool this worker does not serve",
+        ),
+    ],
+    ids=["undeclared-pool", "zero-slots", "slots-of-another-pool"],
+)
+def test_bad_worker_options_exit_2_with_one_line(target: str, args: list[str], line: str) -> None:
+    code, lines = ended(target, "served:app", *args)
+    assert (code, lines) == (2, [f"cronoq: error: {line} (see 'cronoq worker --help')"])
+
+
 # --- kinds a worker does not know ---------------------------------------------------------------
 
 

@@ -103,12 +103,6 @@ async def serve(
     names = list(pools) or [p for p in app.pool_names() if app.kinds(p)]
     if not names:
         raise ValueError(f"app {app.name!r} declares no task this worker can serve")
-    unknown = [p for p in names if p not in app.pool_names()]
-    if unknown:
-        raise ValueError(
-            f"app {app.name!r} declares no pool {unknown[0]!r}"
-            f" (it declares {', '.join(app.pool_names())})"
-        )
     per_pool = _slots_by_pool(app, names, slots)
     options = dict(worker_options or {})
     workers = [app.worker(target, p, slots=per_pool[p], grace=grace, **options) for p in names]
