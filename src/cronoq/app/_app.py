@@ -759,10 +759,8 @@ class _Local:
 
     async def submit(self, call: Call[Any]) -> Handle[Any]:
         options = call.options
-        if "after" in options or "deps" in options:
-            options = _wire_options(call, {})
-            if "deps" in options:
-                options["deps"] = _deps(options["deps"])
+        if "after" in options or "deps" in options:  # (most calls have neither)
+            options = _scheduler_options(call, {})
         th = await self._sched.submit(call.payload, **options)
         return Handle(self._app, call.task, th.id, th.duplicate, th)
 
@@ -772,10 +770,7 @@ class _Local:
         keys = _batch_keys(calls)
         tasks = []
         for c in calls:
-            options = _wire_options(c, keys)
-            if "deps" in options:
-                options["deps"] = _deps(options["deps"])
-            tasks.append(Task(c.payload, **options))
+            tasks.append(Task(c.payload, **_scheduler_options(c, keys)))
         handles = await self._sched.submit_batch(tasks)
         return [
             Handle(self._app, c.task, th.id, th.duplicate, th)
@@ -798,7 +793,13 @@ def _retrieved(done: asyncio.Future[Any]) -> None:
         done.exception()
 
 
-def _deps(deps: Sequence[tuple[int | str, str]]) -> list[Any]:
+def _scheduler_options(call: Call[Any], keys: Mapping[int, str]) -> dict[str, Any]:
+    """The call's options as `Scheduler.submit` takes them: `_wire_options`, with the
+    `(target, condition)` pairs of `deps` as `Dep`s (a new dict: the call's own is shared)."""
     from .._options import Dep
 
-    return [Dep(target, on=on) for target, on in deps]  # type: ignore[arg-type]
+    options = _wire_options(call, keys)
+    deps = options.get("deps")
+    if deps:
+        options = {**options, "deps": [Dep(target, on=on) for target, on in deps]}
+    return options
