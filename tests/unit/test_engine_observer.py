@@ -11,6 +11,7 @@ from cronoq.core.engine import Engine
 from cronoq.core.model import (
     ATTEMPT_OUTCOMES,
     READY,
+    Attempt,
     Extras,
     PoolConfig,
     Priority,
@@ -30,12 +31,13 @@ class Recorder:
         self.starts: list[tuple[str, int, float]] = []
         self.ends: list[tuple[str, int, str, float]] = []
 
-    def started(self, pool: str, cls: int, wait: float) -> None:
-        self.starts.append((pool, cls, wait))
+    def started(self, att: Attempt, wait: float) -> None:
+        assert att.task.running is att and not att.ended
+        self.starts.append((att.task.pool, att.task.cls, wait))
 
-    def ended(self, pool: str, cls: int, outcome: str, runtime: float) -> None:
-        assert outcome in ATTEMPT_OUTCOMES
-        self.ends.append((pool, cls, outcome, runtime))
+    def ended(self, att: Attempt, outcome: str, runtime: float) -> None:
+        assert outcome in ATTEMPT_OUTCOMES and att.ended
+        self.ends.append((att.task.pool, att.task.cls, outcome, runtime))
 
 
 def make(capacity: int = 1, **pool_kw: object) -> tuple[Engine, Recorder]:

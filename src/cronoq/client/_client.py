@@ -30,6 +30,7 @@ from ._common import (
 import grpc
 import grpc.aio
 
+from cronoq._tracing import ATTR_TASK_ID, tracer
 from cronoq.core.vocab import (
     DEP_CONDITIONS,
     MISS_POLICIES,
@@ -668,16 +669,30 @@ class Client:
             request.wait_timeout_s = float(wait_timeout)
             if deadline is None:
                 deadline = wait_timeout + WAIT_MARGIN
-        resp: pb.SubmitResponse = await self._unary(
-            self._stubs().tasks.Submit, request, timeout=deadline
-        )
+        call = self._stubs().tasks.Submit
+        traced = tracer()
+        if traced is None:
+            resp: pb.SubmitResponse = await self._unary(call, request, timeout=deadline)
+        else:
+            with traced.submit(spec.pool, spec.kind) as span:
+                traced.fill(spec.tags)
+                resp = await self._unary(call, request, timeout=deadline)
+                span.set_attribute(ATTR_TASK_ID, resp.id)
         result = _result(resp.result) if resp.HasField("result") else None
         return Submitted(resp.id, resp.duplicate, result)
 
     async def submit_batch(self, tasks: Sequence[pb.TaskSpec]) -> list[Submitted]:
         """Submit specs built with `task()` all or none; they may name each other's keys."""
         request = pb.SubmitBatchRequest(tasks=list(tasks))
-        resp: pb.SubmitBatchResponse = await self._unary(self._stubs().tasks.SubmitBatch, request)
+        call = self._stubs().tasks.SubmitBatch
+        traced = tracer()
+        if traced is None:
+            resp: pb.SubmitBatchResponse = await self._unary(call, request)
+        else:
+            with traced.submit(None, None, len(request.tasks)):
+                for spec in request.tasks:
+                    traced.fill(spec.tags)
+                resp = await self._unary(call, request)
         return [Submitted(r.id, r.duplicate) for r in resp.tasks]
 
     async def cancel(self, ref: TaskRef) -> bool:

@@ -29,6 +29,21 @@ import grpc.aio
 from cronoq._attempt import AttemptMembers, CancellationToken
 from cronoq._lifecycle import Lifecycle, table
 from cronoq._net import loopback
+from cronoq._tracing import (
+    ATTR_ATTEMPT,
+    ATTR_KIND,
+    ATTR_POOL,
+    ATTR_PRIORITY,
+    ATTR_TASK_ID,
+    Traced,
+    tracer,
+)
+from cronoq.core.model import (
+    OUTCOME_ABANDONED,
+    OUTCOME_CANCELLED,
+    OUTCOME_FAILED,
+    OUTCOME_SUCCEEDED,
+)
 from cronoq.errors import Permanent, Retryable
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 
@@ -76,6 +91,8 @@ _PRIORITIES = {value: priority_name(value) for value in pb.Priority.values()}
 
 _MSG_STOPPING = "worker is stopping"
 _MSG_NO_SLOT = "worker has no free slot"
+# a span's outcome by the case of the attempt's one message (a nack: handed back unrun)
+_OUTCOMES = {"complete": OUTCOME_SUCCEEDED, "cancelled": OUTCOME_CANCELLED, "nack": "handed_back"}
 
 
 @dataclass
@@ -180,7 +197,7 @@ class _Attempt:
         self.lease = lease
         self.outbox = outbox
         self.period = 0.0
-        self.task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[Any] | None = None
         self.timer: asyncio.TimerHandle | None = None
 
     def abandon(self) -> None:
@@ -309,6 +326,7 @@ class Worker:
         self._running: dict[int, _Attempt] = {}
         self._session: _Session | None = None
         self._ls: _LoopState | None = None
+        self._traced: Traced | None = None  # the program's tracing, read as run() starts
 
     def __repr__(self) -> str:
         return f"Worker({self.target!r}, {self.pool!r}, slots={self.slots})"
@@ -324,6 +342,7 @@ class Worker:
         """Serve until `stop()`; raises ClientError for what reconnecting cannot fix
         (docs/worker.md, "Errors that end `run()`")."""
         ls = self._state()
+        self._traced = tracer()
         life = ls.life
         if life.at(_W.ENDED):
             ls.reset()
@@ -534,15 +553,37 @@ class Worker:
             att.period = max(ttl / 3, 0.01)
             att.timer = loop.call_later(att.period, self._beat, att)
         running[lease.id] = att
-        att.task = loop.create_task(self._attempt(ls, att))
+        traced = self._traced
+        att.task = loop.create_task(
+            self._attempt(ls, att) if traced is None else self._traced_attempt(ls, att, traced)
+        )
 
     def _beat(self, att: _Attempt) -> None:
         att.outbox.put(pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=att.lease.id)))
         att.timer = asyncio.get_running_loop().call_later(att.period, self._beat, att)
 
-    async def _attempt(self, ls: _LoopState, att: _Attempt) -> None:
+    async def _traced_attempt(self, ls: _LoopState, att: _Attempt, traced: Traced) -> None:
+        """`_attempt` inside the attempt's `cronoq.run` span, a child of the task's trace."""
+        lease = att.lease
+        attrs = {
+            ATTR_TASK_ID: lease.task_id,
+            ATTR_KIND: lease.kind,
+            ATTR_POOL: lease.pool,
+            ATTR_ATTEMPT: lease.attempt,
+        }
+        if lease.priority is not None:
+            attrs[ATTR_PRIORITY] = lease.priority
+        with traced.run(lease.tags, attrs) as span:
+            msg = await self._attempt(ls, att)
+            case = None if msg is None else msg.WhichOneof("msg")
+            if case == "fail":
+                traced.ended(span, OUTCOME_FAILED, msg.fail.message)  # type: ignore[union-attr]
+            else:
+                traced.ended(span, _OUTCOMES.get(case or "", OUTCOME_ABANDONED), None)
+
+    async def _attempt(self, ls: _LoopState, att: _Attempt) -> pb.WorkerMessage | None:
         """Run the handler and queue its one outcome (docs/worker.md, "Exceptions"), or none if
-        abandoned."""
+        abandoned; returns it."""
         lease = att.lease
         msg: pb.WorkerMessage | None
         try:
@@ -585,6 +626,7 @@ class Worker:
                 att.timer = None
         if msg is not None:
             att.outbox.put(msg)
+        return msg
 
     def _complete(self, lease: int, value: Any) -> pb.WorkerMessage:
         try:

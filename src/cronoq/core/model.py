@@ -293,16 +293,16 @@ class Observer(Protocol):
     server's histograms): called synchronously inside the engine call that starts or ends the
     attempt, so it must be quick and must not call back into the engine. Times are seconds.
 
-    `started`: an attempt of a task of priority class `cls` started in `pool` after waiting
-    `wait` = start - `TaskRecord.ready_at`, the instant the task last became ready (admitted
-    with nothing to wait for, its dependencies met, its fixed start come, its retry backoff
-    over): the time it waited for a slot, not for its dependencies, its start time or a
-    backoff. `ended`: the attempt ended with `outcome` (one of ATTEMPT_OUTCOMES) after
-    `runtime` = end - `Attempt.started_at`."""
+    `started`: the attempt `att` (of `att.task`, in its pool, at `att.started_at`) started
+    after waiting `wait` = start - `TaskRecord.ready_at`, the instant the task last became
+    ready (admitted with nothing to wait for, its dependencies met, its fixed start come, its
+    retry backoff over): the time it waited for a slot, not for its dependencies, its start
+    time or a backoff. `ended`: the attempt ended with `outcome` (one of ATTEMPT_OUTCOMES)
+    after `runtime` = end - `Attempt.started_at`."""
 
-    def started(self, pool: str, cls: int, wait: float) -> None: ...
+    def started(self, att: Attempt, wait: float) -> None: ...
 
-    def ended(self, pool: str, cls: int, outcome: str, runtime: float) -> None: ...
+    def ended(self, att: Attempt, outcome: str, runtime: float) -> None: ...
 
 
 class PastAttempt(NamedTuple):

@@ -452,17 +452,23 @@ class ObservedState(State):
         self, rec: TaskRecord, pool: PoolState, now: float, adherent: bool, slot: Group | None
     ) -> None:
         super().start(rec, pool, now, adherent, slot)
-        self.observer.started(pool.name, rec.cls, now - rec.ready_at)
+        att = rec.running
+        assert att is not None  # the attempt just started
+        self.observer.started(att, now - rec.ready_at)
 
     def end_attempt(self, att: Attempt, pool: PoolState, now: float, success: bool) -> float:
         runtime = super().end_attempt(att, pool, now, success)
-        reason = att.abort_reason
-        if reason is not None:
-            outcome = _ABORT_OUTCOMES.get(reason, OUTCOME_ABANDONED)
-        else:
-            outcome = OUTCOME_SUCCEEDED if success else OUTCOME_FAILED
-        self.observer.ended(pool.name, att.task.cls, outcome, runtime)
+        self.observer.ended(att, attempt_outcome(att, success), runtime)
         return runtime
+
+
+def attempt_outcome(att: Attempt, success: bool) -> str:
+    """How an ended attempt ended (one of model.ATTEMPT_OUTCOMES): its abort's reason, else
+    whether its executor succeeded."""
+    reason = att.abort_reason
+    if reason is not None:
+        return _ABORT_OUTCOMES.get(reason, OUTCOME_ABANDONED)
+    return OUTCOME_SUCCEEDED if success else OUTCOME_FAILED
 
 
 def _remember(rec: TaskRecord, now: float, outcome: str, message: str) -> None:

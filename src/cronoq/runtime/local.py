@@ -9,12 +9,15 @@ shutdown gives a moment to unwind after cancelling it).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from .._tracing import ATTR_ATTEMPT, ATTR_KIND, ATTR_POOL, ATTR_PRIORITY, ATTR_TASK_ID, Traced
 from ..core.engine import Engine
-from ..core.model import Attempt
+from ..core.model import Attempt, Priority
+from ..core.state import attempt_outcome
 from ..errors import Permanent, Retryable
 from .handles import TaskContext
 from .session import Launcher
@@ -33,6 +36,7 @@ class LocalLauncher:
     `TaskContext`s (`attempt_class`), the object each executor gets."""
 
     elastic = True  # in-process slots are the pools' own: the autoscaler sets them
+    traced: Traced | None = None  # the session's tracing (Scheduler), when on
 
     def __init__(self, executors: Executors, clock: Callable[[], float]) -> None:
         self._executors = executors
@@ -54,7 +58,7 @@ class LocalLauncher:
         create_task = self._loop.create_task
         tasks = self._tasks
         executors = self._executors
-        run = self._run
+        run = self._run if self.traced is None else self._traced_run
         clock = self._clock
         for att in cast("list[TaskContext]", starts):
             if not att.ended:  # with a store, it may have been aborted while being written
@@ -76,22 +80,54 @@ class LocalLauncher:
     def running(self) -> list[asyncio.Future[Any]]:
         return list(self._tasks.values())
 
-    async def _run(self, att: TaskContext, executor: Callable[..., Any], is_async: bool) -> None:
+    async def _traced_run(
+        self, att: TaskContext, executor: Callable[..., Any], is_async: bool
+    ) -> bool:
+        """`_run` inside the attempt's `cronoq.run` span (after its `cronoq.queue_wait` one),
+        linked to its dependencies' traces."""
+        traced = self.traced
+        assert traced is not None and self._engine is not None
+        rec = att.task
+        attrs = {
+            ATTR_TASK_ID: rec.id,
+            ATTR_KIND: rec.kind,
+            ATTR_POOL: rec.pool,
+            ATTR_PRIORITY: Priority(rec.cls).name.lower(),
+            ATTR_ATTEMPT: att.number,
+        }
+        start = int(att.started_at * 1e9)
+        tags = rec.tags
+        traced.queued(tags, attrs, int(rec.ready_at * 1e9), start)
+        deps = None if rec.extra is None else rec.extra.deps
+        links = None
+        if deps:
+            lookup = self._engine.lookup
+            links = [p.tags for p in map(lookup, (ref for ref, _ in deps)) if p and p.tags]
+        with traced.run(tags, attrs, start, links) as span:
+            ok = await self._run(att, executor, is_async)
+            traced.ended(span, attempt_outcome(att, ok), rec.message)
+        return ok
+
+    async def _run(self, att: TaskContext, executor: Callable[..., Any], is_async: bool) -> bool:
         """Run one attempt and report its outcome (calling the executor here means an attempt
-        aborted before its first step never creates the executor's coroutine)."""
+        aborted before its first step never creates the executor's coroutine); True if the
+        executor returned."""
         # the first step runs in the session that launched the attempt: keep its engine
         eng, tasks, kick, loop = self._engine, self._tasks, self._kick, self._loop
         assert eng is not None and loop is not None
+        ok = False
         try:
             if is_async:
                 result = await executor(att, att.task.payload)
             else:
-                result = await loop.run_in_executor(None, executor, att, att.task.payload)
+                # (in the caller's context: its span is the parent of the executor's)
+                run = contextvars.copy_context().run
+                result = await loop.run_in_executor(None, run, executor, att, att.task.payload)
                 if inspect.isawaitable(result):
                     result = await result
         except asyncio.CancelledError:
             if att.ended:  # we cancelled it: nothing to report
-                return
+                return False
             eng.fail(att, self._clock(), SELF_CANCELLED)
         except Permanent as e:
             eng.fail(att, self._clock(), e.message, permanent=True)
@@ -101,9 +137,11 @@ class LocalLauncher:
             eng.fail(att, self._clock(), f"{type(e).__name__}: {e}")
         else:
             eng.complete(att, self._clock(), result)
+            ok = True
         finally:
             tasks.pop(att.lease, None)
         kick()
+        return ok
 
 
 class OutsideLauncher:

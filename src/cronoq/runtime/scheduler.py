@@ -29,6 +29,7 @@ from .._options import (
     build_task,
     routed_task,
 )
+from .._tracing import ATTR_TASK_ID, Traced, tracer
 from ..core import engine as _engine
 from ..core.cron import CronError, parse_cron, zone
 from ..core.engine import Engine
@@ -115,6 +116,7 @@ class Scheduler:
         clock: Callable[[], float] | None = None,
         shard: int | None = None,
         observer: Observer | None = None,
+        tracing: object = None,
     ) -> None:
         """`launcher` (for the server): attempts go to it instead of the pools' executors, and
         every pool starts with no slots (the launcher's workers bring them).
@@ -128,13 +130,21 @@ class Scheduler:
         as the event loop's `loop.time()`, since the scheduler's timers are loop timers.
 
         `observer` (for the server's metrics): told of every attempt's start and end by the
-        engine of each session (`cronoq.core.model.Observer`); None costs nothing more."""
+        engine of each session (`cronoq.core.model.Observer`); None costs nothing more.
+
+        `tracing` (docs/observability.md, "Traces"): spans of submits and attempts through the
+        program's OpenTelemetry SDK. None (the default): when one is configured as the scheduler
+        starts; False: never; True: always (it needs `opentelemetry-api`); or a tracer provider
+        to make them with instead of the global one."""
         if clock is None:
             clock = time.time
         elif not callable(clock):
             raise TypeError(f"clock must be a callable returning Unix seconds (got {clock!r})")
         self._clock: Callable[[], float] = clock
         self._observer = observer
+        tracer(False if tracing is None else tracing)  # (a bad setting fails here)
+        self._tracing = tracing
+        self._traced: Traced | None = None  # the session's tracing, when on
         pools = list(pools)
         if not pools:
             raise ValueError("at least one pool is required")
@@ -268,6 +278,9 @@ class Scheduler:
             journal=store is not None,
             observer=self._observer,
         )
+        self._traced = tracer(self._tracing)
+        if isinstance(self._launcher, LocalLauncher):  # (the server traces its own attempts)
+            self._launcher.traced = self._traced
         self._session = s = Session(engine, loop, self._launcher, self._clock)
         self._life.move(_S.RUNNING)
         self._launcher.bind(engine, s.reported)
@@ -399,6 +412,15 @@ class Scheduler:
 
         A full pool whose overflow policy is "wait" refuses the task with the code "full": the
         caller then waits until the pool has room and tries again."""
+        traced = self._traced
+        if traced is not None:
+            with traced.submit(options.get("pool"), options.get("kind")) as span:
+                handle = await self._submit(payload, _with_context(traced, options))
+                span.set_attribute(ATTR_TASK_ID, handle.id)
+                return handle
+        return await self._submit(payload, options)
+
+    async def _submit(self, payload: Any, options: SubmitOptions) -> TaskHandle:
         s = self._admitting()
         d = s.durable
         data = b"" if d is None else encode_payload(d.codec, payload)  # refused before admitted
@@ -439,6 +461,21 @@ class Scheduler:
 
     async def submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
         """Admit all tasks or none: every task is validated before the first is admitted."""
+        traced = self._traced
+        if traced is not None:
+            tasks = list(tasks)
+            with traced.submit(None, None, len(tasks)):
+                return await self._submit_batch(
+                    [
+                        Task(t.payload, **_with_context(traced, t.options))
+                        if isinstance(t, Task)
+                        else t
+                        for t in tasks
+                    ]
+                )
+        return await self._submit_batch(tasks)
+
+    async def _submit_batch(self, tasks: Iterable[Task]) -> list[TaskHandle]:
         s = self._admitting()
         now = self._clock()
         build = self._build
@@ -641,6 +678,13 @@ class Scheduler:
         s.streams.append(st)
         s.update_event_level()
         return st
+
+
+def _with_context(traced: Traced, options: SubmitOptions) -> SubmitOptions:
+    """A task's options with the current trace context in its tags (docs/observability.md)."""
+    out = options.copy()
+    out["tags"] = traced.inject(options.get("tags"))
+    return out
 
 
 def _check_ref(ref: object) -> int | str:

@@ -38,7 +38,13 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-from cronoq.core.model import ATTEMPT_OUTCOMES, FIRST_TERMINAL, STATUS_NAMES, ReadyView
+from cronoq.core.model import (
+    ATTEMPT_OUTCOMES,
+    FIRST_TERMINAL,
+    STATUS_NAMES,
+    Attempt,
+    ReadyView,
+)
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 
@@ -145,16 +151,18 @@ class TaskObserver:
         self.waits: dict[tuple[str, int], _Histogram] = {}
         self.runtimes: dict[tuple[str, int, str], _Histogram] = {}
 
-    def started(self, pool: str, cls: int, wait: float) -> None:
-        h = self.waits.get((pool, cls))
+    def started(self, att: Attempt, wait: float) -> None:
+        rec = att.task
+        h = self.waits.get((rec.pool, rec.cls))
         if h is None:
-            h = self.waits[pool, cls] = _Histogram()
+            h = self.waits[rec.pool, rec.cls] = _Histogram()
         h.observe(wait)
 
-    def ended(self, pool: str, cls: int, outcome: str, runtime: float) -> None:
-        h = self.runtimes.get((pool, cls, outcome))
+    def ended(self, att: Attempt, outcome: str, runtime: float) -> None:
+        rec = att.task
+        h = self.runtimes.get((rec.pool, rec.cls, outcome))
         if h is None:
-            h = self.runtimes[pool, cls, outcome] = _Histogram()
+            h = self.runtimes[rec.pool, rec.cls, outcome] = _Histogram()
         h.observe(runtime)
 
 
