@@ -7,23 +7,49 @@ import logging
 import math
 import sys
 import time
+from contextvars import ContextVar
 from typing import Literal
 
-__all__ = ["FIELD_PREFIX", "RESERVED", "JsonFormatter", "LogFormat", "setup_logging"]
+__all__ = [
+    "FIELD_PREFIX",
+    "RESERVED",
+    "JsonFormatter",
+    "LogFormat",
+    "current_trace_ids",
+    "setup_logging",
+    "trace_ids",
+]
 
 LogFormat = Literal["text", "json"]
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The members a JSON line has of its own; a structured field named like one of them is written
 # under FIELD_PREFIX + its name instead (again while that is taken), never over them.
-RESERVED = frozenset({"ts", "level", "logger", "event", "msg", "exc"})
+RESERVED = frozenset({"ts", "level", "logger", "trace_id", "span_id", "event", "msg", "exc"})
 FIELD_PREFIX = "field_"
+# (trace id, span id) of the span the server is in (server/tracing.py sets it for a call)
+trace_ids: ContextVar[tuple[str, str] | None] = ContextVar("cronoq_trace_ids", default=None)
+
+
+def current_trace_ids() -> tuple[str, str] | None:
+    """The trace and span ids (hex) a log line written now belongs to: the server's own span,
+    else the current OpenTelemetry span when the program uses OpenTelemetry (looked up only
+    once it is imported, so logging costs no import)."""
+    ids = trace_ids.get()
+    if ids is None:
+        trace = sys.modules.get("opentelemetry.trace")
+        if trace is not None:
+            ctx = trace.get_current_span().get_span_context()
+            if ctx.is_valid:
+                ids = (f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}")
+    return ids
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, so that a log shipper never has to join lines, and a
     traceback stays inside its record (docs/server.md, "Logs"; docs/app.md for the worker).
 
-    Members, in this order: `ts` (RFC 3339, UTC, milliseconds), `level`, `logger`; `msg`, the
+    Members, in this order: `ts` (RFC 3339, UTC, milliseconds), `level`, `logger`; inside a
+    traced call `trace_id` and `span_id` (current_trace_ids); `msg`, the
     message, or for an event `event`, its name; the record's structured fields (the `fields`
     dict of `extra`), each a member of its own (a field named like a member above or `exc` is
     renamed `field_<name>`); and `exc`, the traceback, when the record has one.
@@ -45,6 +71,9 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
         }
+        ids = current_trace_ids()
+        if ids is not None:
+            line["trace_id"], line["span_id"] = ids
         fields = getattr(record, "fields", None)
         if not isinstance(fields, dict):
             fields = None

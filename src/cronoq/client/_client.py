@@ -675,7 +675,7 @@ class Client:
             resp: pb.SubmitResponse = await self._unary(call, request, timeout=deadline)
         else:
             with traced.submit(spec.pool, spec.kind) as span:
-                traced.fill(spec.tags)
+                traced.fill(request.task.tags)  # (the request holds a copy of `spec`)
                 resp = await self._unary(call, request, timeout=deadline)
                 span.set_attribute(ATTR_TASK_ID, resp.id)
         result = _result(resp.result) if resp.HasField("result") else None

@@ -38,6 +38,7 @@ import grpc
 
 from cronoq._lifecycle import Lifecycle, table
 from cronoq.core.engine import Engine
+from cronoq.core.model import TaskRecord
 from cronoq.runtime import Launcher, Scheduler
 from cronoq.store import PostgresStore, SqliteStore
 
@@ -58,6 +59,7 @@ from .fronts.routes import Route
 from .inflight import Ledger, Load
 from .logs import event
 from .ports import ensure_free
+from .tracing import server_tracing
 
 __all__ = ["DRAIN_S", "BytesCodec", "Registrar", "ServerApp", "served_routes"]
 
@@ -159,6 +161,9 @@ class ServerApp:
             drain_s=DRAIN_S,
         )
         self.store = _store(cfg)
+        # the spans, when on: the engine's observer, before the task-queue histograms of
+        # /metrics (docs/observability.md)
+        self.tracing = server_tracing(cfg.tracing, self._http.metrics.observer, self._lookup)
         self._lost: asyncio.Future[str] | None = None  # set when a leading session is lost
         self.launcher = (
             None if launcher_factory is None else _Reporting(launcher_factory(self), self._on_lost)
@@ -175,7 +180,8 @@ class ServerApp:
             launcher=self.launcher,
             clock=clock,
             shard=None if cfg.own_shard is None else cfg.own_shard.number,
-            observer=self._http.metrics.observer,  # the task-queue histograms of /metrics
+            observer=self.tracing or self._http.metrics.observer,
+            tracing=False,  # (the server's own spans are `self.tracing`'s)
         )
         self.grpc_address: SocketAddress | None = None  # with the bound port, once listening
         self.http_address: SocketAddress | None = None
@@ -347,6 +353,10 @@ class ServerApp:
             event(log, logging.WARNING, "standing_by", reason=reason)
             await asyncio.sleep(RECONTEND_S)  # a waiting standby's turn first (see RECONTEND_S)
 
+    def _lookup(self, ref: int | str) -> TaskRecord | None:
+        """A task of the running engine (for the spans' links to a task's dependencies)."""
+        return self.scheduler.serving().lookup(ref)
+
     def _on_lost(self, reason: str) -> None:
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(reason)
@@ -376,6 +386,8 @@ class ServerApp:
             if self._front is not None:
                 await self._front.stop()
         await self._http.stop()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.close)
         self._life.move(_A.STOPPED)
         event(log, logging.INFO, "stopped")
 

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cronoq import __version__
-from cronoq._logs import JsonFormatter
+from cronoq._logs import JsonFormatter, current_trace_ids
 from cronoq.errors import SchedulerError
 from cronoq.proto import proto_text
 
@@ -71,6 +71,9 @@ class LogfmtFormatter(logging.Formatter):
             ("level", record.levelname.lower()),
             ("logger", record.name),
         ]
+        ids = current_trace_ids()
+        if ids is not None:
+            pairs += (("trace_id", ids[0]), ("span_id", ids[1]))
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             pairs.append(("event", record.getMessage()))

@@ -58,7 +58,7 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
         # (the generated registration functions carry no annotations)
         add = cronoq_pb2_grpc
         add.add_WorkersServicer_to_server(work, server)  # type: ignore[no-untyped-call]
-        local_tasks = TasksService(app.scheduler, cfg.limits)
+        local_tasks = TasksService(app.scheduler, cfg.limits, app.tracing)
         local_admin = AdminService(app.scheduler, cfg.limits, work.worker_infos)
         tasks: cronoq_pb2_grpc.TasksServicer = local_tasks
         admin: cronoq_pb2_grpc.AdminServicer = local_admin
@@ -82,6 +82,8 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
         http_authorize=_http_authorize(authenticator) if enabled else None,
         clock=clock,
     )
+
+    work.tracing = app.tracing
 
     async def tell_workers() -> None:
         work.shutdown(SHUTDOWN_REASON, not_leader=False)

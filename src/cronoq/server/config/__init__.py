@@ -52,6 +52,7 @@ from .settings import (
     TlsSettings,
     TokenBucketSettings,
     TokenSettings,
+    TracingSettings,
 )
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "TlsSettings",
     "TokenBucketSettings",
     "TokenSettings",
+    "TracingSettings",
     "apply_overrides",
     "core_pools",
     "core_resources",

@@ -65,6 +65,7 @@ from .settings import (
     TlsSettings,
     TokenBucketSettings,
     TokenSettings,
+    TracingSettings,
 )
 from .tables import Table, library_rules, quote
 
@@ -160,12 +161,13 @@ def validate(raw: Mapping[str, Any], *, env: Mapping[str, str] = os.environ) -> 
     outputs = _outputs(top.table("outputs"))
     known_pools = {p.name for p in pools} | {name for s in shards for name in s.pools}
     auth = _auth(top.table("auth"), env, known_pools, server)
+    tracing = _tracing(top.table("tracing"))
     top.close()
     _check_listeners(errors, server, auth)
     _check_peer_identity(errors, server, auth)
     if errors:
         raise ConfigError(errors)
-    return ServerConfig(server, auth, store, limits, pools, resources, outputs, shards)
+    return ServerConfig(server, auth, store, limits, pools, resources, outputs, shards, tracing)
 
 
 # --- [server] ----------------------------------------------------------------------------------
@@ -564,6 +566,19 @@ def _outputs(t: Table) -> OutputsSettings:
             "must be > 0 while cache_entries > 0 (set cache_entries = 0 to cache no outputs)",
         )
     return outputs
+
+
+def _tracing(t: Table) -> TracingSettings:
+    enabled = t.boolean("enabled", False) if t.has("enabled") else None
+    endpoint = t.string("endpoint", None)
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        t.fail("endpoint", f"must be an http:// or https:// URL (got {quote(endpoint)})")
+    ratio = t.number("sample_ratio", None)
+    if ratio is not None and not 0.0 <= ratio <= 1.0:
+        t.fail("sample_ratio", f"must be from 0 to 1 (got {ratio:g})")
+    settings = TracingSettings(enabled, endpoint, t.string("service_name", None), ratio)
+    t.close()
+    return settings
 
 
 # --- [[pools]] ---------------------------------------------------------------------------------

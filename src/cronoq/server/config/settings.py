@@ -319,6 +319,19 @@ class ShardSettings:
 
 
 @dataclass(frozen=True)
+class TracingSettings:
+    """`[tracing]`: spans over OTLP/HTTP (docs/observability.md, "Traces"). `enabled` None:
+    on when the standard OTEL_* variables name an endpoint; `endpoint` the full traces URL
+    (else OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT); `sample_ratio` None: OTEL_TRACES_SAMPLER(_ARG),
+    else 1; `service_name` None: OTEL_SERVICE_NAME, else "cronoq-server"."""
+
+    enabled: bool | None = None
+    endpoint: str | None = None
+    service_name: str | None = None
+    sample_ratio: float | None = None
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """The whole validated configuration."""
 
@@ -330,6 +343,7 @@ class ServerConfig:
     resources: tuple[ResourceSettings, ...] = ()
     outputs: OutputsSettings = OutputsSettings()
     shards: tuple[ShardSettings, ...] = ()
+    tracing: TracingSettings = TracingSettings()
 
     @property
     def own_shard(self) -> ShardSettings | None:

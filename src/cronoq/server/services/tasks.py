@@ -30,7 +30,9 @@ from typing import Any, TypeVar
 
 import grpc
 
+from cronoq._attempt import TRACEPARENT
 from cronoq._options import Task
+from cronoq._tracing import ATTR_TASK_ID, TRACESTATE, copy_context
 from cronoq.core.engine import Engine
 from cronoq.core.model import FIRST_TERMINAL, TERMINAL_NAMES, RetryPolicy, TaskRecord
 from cronoq.errors import EventsLagged, SchedulerError, SubmitError, TaskFailed
@@ -43,6 +45,7 @@ from cronoq.server.config import LimitsSettings
 from cronoq.server.convert import InvalidArgument, TooLarge
 from cronoq.server.errors import Refused
 from cronoq.server.holds import Holds, exempt_request
+from cronoq.server.tracing import ServerTracing
 
 __all__ = ["AdminService", "TasksService", "check_pool", "known_pools", "pool_filter"]
 
@@ -108,9 +111,12 @@ def _rpc(
 class _Base:
     """What both services share: the scheduler, the limits and access to the engine."""
 
-    def __init__(self, sched: Scheduler, limits: LimitsSettings) -> None:
+    def __init__(
+        self, sched: Scheduler, limits: LimitsSettings, tracing: ServerTracing | None = None
+    ) -> None:
         self._sched = sched
         self._limits = limits
+        self._tracing = tracing
 
     def _engine(self) -> Engine:
         """The running engine, or UNAVAILABLE (not started, stopping, stopped, store lost)."""
@@ -134,17 +140,27 @@ class _Base:
         named. What is the same for every task of the call (the caller, its traceparent) is
         looked up once."""
         caller = current_principal()
-        trace = _traceparent(context, self._limits)
+        trace = trace_headers(context, self._limits)
         out = []
         for field, spec in specs:
             payload, options = convert.spec_to_task(spec, self._limits, field=field)
-            if trace is not None:
+            if trace:
                 tags = options.get("tags") or {}
-                tags.setdefault("traceparent", trace)
+                if TRACEPARENT not in tags:
+                    copy_context(trace, tags)
                 options["tags"] = tags
             _scope(options, field, caller)
             out.append((payload, options))
         return out
+
+    def _traced(
+        self, context: Context, tasks: list[dict[str, Any]]
+    ) -> contextlib.AbstractContextManager[dict[str, Any]]:
+        """The call's `cronoq.submit` span when the server traces (server/tracing.py), which
+        yields its attributes; else a dict nobody reads."""
+        if self._tracing is None:
+            return contextlib.nullcontext({})
+        return self._tracing.submit(trace_headers(context, self._limits), tasks)
 
     def _known_pools(self, engine: Engine, pools: set[str]) -> None:
         known_pools(pools, engine.configs.keys())
@@ -195,13 +211,15 @@ def known_pools(pools: set[str], known: Collection[str]) -> None:
         raise Refused(grpc.StatusCode.NOT_FOUND, f"unknown pool {unknown[0]!r}")
 
 
-def _traceparent(context: Context, limits: LimitsSettings) -> str | None:
-    """A `traceparent` request header: it becomes the task tag of that name unless the spec
-    has one (docs/server-api.md, "Input rules"), so attempts carry the caller's trace."""
+def trace_headers(context: Context, limits: LimitsSettings) -> dict[str, str]:
+    """The call's `traceparent` and `tracestate` request headers: they become the task tags
+    of those names unless the spec has a `traceparent` (docs/server-api.md, "Input rules"),
+    so attempts carry the caller's trace."""
+    out = {}
     for k, v in context.invocation_metadata() or ():
-        if k == "traceparent" and isinstance(v, str):
-            return convert.check_name("traceparent", v, limits.max_tag_len)
-    return None
+        if k in (TRACEPARENT, TRACESTATE) and isinstance(v, str):
+            out[k] = convert.check_name(k, v, limits.max_tag_len)
+    return out
 
 
 async def _settle(handle: TaskHandle) -> None:
@@ -337,15 +355,17 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         if request.wait:
             requested = request.wait_timeout_s if request.HasField("wait_timeout_s") else None
             budget = self._budget(requested, "wait_timeout_s", context)
-        if await self._admit(engine, [options], context) and request.wait:
-            budget = self._budget(requested, "wait_timeout_s", context)  # what is left of it
-        handle = await self._sched.submit(payload, **options)
-        resp = pb.SubmitResponse(id=handle.id, duplicate=handle.duplicate)
-        if request.wait:
-            rec = engine.lookup(handle.id)
-            if rec is None:
-                raise Refused(grpc.StatusCode.NOT_FOUND, f"task {handle.id} no longer retained")
-            resp.result.CopyFrom(await self._wait(rec, budget))
+        with self._traced(context, [options]) as span:
+            if await self._admit(engine, [options], context) and request.wait:
+                budget = self._budget(requested, "wait_timeout_s", context)  # what is left
+            handle = await self._sched.submit(payload, **options)
+            span[ATTR_TASK_ID] = handle.id
+            resp = pb.SubmitResponse(id=handle.id, duplicate=handle.duplicate)
+            if request.wait:
+                rec = engine.lookup(handle.id)
+                if rec is None:
+                    raise Refused(grpc.StatusCode.NOT_FOUND, f"task {handle.id} no longer retained")
+                resp.result.CopyFrom(await self._wait(rec, budget))
         return resp
 
     @_rpc
@@ -361,10 +381,12 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         specs = self._specs(
             [(f"tasks[{i}]", spec) for i, spec in enumerate(request.tasks)], engine, context
         )
-        await self._admit(engine, [options for _, options in specs], context)
-        handles = await self._sched.submit_batch(
-            [Task(payload, **options) for payload, options in specs]
-        )
+        tasks = [options for _, options in specs]
+        with self._traced(context, tasks):
+            await self._admit(engine, tasks, context)
+            handles = await self._sched.submit_batch(
+                [Task(payload, **options) for payload, options in specs]
+            )
         return pb.SubmitBatchResponse(
             tasks=[pb.SubmitResponse(id=h.id, duplicate=h.duplicate) for h in handles]
         )

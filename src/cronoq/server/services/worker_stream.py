@@ -31,6 +31,7 @@ from ..convert import CONTENT_TYPE_TAG, priority_to_pb
 from ..decode import Undecodable
 from ..errors import Refused
 from ..logs import event
+from ..tracing import ServerTracing
 from .worker_leases import PROTOCOL_VERSION, RemoteWorker, WorkerError, Workers
 
 log = logging.getLogger("cronoq.server")
@@ -113,6 +114,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         self._kick: Callable[[], None] = lambda: None
         self._streams: dict[int, _Stream] = {}
         self._ttl: dict[str, float | None] = {}
+        self.tracing: ServerTracing | None = None  # the server's spans, when on
 
     # --- Launcher ------------------------------------------------------------------------
 
@@ -131,9 +133,14 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
 
     def launch(self, starts: list[Attempt]) -> None:
         assert self.workers is not None
-        assigned = self.workers.assign(starts, self._clock())
+        now = self._clock()
+        assigned = self.workers.assign(starts, now)
         for w, att in assigned:
             self._send(w, pb.ServerMessage(lease=self._lease(att)))
+        tracing = self.tracing
+        if tracing is not None:
+            for w, att in assigned:
+                tracing.dispatched(att, w.id, w.name, now)
         if len(assigned) < len(starts):
             self._kick()  # some failed for want of a worker: the scheduler retries them
 

@@ -16,7 +16,9 @@ import grpc
 # Untyped for mypy, as in fronts/routes.py.
 from google.protobuf.message import Message  # type: ignore[import-untyped]
 
+from ...._attempt import TRACEPARENT
 from ...._net import loopback
+from ...._tracing import TRACESTATE
 from ...auth import Principal
 from ...config import ServerConfig, ShardSettings
 from ...errors import Refused
@@ -121,7 +123,7 @@ class Peers:
         md.extend(
             (k, v)
             for k, v in context.invocation_metadata() or ()
-            if k == "traceparent" and isinstance(v, str)
+            if k in (TRACEPARENT, TRACESTATE) and isinstance(v, str)
         )
         return md
 
