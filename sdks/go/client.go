@@ -106,11 +106,24 @@ func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 func (c *Client) Close() error { return c.conn.Close() }
 
 // Submit submits one task.
-func (c *Client) Submit(ctx context.Context, t Task) (Submitted, error) {
-	r, err := c.tasks.Submit(ctx, &pb.SubmitRequest{Task: t.wire()})
+//
+// The task carries a W3C trace context in its tags "traceparent" and "tracestate": the
+// caller's own traceparent tag wins, then Task.Traceparent and Task.Tracestate, then the trace
+// context of ctx. With an OpenTelemetry SDK installed (the global TracerProvider and
+// TextMapPropagator) Submit records a span "cronoq.submit" (kind producer, attributes
+// cronoq.pool, cronoq.task.kind and cronoq.task.id) and the task's trace context is that
+// span's, so the attempts' spans hang below it. Without one, no span is recorded and no tag is
+// added.
+func (c *Client) Submit(ctx context.Context, t Task) (sub Submitted, err error) {
+	ctx, span, tags := startSubmit(ctx, &t)
+	defer func() { endSpan(span, err) }()
+	spec := t.wire()
+	spec.Tags = tags
+	r, err := c.tasks.Submit(ctx, &pb.SubmitRequest{Task: spec})
 	if err != nil {
 		return Submitted{}, toError(ctx, err)
 	}
+	span.SetAttributes(idAttr("cronoq.task.id", r.GetId()))
 	return Submitted{ID: r.GetId(), Duplicate: r.GetDuplicate()}, nil
 }
 

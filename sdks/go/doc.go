@@ -20,4 +20,11 @@
 // RunWorker implements worker protocol version 3: it registers for one pool, runs the handler
 // for each lease within the granted slots, heartbeats the running leases, reports exactly one
 // outcome per lease, follows shard redirects safely and reconnects with backoff.
+//
+// Tasks carry their W3C trace context in the tags "traceparent" and "tracestate". Submit sets
+// them (from Task.Traceparent, or from its context) and, with an OpenTelemetry SDK installed
+// as the global TracerProvider and TextMapPropagator, records a "cronoq.submit" span; the
+// worker runs each handler in a "cronoq.run" span continuing the task's trace, and
+// Lease.Traceparent and Lease.Tracestate return the tags. Without an SDK nothing is recorded
+// and no tag is added.
 package cronoq

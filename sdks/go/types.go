@@ -151,6 +151,10 @@ type Task struct {
 	Resources map[string]uint32
 	// Tags are user metadata handed to the worker.
 	Tags map[string]string
+	// Traceparent and Tracestate set the task's W3C trace context explicitly: they become
+	// its tags "traceparent" and "tracestate" unless Tags has a "traceparent" of its own.
+	// Empty means the trace context of Submit's context (see Client.Submit).
+	Traceparent, Tracestate string
 	// Labels are worker labels the task requires: it runs only on workers that have them all.
 	Labels map[string]string
 	// MaxAttempts, when set, replaces the pool's retry policy with this many attempts (the

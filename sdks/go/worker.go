@@ -44,6 +44,9 @@ const (
 
 // Handler runs one lease. Its context ends when the server aborts the attempt, when the
 // connection to the server ends, or when the drain timeout passes; context.Cause says which.
+// With an OpenTelemetry SDK installed (the global TracerProvider and TextMapPropagator), the
+// context carries the attempt's cronoq.run span, a child of the task's trace context (its
+// traceparent and tracestate tags), so spans the handler starts from it are its children.
 // It returns the task's output, or an error: see Permanent, RetryAfter, Reject and
 // CancelTask. Any other error, and a panic, is a retryable failure.
 type Handler func(ctx context.Context, l *Lease) ([]byte, error)
@@ -70,6 +73,14 @@ type Lease struct {
 	// Deadline is the task's soft deadline, zero when none.
 	Deadline time.Time
 }
+
+// Traceparent is the task's W3C trace context: its tag "traceparent", empty without one. The
+// handler's context already carries the cronoq.run span that continues that trace when an
+// OpenTelemetry SDK is installed.
+func (l *Lease) Traceparent() string { return l.Tags[TagTraceparent] }
+
+// Tracestate is the task's W3C tracestate: its tag "tracestate", empty without one.
+func (l *Lease) Tracestate() string { return l.Tags[TagTracestate] }
 
 // Handler context causes, so a handler can tell why it was stopped.
 var (
@@ -509,7 +520,9 @@ func (s *session) heartbeat(r *run, ttl time.Duration) {
 }
 
 func (s *session) handle(ctx context.Context, r *run) {
+	ctx, span := startRun(ctx, r.lease)
 	out, err := s.call(ctx, r.lease)
+	cause := context.Cause(ctx)
 	s.mu.Lock()
 	current := !s.closed && s.runs[r.lease.ID] == r
 	if current {
@@ -521,10 +534,13 @@ func (s *session) handle(ctx context.Context, r *run) {
 	r.cancel(context.Canceled)
 	if !current {
 		// Aborted or abandoned: the server has given the attempt up, nothing to report.
+		endRun(span, nil, err, cause)
 		return
 	}
 	defer s.reporting.Done()
-	_ = s.send(outcome(r.lease.ID, out, err, maxMessage))
+	msg := outcome(r.lease.ID, out, err, maxMessage)
+	endRun(span, msg, err, cause)
+	_ = s.send(msg)
 }
 
 // call runs the handler, turning a panic into an error so one bad lease cannot take the
