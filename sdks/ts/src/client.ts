@@ -1,6 +1,7 @@
 /** The Tasks client: submit, inspect, wait for, cancel, list and watch tasks. */
 import * as grpc from "@grpc/grpc-js";
 import { CronoqError, toCronoqError } from "./errors.js";
+import { tracedSubmit } from "./otel.js";
 import {
   authMetadata,
   newServiceClient,
@@ -87,6 +88,13 @@ export interface Task {
   resources?: Record<string, number>;
   /** User metadata handed to the worker. */
   tags?: Record<string, string>;
+  /**
+   * The task's W3C trace context, set explicitly: the tags `traceparent` and `tracestate`
+   * unless `tags` has a `traceparent` of its own. Omitted: the active OpenTelemetry context's,
+   * when `@opentelemetry/api` is installed (see `Client.submit`).
+   */
+  traceparent?: string;
+  tracestate?: string;
   /** Worker labels the task needs: it runs only on workers that have them all. */
   labels?: Record<string, string>;
   /** Replaces the pool's retry policy with this many attempts and the server's backoff. */
@@ -226,10 +234,19 @@ export class Client {
     this.#stub.close();
   }
 
-  /** Submits one task. */
+  /**
+   * Submits one task. It carries a W3C trace context in its tags `traceparent` and
+   * `tracestate`: the caller's own `traceparent` tag wins, then the task's `traceparent` and
+   * `tracestate` options, then the active OpenTelemetry context. With `@opentelemetry/api`
+   * installed and an SDK registered, the call runs in a `cronoq.submit` span (kind PRODUCER;
+   * attributes `cronoq.pool`, `cronoq.task.kind`, `cronoq.task.id`) and the task's trace
+   * context is that span's. Otherwise no span is recorded and no tag added.
+   */
   async submit(task: Task, options: CallOptions = {}): Promise<Submitted> {
-    const r = await this.#unary(this.#stub.Submit, { task: taskToWire(task) }, options);
-    return { id: BigInt(r.id), duplicate: r.duplicate };
+    return tracedSubmit(task, async (tags) => {
+      const r = await this.#unary(this.#stub.Submit, { task: { ...taskToWire(task), tags } }, options);
+      return { id: BigInt(r.id), duplicate: r.duplicate };
+    });
   }
 
   /** The current state of a task. */

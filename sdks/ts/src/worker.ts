@@ -7,6 +7,7 @@ import { hostname } from "node:os";
 import * as grpc from "@grpc/grpc-js";
 import { CancelTask, CronoqError, Permanent, Reject, Retryable } from "./errors.js";
 import { authMetadata, isSecure, newServiceClient, type TlsOptions } from "./connection.js";
+import { loadOpenTelemetry, startRun, TRACEPARENT, TRACESTATE } from "./otel.js";
 import { loadCronoq, type WireLease, type WireServerMessage, type WireWorkerMessage } from "./proto.js";
 import { dateFromNs, encodeBody, priorityFromWire, type Priority } from "./types.js";
 
@@ -63,6 +64,10 @@ export interface Lease {
   /** undefined when the server did not say. */
   readonly priority: Priority | undefined;
   readonly tags: Readonly<Record<string, string>>;
+  /** The task's W3C trace context: its `traceparent` tag, undefined without one. */
+  readonly traceparent: string | undefined;
+  /** Its `tracestate` tag, undefined without one. */
+  readonly tracestate: string | undefined;
   /** Per-attempt timeout in seconds (the server aborts the attempt then); undefined if none. */
   readonly timeout: number | undefined;
   /** The task's soft deadline, if any. */
@@ -76,8 +81,10 @@ export interface Lease {
 }
 
 /**
- * Runs one lease. Its result is the output: bytes as they are, a string as UTF-8, undefined as
- * empty, anything else as JSON. Throw Permanent, Retryable, Reject or CancelTask to choose
+ * Runs one lease. With `@opentelemetry/api` installed and an SDK registered, it runs inside the
+ * attempt's `cronoq.run` span, a child of the task's trace context, which is then the active
+ * context: spans the handler starts are its children. Its result is the output: bytes as they
+ * are, a string as UTF-8, undefined as empty, anything else as JSON. Throw Permanent, Retryable, Reject or CancelTask to choose
  * another outcome; any other error is a retryable failure.
  */
 export type Handler = (lease: Lease) => unknown;
@@ -176,6 +183,8 @@ export async function runWorker(options: WorkerOptions, handler: Handler): Promi
     maxBackoff: options.maxBackoff && options.maxBackoff >= minBackoff ? options.maxBackoff : Math.max(10, minBackoff),
     logger: options.logger ?? defaultLogger,
   };
+  // Tracing needs the API at hand when a lease arrives.
+  await loadOpenTelemetry();
   return new Worker(settings, handler).run();
 }
 
@@ -437,6 +446,8 @@ class Session {
       pool: m.pool,
       priority: priorityFromWire(m.priority),
       tags: m.tags,
+      traceparent: m.tags[TRACEPARENT],
+      tracestate: m.tags[TRACESTATE],
       timeout: m.timeout_s ?? undefined,
       deadline: dateFromNs(m.deadline_unix_ns),
       signal: controller.signal,
@@ -457,16 +468,24 @@ class Session {
 
   async handle(id: string, r: Run): Promise<void> {
     let message: WireWorkerMessage;
+    let error: unknown;
+    const span = startRun(r.lease);
     try {
       // Through a promise, so that a handler throwing synchronously is caught the same way.
-      const output = await Promise.resolve().then(() => this.w.handler(r.lease));
+      const call = (): Promise<unknown> => Promise.resolve().then(() => this.w.handler(r.lease));
+      const output = await (span ? span.with(call) : call());
       message = this.complete(id, output);
     } catch (err) {
+      error = err;
       message = failure(id, err);
     }
     clearInterval(r.heartbeat);
     // Aborted or abandoned: the server has given the attempt up, nothing to report.
-    if (this.closed || this.runs.get(id) !== r) return;
+    if (this.closed || this.runs.get(id) !== r) {
+      span?.end(undefined, error, r.lease.signal.reason);
+      return;
+    }
+    span?.end(message, error, undefined);
     this.remove(id);
     this.send(message);
   }

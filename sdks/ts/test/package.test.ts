@@ -64,12 +64,26 @@ const probe = `
   const node = load("@synaptiai/cronoq/node");
   const client = new main.Client("127.0.0.1:1");
   let failure;
+  let submitFailure;
   try {
     await client.get(1);
   } catch (err) {
     failure = err;
+  }
+  // Without @opentelemetry/api (an optional peer dependency, not installed here) a submit
+  // works as before: it fails only for want of a server.
+  try {
+    await client.submit({ pool: "p" });
+  } catch (err) {
+    submitFailure = err;
   } finally {
     client.close();
+  }
+  let otelApi = true;
+  try {
+    resolve("@opentelemetry/api");
+  } catch {
+    otelApi = false;
   }
   return {
     resolved: resolve("@synaptiai/cronoq"),
@@ -82,6 +96,8 @@ const probe = `
     failureIsCronoqError: failure instanceof main.CronoqError,
     failureCode: failure?.code,
     failureHasCause: failure?.cause instanceof Error,
+    submitFailureCode: submitFailure?.code,
+    otelApi,
   };
 `;
 
@@ -101,6 +117,8 @@ const expected = {
   failureIsCronoqError: true,
   failureCode: 14, // UNAVAILABLE
   failureHasCause: true,
+  submitFailureCode: 14,
+  otelApi: false,
 };
 
 test("import loads the ES module build", { timeout }, async () => {
