@@ -5,6 +5,6 @@
 /// Running a remote worker: [`run_worker`](worker::run_worker), its options and its errors,
 /// as implemented by the `cronoq-worker` crate.
 pub mod worker {
-    pub use cronoq_worker::Lease;
     pub use cronoq_worker::worker::*;
+    pub use cronoq_worker::{Lease, TraceContext};
 }

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::proto;
+use crate::trace::{TRACEPARENT, TRACESTATE, TraceContext};
 
 /// One attempt of one task, handed to the worker's handler.
 ///
@@ -35,6 +36,22 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// The task's W3C trace context: its `traceparent` tag, None without one. A program that
+    /// traces gives it to its propagator as the parent of the attempt's span.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.tags.get(TRACEPARENT).map(String::as_str)
+    }
+
+    /// The task's W3C `tracestate` tag, None without one.
+    pub fn tracestate(&self) -> Option<&str> {
+        self.tags.get(TRACESTATE).map(String::as_str)
+    }
+
+    /// Both, None without a traceparent.
+    pub fn trace_context(&self) -> Option<TraceContext> {
+        TraceContext::from_tags(&self.tags)
+    }
+
     pub(crate) fn from_wire(m: proto::Lease, pool: &str, cancel: CancellationToken) -> Self {
         let deadline = m.deadline_unix_ns.and_then(|ns| {
             let offset = Duration::from_nanos(ns.unsigned_abs());

@@ -24,6 +24,7 @@
 //! See [`worker::run_worker`] for what the worker does, and the crate's README for the rules.
 
 mod lease;
+mod trace;
 pub mod worker;
 
 /// The generated `cronoq.v1` messages and clients (`Workers`, `Tasks`, `Admin`), for calls the
@@ -34,3 +35,4 @@ pub mod proto {
 
 pub use cronoq::TaskError;
 pub use lease::Lease;
+pub use trace::{TRACEPARENT, TRACESTATE, TraceContext};

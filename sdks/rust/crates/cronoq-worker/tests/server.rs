@@ -1,5 +1,6 @@
 //! The worker against the real cronoq-server: every outcome, heartbeats, slots, aborts, drains,
-//! reconnects, fatal refusals, mTLS, a real shard redirect, and the README's example program.
+//! reconnects, fatal refusals, mTLS, a real shard redirect, the trace context, and the README's
+//! example program.
 
 mod common;
 
@@ -12,7 +13,7 @@ use bytes::Bytes;
 use common::{CLIENT_TOKEN, CronoqServer, WORKER_TOKEN, example, interrupt, task};
 use cronoq_worker::proto::{self, TaskStatus};
 use cronoq_worker::worker::{WorkerError, WorkerOptions, WorkerTls, run_worker};
-use cronoq_worker::{Lease, TaskError};
+use cronoq_worker::{Lease, TaskError, TraceContext};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tonic::Code;
@@ -174,6 +175,66 @@ async fn every_outcome() {
     assert_eq!(lease.tags.get("case").map(String::as_str), Some("ok"));
     assert_eq!(lease.timeout, Some(Duration::from_secs(10)));
     assert!(!lease.cancel.is_cancelled());
+    worker.stop().await.unwrap();
+}
+
+/// The trace context set with the submit option reaches each attempt through the server, by
+/// Submit and by SubmitBatch; a task without one has none.
+#[tokio::test]
+async fn the_trace_context_travels_with_the_task() {
+    const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let server = CronoqServer::start("127.0.0.1:0");
+    let mut tasks = server.tasks();
+    type Seen = (Option<String>, Option<String>, Option<TraceContext>);
+    let (seen, mut leases) = mpsc::unbounded_channel::<(u64, Seen)>();
+    let worker = Worker::start(options(&server, "trace").slots(4), move |lease: Lease| {
+        let got = (
+            lease.traceparent().map(str::to_owned),
+            lease.tracestate().map(str::to_owned),
+            lease.trace_context(),
+        );
+        let _ = seen.send((lease.task_id, got));
+        async { Ok(Bytes::new()) }
+    });
+    let trace = TraceContext::new(PARENT).with_tracestate("vendor=abc");
+    let traced = tasks
+        .submit(task("trace", "one").with_trace_context(&trace))
+        .await;
+    let plain = tasks.submit(task("trace", "two")).await;
+    let batch = tasks
+        .0
+        .submit_batch(proto::SubmitBatchRequest {
+            tasks: vec![task("trace", "three").with_trace_context(&TraceContext::new(PARENT))],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let batched = batch.tasks[0].id;
+    let mut got = HashMap::new();
+    while got.len() < 3 {
+        let (id, s) = tokio::time::timeout(Duration::from_secs(20), leases.recv())
+            .await
+            .expect("no lease")
+            .unwrap();
+        got.insert(id, s);
+    }
+    assert_eq!(
+        got[&traced],
+        (
+            Some(PARENT.to_owned()),
+            Some("vendor=abc".to_owned()),
+            Some(trace)
+        )
+    );
+    assert_eq!(got[&plain], (None, None, None));
+    assert_eq!(
+        got[&batched],
+        (
+            Some(PARENT.to_owned()),
+            None,
+            Some(TraceContext::new(PARENT))
+        )
+    );
     worker.stop().await.unwrap();
 }
 
