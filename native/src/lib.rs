@@ -23,6 +23,7 @@
 //!   has seen `finish` (one may still precede it in the queue: ignore unknown calls).
 
 mod codec;
+mod otlp;
 mod server;
 mod tls;
 
@@ -388,6 +389,7 @@ fn event_tuple<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTupl
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
+    m.add_function(wrap_pyfunction!(otlp::otlp_encode, m)?)?;
     m.add("CALL", CALL)?;
     m.add("MESSAGE", MESSAGE)?;
     m.add("HALF_CLOSE", HALF_CLOSE)?;

@@ -1,5 +1,6 @@
 # Types of the native transport extension (native/src/lib.rs), for mypy: the extension has none.
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 Event = tuple[Any, ...]  # (kind, call_id, ...): see native/src/lib.rs
@@ -45,3 +46,9 @@ class Transport:
     def finish(self, call_id: int, code: int, message: str, trailers: Metadata) -> None: ...
     def stop_accepting(self) -> None: ...
     def close(self) -> None: ...
+
+# native/src/otlp.rs: span records (see cronoq._otlp) into one OTLP ExportTraceServiceRequest,
+# encoded with the GIL released; TypeError or ValueError for a malformed record.
+def otlp_encode(
+    resource: dict[str, str], scope: str, scope_version: str, spans: Sequence[Any]
+) -> bytes: ...
