@@ -35,6 +35,7 @@ class EchoWorker:
         self.hold = hold
         self.held: Queue[pb.Lease] = Queue()
         self.seen: list[tuple[int, int]] = []  # (task id, attempt)
+        self.tags: dict[int, dict[str, str]] = {}  # task id -> the tags its leases carried
         self.registered: Queue[pb.Registered] = Queue()
         self.shutdown: pb.Shutdown | None = None
         self.ended: grpc.StatusCode | None = None
@@ -60,6 +61,7 @@ class EchoWorker:
             elif kind == "lease":
                 lease = msg.lease
                 self.seen.append((lease.task_id, lease.attempt))
+                self.tags[lease.task_id] = dict(lease.tags)
                 if self.hold:
                     self.held.put(lease)
                 elif lease.payload.startswith(b"flaky") and lease.attempt == 1:

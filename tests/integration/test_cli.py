@@ -35,12 +35,17 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("CRONOQ_")} | {"C
 
 
 def cronoq(
-    server: str | None, *args: str, stdin: str | None = None
+    server: str | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `cronoq [--server S] ARGS` and return what it did."""
+    """Run `cronoq [--server S] ARGS` (with `env` on top of ENV) and return what it did."""
     where = ["--server", server] if server else []
     return subprocess.run(
-        [*COMMAND, *where, *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=30
+        [*COMMAND, *where, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**ENV, **(env or {})},
+        timeout=30,
     )
 
 
@@ -53,12 +58,23 @@ def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, EchoWorker]]:
     with serving_process(tmp_path_factory.mktemp("cli"), CONFIG) as s:
         worker = EchoWorker(s.address, slots=2)
         worker.registered.get(timeout=5)
-        yield f"http://{s.address}"
+        yield f"http://{s.address}", worker
         worker.stop()
+
+
+@pytest.fixture(scope="module")
+def server(served: tuple[str, EchoWorker]) -> str:
+    return served[0]
+
+
+@pytest.fixture(scope="module")
+def echo(served: tuple[str, EchoWorker]) -> EchoWorker:
+    """The server's worker of the default pool, which keeps each task's tags."""
+    return served[1]
 
 
 def submit_idle(server: str, *args: str) -> int:
@@ -120,6 +136,17 @@ def test_task_options_reach_the_server(server: str) -> None:
     assert json.loads(cronoq(server, "--json", "get", str(start_in)).stdout)["status"] == (
         "scheduled"
     )
+
+
+def test_submit_carries_the_trace_context_of_its_environment(server: str, echo: EchoWorker) -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    env = {"TRACEPARENT": parent, "TRACESTATE": "vendor=1"}
+    done = cronoq(server, "--json", "submit", "t", "--wait", env=env)
+    task = json.loads(done.stdout)["id"]
+    assert echo.tags[task] == {"traceparent": parent, "tracestate": "vendor=1"}
+    own = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"  # a --tag traceparent wins
+    done = cronoq(server, "--json", "submit", "t", "--wait", "--tag", f"traceparent={own}", env=env)
+    assert echo.tags[json.loads(done.stdout)["id"]] == {"traceparent": own}
 
 
 def test_get_shows_a_task_and_refuses_an_unknown_one(server: str) -> None:

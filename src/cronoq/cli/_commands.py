@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,6 +25,8 @@ import grpc.aio
 from rich.console import Console, RenderableType
 
 from cronoq import __version__
+from cronoq._attempt import TRACEPARENT
+from cronoq._tracing import copy_context
 from cronoq.client import Client, ClientError, Payload, TaskInfo
 from cronoq.client._common import open_channel, strip_target
 from cronoq.core.vocab import MISS_POLICIES, OVERLAPS, PRIORITY_NAMES, STATUSES, Overlap
@@ -287,6 +290,9 @@ _PLAIN_OPTIONS = (
 )  # fmt: skip
 
 
+_TRACE_ENV = ("TRACEPARENT", "TRACESTATE")
+
+
 def _task_kwargs(arg: str | None, options: dict[str, Any]) -> tuple[Payload, dict[str, Any]]:
     """The payload and the `task()` keyword arguments of the given options; unset ones are left
     out so the client's and the server's defaults apply."""
@@ -366,6 +372,13 @@ def submit(
     if wait_timeout is not None and not wait:
         raise click.UsageError("--wait-timeout needs --wait")
     value, kwargs = _task_kwargs(payload, options)
+    # A script's trace context, as the environment carries it (TRACEPARENT, TRACESTATE); a
+    # --tag traceparent=... wins (docs/observability.md, "Traces").
+    tags = kwargs.get("tags") or {}
+    if TRACEPARENT not in tags:
+        copy_context({k.lower(): v for k, v in os.environ.items() if k in _TRACE_ENV}, tags)
+        if tags:
+            kwargs["tags"] = tags
 
     async def work(c: Client) -> int:
         done = await c.submit(value, wait=wait, wait_timeout=wait_timeout, **kwargs)
