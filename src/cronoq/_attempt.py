@@ -9,11 +9,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-__all__ = ["TRACEPARENT", "AttemptMembers", "CancellationToken"]
+__all__ = ["TRACEPARENT", "TRACESTATE", "AttemptMembers", "CancellationToken"]
 
 log = logging.getLogger("cronoq")
 
 TRACEPARENT = "traceparent"  # the tag that carries a task's W3C trace context
+TRACESTATE = "tracestate"  # and the one beside it with the vendors' trace state
 
 
 class CancellationToken:
@@ -112,6 +113,10 @@ class AttemptMembers:
         return self.tags.get(name)
 
     def traceparent(self: _HasAttempt) -> str | None:
-        """The task's W3C `traceparent` (its tag of that name, which a server sets from the
-        submitter's `traceparent` header), None without one."""
+        """The task's W3C `traceparent` (its tag of that name, set where it was submitted:
+        docs/observability.md, "Traces"), None without one."""
         return self.tags.get(TRACEPARENT)
+
+    def tracestate(self: _HasAttempt) -> str | None:
+        """The task's W3C `tracestate` (its tag of that name), None without one."""
+        return self.tags.get(TRACESTATE)

@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._attempt import TRACEPARENT
+from ._attempt import TRACEPARENT, TRACESTATE
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -35,7 +35,6 @@ __all__ = [
     "tracer",
 ]
 
-TRACESTATE = "tracestate"  # the tag beside TRACEPARENT that carries the W3C tracestate
 # The spans' attribute names, here and in the server's own spans.
 ATTR_TASK_ID = "cronoq.task.id"
 ATTR_KIND = "cronoq.task.kind"

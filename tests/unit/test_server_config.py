@@ -780,6 +780,12 @@ POOL = '[[pools]]\nname = "p"\n'
             "limits.max_message_bytes: must be >= 4096 (got 4095)",
         ),
         ("[outputs]\ncache_entries = -1", "outputs.cache_entries: must be >= 0 (got -1)"),
+        ("[tracing]\nsample_ratio = 1.5", "tracing.sample_ratio: must be from 0 to 1 (got 1.5)"),
+        (
+            '[tracing]\nendpoint = "collector:4318"',
+            'tracing.endpoint: must be an http:// or https:// URL (got "collector:4318")',
+        ),
+        ("[tracing]\nenable = true", 'tracing.enable: unknown key; did you mean "enabled"?'),
         # [auth]
         (
             '[[auth.tokens]]\ntoken = "short-token"\nrole = "client"',

@@ -222,6 +222,13 @@ class Context:
     def cancellation_token(self) -> CancellationToken:
         return self.raw.cancellation_token()
 
+    def traceparent(self) -> str | None:
+        """The task's W3C trace context (docs/observability.md, "Traces"), None without one."""
+        return self.raw.traceparent()
+
+    def tracestate(self) -> str | None:
+        return self.raw.tracestate()
+
     def heartbeat(self) -> None:
         """Extend the attempt's lease. A remote worker does this by itself every third of the
         lease TTL, so it matters only in library mode, for a pool with `lease_ttl`."""

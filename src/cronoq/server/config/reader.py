@@ -569,7 +569,8 @@ def _outputs(t: Table) -> OutputsSettings:
 
 
 def _tracing(t: Table) -> TracingSettings:
-    enabled = t.boolean("enabled", False) if t.has("enabled") else None
+    flag = t.boolean("enabled", False)
+    enabled = flag if t.has("enabled") else None  # (absent: the variables decide)
     endpoint = t.string("endpoint", None)
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         t.fail("endpoint", f"must be an http:// or https:// URL (got {quote(endpoint)})")
