@@ -19,9 +19,9 @@ command -v chromium >/dev/null || apt-get install -y -q chromium \
 (cd dashboard && npm ci --no-audit --no-fund --loglevel=error && npm run check)
 # tests/deploy checks the systemd units and the compose file with Debian's tools (helm it builds
 # itself, once, into build/tools).
-{ command -v systemd-analyze && command -v docker-compose; } >/dev/null \
-	|| apt-get install -y -q systemd docker-compose \
-	|| { apt-get update -q && apt-get install -y -q systemd docker-compose; }
+{ command -v systemd-analyze && command -v docker-compose && command -v promtool; } >/dev/null \
+	|| apt-get install -y -q systemd docker-compose prometheus \
+	|| { apt-get update -q && apt-get install -y -q systemd docker-compose prometheus; }
 # tests/deploy/test_image.py builds the root Dockerfile with buildah on a base image that
 # mmdebstrap makes from Debian's packages and podman tags (no registry is reachable).
 { command -v buildah && command -v podman && command -v mmdebstrap; } >/dev/null \
