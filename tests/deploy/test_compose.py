@@ -1,17 +1,20 @@
 """deploy/compose: compose.yaml is valid (`docker-compose config`, where installed), every file it
 mounts exists, its ports and variables agree with server.toml, prometheus.yml and Grafana's
-provisioning, server.toml passes `cronoq-server --check`, and the worker's command line and
-example app are what `cronoq worker` takes."""
+provisioning (the shipped deploy/grafana/provisioning), its Prometheus loads the shipped alert
+rules (deploy/prometheus/alerts.yml) under the job name they select, server.toml passes
+`cronoq-server --check`, and the worker's command line and example app are what `cronoq worker`
+takes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -79,10 +82,11 @@ def test_every_mounted_file_exists(compose: dict[str, Any]) -> None:
     sources = [s for service in compose["services"].values() for s in mounts(service)]
     assert sorted(str(s.relative_to(DEPLOY)) for s in sources) == [
         "compose/app",
-        "compose/grafana/provisioning",
         "compose/prometheus.yml",
         "compose/server.toml",
         "grafana",
+        "grafana/provisioning",
+        "prometheus/alerts.yml",
     ]
     for source in sources:
         assert source.exists(), source
@@ -207,9 +211,54 @@ def test_worker_serves_the_example_app(compose: dict[str, Any], config: dict[str
     assert asyncio.run(submit()) == 5
 
 
+def test_prometheus_loads_the_shipped_rules(compose: dict[str, Any]) -> None:
+    service = compose["services"]["prometheus"]
+    prometheus = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())
+    config_file = mounts(service)[COMPOSE / "prometheus.yml"]
+    # rule_files are relative to the configuration file's directory in the container.
+    config_dir = PurePosixPath(config_file).parent
+    rule_files = {str(config_dir / f) for f in prometheus["rule_files"]}
+    shipped = DEPLOY / "prometheus" / "alerts.yml"
+    assert rule_files == {mounts(service)[shipped]}
+    # The rules and the dashboard filter by the job name: compose scrapes under that name.
+    (job,) = prometheus["scrape_configs"]
+    jobs = set(re.findall(r'job="([^"]*)"', shipped.read_text()))
+    assert jobs == {job["job_name"]} == {"cronoq"}
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    assert variables["job"]["current"]["value"] in ("cronoq", ["cronoq"])
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool is not installed (scripts/test.sh installs Debian's prometheus)",
+)
+def test_prometheus_config_checks_with_its_mounts(compose: dict[str, Any], tmp_path: Path) -> None:
+    # The files laid out as the container sees them under /etc/prometheus, then checked with
+    # the rule file they name.
+    for source, target in mounts(compose["services"]["prometheus"]).items():
+        assert target.startswith("/etc/prometheus/"), target
+        shutil.copy(source, tmp_path / target.removeprefix("/etc/prometheus/"))
+    done = subprocess.run(
+        ["promtool", "check", "config", "prometheus.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 rule files found" in done.stdout + done.stderr
+
+
+def dashboard() -> dict[str, Any]:
+    loaded = json.loads((DEPLOY / "grafana" / "cronoq.json").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
 def test_grafana_provisioning(compose: dict[str, Any]) -> None:
     grafana = compose["services"]["grafana"]
-    provisioning = COMPOSE / "grafana" / "provisioning"
+    # The shipped provisioning, not a copy of it.
+    provisioning = DEPLOY / "grafana" / "provisioning"
     assert mounts(grafana)[provisioning] == "/etc/grafana/provisioning"
     datasources = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text())
     (source,) = datasources["datasources"]
@@ -221,9 +270,12 @@ def test_grafana_provisioning(compose: dict[str, Any]) -> None:
     assert provider["type"] == "file"
     # The provider reads the folder where deploy/grafana (the cronoq dashboard) is mounted.
     assert mounts(grafana)[DEPLOY / "grafana"] == provider["options"]["path"]
-    dashboard = json.loads((DEPLOY / "grafana" / "cronoq.json").read_text())
-    assert isinstance(dashboard.get("title"), str)
-    assert isinstance(dashboard.get("panels"), list)
+    board = dashboard()
+    assert isinstance(board.get("title"), str)
+    assert isinstance(board.get("panels"), list)
+    # The data source's minimum interval is the compose Prometheus's scrape interval.
+    scrape = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())["global"]["scrape_interval"]
+    assert source.get("jsonData", {}).get("timeInterval") == scrape
 
 
 def test_server_config_passes_check(compose: dict[str, Any]) -> None:
