@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,10 +18,10 @@ from types import ModuleType
 import pytest
 
 from cronoq.errors import TaskFailed
+from helpers.golang import GO, go_build
 from helpers.servers import PORT0, LoggedProcess, serving_process
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "crosslang"
-GO = shutil.which("go")
 
 pytestmark = pytest.mark.skipif(
     GO is None, reason="the Go toolchain (`go` on PATH) builds the example's Go program"
@@ -30,9 +29,8 @@ pytestmark = pytest.mark.skipif(
 
 CONFIG = PORT0 + '\n[[pools]]\nname = "default"\n\n[[pools]]\nname = "images"\n'
 
-# Safety nets only: each waits on a condition that a working setup meets in well under a
-# second, apart from the Go build, which compiles grpc-go on a cold cache.
-BUILD_TIMEOUT = 600.0
+# A safety net only: each waits on a condition that a working setup meets in well under a
+# second.
 TIMEOUT = 60.0
 
 
@@ -50,17 +48,7 @@ def process(argv: list[str]) -> LoggedProcess:
 @pytest.fixture(scope="module")
 def go_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example's Go program, built once (as `go run .` would)."""
-    assert GO is not None
-    binary = tmp_path_factory.mktemp("crosslang-go") / "crosslang"
-    built = subprocess.run(
-        [GO, "build", "-o", str(binary), "."],
-        cwd=EXAMPLE,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-    )
-    assert built.returncode == 0, built.stderr
-    return binary
+    return go_build(EXAMPLE, ".", tmp_path_factory.mktemp("crosslang-go") / "crosslang")
 
 
 @pytest.fixture(scope="module")

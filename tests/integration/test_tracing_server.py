@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -16,16 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from helpers.golang import GO, go_build
 from helpers.otlp import OtlpReceiver, ReceivedSpan
 from helpers.servers import PORT0, LoggedProcess, Server, write
 
 ROOT = Path(__file__).resolve().parents[2]
 GO_SDK = ROOT / "sdks" / "go"
 CHILD = Path(__file__).with_name("otel_child.py")
-GO = shutil.which("go")
-# Safety nets: a working setup meets each condition in about a second (the Go build aside).
+# A safety net: a working setup meets each condition in about a second.
 TIMEOUT = 60.0
-BUILD_TIMEOUT = 600.0
 SERVER = 2  # OTLP SpanKind
 PRODUCER, CONSUMER = 4, 5
 ERROR = 2  # OTLP status code
@@ -81,16 +78,7 @@ def one(spans: list[ReceivedSpan], name: str, service: str | None = None) -> Rec
 def otelworker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if GO is None:
         pytest.skip("the Go toolchain (`go` on PATH) builds the Go worker")
-    binary = tmp_path_factory.mktemp("otelworker") / "otelworker"
-    built = subprocess.run(
-        [GO, "build", "-o", str(binary), "./examples/otelworker"],
-        cwd=GO_SDK,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_TIMEOUT,
-    )
-    assert built.returncode == 0, built.stderr
-    return binary
+    return go_build(GO_SDK, "./examples/otelworker", tmp_path_factory.mktemp("go") / "otelworker")
 
 
 @pytest.fixture
