@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.auth import mtls_config
-from helpers.servers import PORT0, LoggedProcess, free_port, serving_process
+from helpers.servers import PORT0, LoggedProcess, Server, free_port, serving_process, write
 from helpers.workers import EchoWorker
 
 COMMAND = [sys.executable, "-m", "cronoq.cli"]
@@ -353,6 +353,23 @@ def test_a_refused_connection_is_tried_again_until_the_connect_timeout() -> None
     last = done.stderr.splitlines()[-1]
     assert last.endswith("connection failed (is the server running, with TLS only if the "
                          "address says https://?)")  # fmt: skip
+
+
+def test_a_standby_s_refusal_is_tried_again_until_the_connect_timeout(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    config = write(tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{tmp_path}/q.db"\n')
+    leader = Server(config)
+    servers.append(leader)
+    leader.wait_for("event=ready")
+    standby = Server(config)
+    servers.append(standby)
+    standby.wait_for("event=awaiting_leadership")
+    env = {"CRONOQ_CONNECT_TIMEOUT": "300ms"}
+    done = cronoq(standby.address, "--debug", "list", env=env)
+    assert done.returncode == 4
+    assert "not the leader (standby)" in done.stderr.splitlines()[-1]
+    assert cronoq(leader.address, "list", env=env).returncode == 0
 
 
 def test_the_command_waits_for_a_server_that_is_starting(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ DEFAULT_SERVER = "http://127.0.0.1:7070"
 log = logging.getLogger("cronoq.cli")
 
 _REFUSED_RETRY = 0.05  # how often a refused connection is tried again within --connect-timeout
+_STANDBY = "not the leader (standby)"  # a refusal by a server that does not lead (yet)
 PIPE_WIDTH = 200
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -85,9 +86,22 @@ class Settings:
             logging.basicConfig(level=logging.DEBUG)
 
         async def connected() -> int:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.connect_timeout
             await _probe(self)
             async with Client(self.server, token=self.token, credentials=self.credentials) as c:
-                return await work(c)
+                while True:
+                    try:
+                        return await work(c)
+                    except ClientError as e:
+                        # A server that listens but does not lead yet (it is starting, or
+                        # taking over) refused the call before running it: try it again
+                        # within --connect-timeout, as a port that refuses connections is.
+                        if e.code != "unavailable" or _STANDBY not in e.message:
+                            raise
+                        if deadline - loop.time() <= _REFUSED_RETRY:
+                            raise
+                    await asyncio.sleep(_REFUSED_RETRY)
 
         return asyncio.run(connected())
 
