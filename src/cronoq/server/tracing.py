@@ -51,6 +51,11 @@ log = logging.getLogger("cronoq.server")
 _INTERNAL, _SERVER = 1, 2
 _ERROR = 2
 _PRIORITY = {int(p): p.name.lower() for p in Priority}
+# Attribute pairs are kept (by value) for reuse: every tuple a span holds until it is exported
+# is one more object for the garbage collector's counts, and the collections they cause cost the
+# server more than the span code itself (bench/README.md, "Tracing overhead"). At most this many
+# per attribute, then started over.
+_PAIRS_MAX = 4096
 
 
 def server_tracing(
@@ -121,8 +126,29 @@ class ServerTracing:
         self._inner = inner
         self._lookup = lookup
         # lease -> (trace id, parent span id, attempt span id, attributes) of sampled attempts
-        self._live: dict[int, tuple[str, str, str, tuple[tuple[str, Any], ...]]] = {}
+        # (a list, so that dispatched() updates the attributes in place)
+        self._live: dict[int, list[Any]] = {}
         self._add = exporter.add
+        # The last traceparent tag parsed by started() and what it parsed to: the tasks of one
+        # SubmitBatch call share their call's, so most attempts skip the parse.
+        self._last_ctx: str | None = None
+        self._last_parsed: tuple[str, str, bool] | None = None
+        # attribute -> value -> its (attribute, value) pair (see _PAIRS_MAX)
+        self._pairs: dict[str, dict[Any, tuple[str, Any]]] = {
+            a: {} for a in (ATTR_KIND, ATTR_POOL, ATTR_ATTEMPT, ATTR_WORKER, ATTR_WORKER_NAME)
+        }
+        self._priorities = {c: (ATTR_PRIORITY, name) for c, name in _PRIORITY.items()}
+        self._outcomes: dict[str, tuple[str, Any]] = {}
+
+    def _pair(self, attribute: str, value: Any) -> tuple[str, Any]:
+        """The (attribute, value) pair, the same tuple each time."""
+        pairs = self._pairs[attribute]
+        pair = pairs.get(value)
+        if pair is None:
+            if len(pairs) >= _PAIRS_MAX:
+                pairs.clear()
+            pair = pairs[value] = (attribute, value)
+        return pair
 
     # --- submits
 
@@ -192,7 +218,13 @@ class ServerTracing:
         rec = att.task
         tags = rec.tags
         ctx = None if tags is None else tags.get(TRACEPARENT)
-        parsed = None if ctx is None else parse_traceparent(ctx)
+        if ctx is None:
+            parsed = None
+        elif ctx == self._last_ctx:
+            parsed = self._last_parsed
+        else:
+            parsed = self._last_parsed = parse_traceparent(ctx)
+            self._last_ctx = ctx
         if parsed is None:  # (a recurring occurrence, a task from before tracing was on)
             if random.random() >= self._ratio:
                 return
@@ -201,14 +233,15 @@ class ServerTracing:
             trace_id, parent_id, sampled = parsed
             if not sampled:
                 return
+        pair = self._pair
         attrs = (
             (ATTR_TASK_ID, rec.id),
-            (ATTR_KIND, rec.kind),
-            (ATTR_POOL, rec.pool),
-            (ATTR_PRIORITY, _PRIORITY.get(rec.cls, str(rec.cls))),
-            (ATTR_ATTEMPT, att.number),
+            pair(ATTR_KIND, rec.kind),
+            pair(ATTR_POOL, rec.pool),
+            self._priorities.get(rec.cls) or (ATTR_PRIORITY, str(rec.cls)),
+            pair(ATTR_ATTEMPT, att.number),
         )
-        self._live[att.lease] = (trace_id, parent_id, new_span_id(), attrs)
+        self._live[att.lease] = [trace_id, parent_id, new_span_id(), attrs]
         start = int(att.started_at * 1e9)
         wait_from = int(rec.ready_at * 1e9)
         self._add(
@@ -233,8 +266,11 @@ class ServerTracing:
         if live is None:
             return
         trace_id, _, span_id, attrs = live
-        who = ((ATTR_WORKER, worker), (ATTR_WORKER_NAME, name))
-        self._live[att.lease] = (trace_id, live[1], span_id, attrs + who)
+        attrs = live[3] = (
+            *attrs,
+            self._pair(ATTR_WORKER, worker),
+            self._pair(ATTR_WORKER_NAME, name),
+        )
         self._add(
             (
                 trace_id,
@@ -244,7 +280,7 @@ class ServerTracing:
                 _INTERNAL,
                 int(att.started_at * 1e9),
                 int(now * 1e9),
-                attrs + who,
+                attrs,
                 0,
                 "",
                 (),
@@ -259,6 +295,9 @@ class ServerTracing:
         trace_id, parent_id, span_id, attrs = live
         start = att.started_at
         ok = outcome == OUTCOME_SUCCEEDED
+        done = self._outcomes.get(outcome)
+        if done is None:
+            done = self._outcomes[outcome] = (ATTR_OUTCOME, outcome)
         self._add(
             (
                 trace_id,
@@ -268,7 +307,7 @@ class ServerTracing:
                 _INTERNAL,
                 int(start * 1e9),
                 int((start + runtime) * 1e9),
-                (*attrs, (ATTR_OUTCOME, outcome)),
+                (*attrs, done),
                 0 if ok else _ERROR,
                 "" if ok else outcome,
                 self._links(att.task),
