@@ -1,5 +1,5 @@
-"""bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py and app.py --quick
-run to the end and print every figure (targets are not checked)."""
+"""bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py, app.py and
+tracing.py --quick run to the end and print every figure (targets are not checked)."""
 
 from __future__ import annotations
 
@@ -198,3 +198,22 @@ def test_quick_app_benchmark_prints_every_figure() -> None:
 
 def test_quick_app_profile_prints_where_the_time_goes() -> None:
     _run(APP_BENCH, ["--profile", "--n", "1000"], APP_PROFILE)
+
+
+TRACING_BENCH = BENCH.parent / "tracing.py"
+TRACING_FIGURES = {
+    "t1": r"^\[t1\]  server, tracing off / on \(sampler 1\.0\), .*off [\d,]+ tasks/s, on [\d,]+ "
+    r"tasks/s = [\d.]+x  target >= 0\.7x  (PASS|MISS)",
+    "t1-cpu": r"^ +server CPU per task: off [\d.]+ us, on [\d.]+ us",
+    "t1-spans": r"^ +spans per tracing-on run: expected [\d,]+, received [\d,]+; dropped "
+    r".*(PASS|MISS)",
+    "t2": r"^\[t2\]  library, Scheduler tracing=None / SDK TracerProvider .*= [\d.]+x",
+    "t2-spans": r"^ +spans received per run: [\d,]+ \([\d.]+ per task\)",
+    "header-python": r"^python: ",
+    "header-cpus": r"^cpus: ",
+    "summary": r"^targets:  \[t1\] (PASS|MISS), \[t1 spans\] (PASS|MISS)",
+}
+
+
+def test_quick_tracing_benchmark_prints_every_figure() -> None:
+    _run(TRACING_BENCH, ["--quick"], TRACING_FIGURES)
