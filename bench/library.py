@@ -156,8 +156,8 @@ async def _trivial(i: int) -> int:
     return i
 
 
-def _scheduler() -> Scheduler:
-    return Scheduler([Pool(POOL, noop, autoscale=False, max=SLOTS)])
+def _scheduler(tracing: object = None) -> Scheduler:
+    return Scheduler([Pool(POOL, noop, autoscale=False, max=SLOTS)], tracing=tracing)
 
 
 def _rate(x: float) -> str:
@@ -194,8 +194,9 @@ async def phase_floor(n: int, hook: Any = None) -> float:
     return dt
 
 
-async def phase_sequential(n: int, hook: Any = None) -> float:
-    async with _scheduler() as sched:
+async def phase_sequential(n: int, hook: Any = None, tracing: object = None) -> float:
+    """Seconds for n sequential submits and their awaits (`tracing`: the Scheduler's)."""
+    async with _scheduler(tracing) as sched:
         submit = sched.submit
         with hook or _NoHook():
             t0 = time.perf_counter()

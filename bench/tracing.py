@@ -65,7 +65,6 @@ from typing import ClassVar
 import library as L
 import server as S
 from _common import print_about, print_cpus, verdict
-from cronoq import Pool, Scheduler
 from cronoq.server.config import native_built
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,18 +188,7 @@ def _on(sink: Sink) -> dict[str, str | None]:
 
 async def phase_library(n: int, tracing: object) -> float:
     """Tasks/s of bench/library.py's [2a] loop on a Scheduler with `tracing`."""
-    async with Scheduler(
-        [Pool(L.POOL, L.noop, autoscale=False, max=L.SLOTS)], tracing=tracing
-    ) as sched:
-        submit = sched.submit
-        t0 = time.perf_counter()
-        handles = [await submit(i) for i in range(n)]
-        for h in handles:
-            await h
-        dt = time.perf_counter() - t0
-        snap = await sched.snapshot()
-        assert snap.totals["succeeded"] == n, snap.totals
-    return n / dt
+    return n / await L.phase_sequential(n, tracing=tracing)
 
 
 def sdk_provider(sink: Sink) -> tuple[object, object]:

@@ -157,6 +157,18 @@ class Server(LoggedProcess):
         self.address = match.group(1) or match.group(2)
 
 
+def leader_and_standby(config: str, servers: list[Server]) -> tuple[Server, Server]:
+    """Two servers of one store's `config`: the first leading, the second standing by (both
+    appended to `servers`, the `servers` fixture's list, to be killed at the test's end)."""
+    leader = Server(config)
+    servers.append(leader)
+    leader.wait_for("event=ready")
+    standby = Server(config)
+    servers.append(standby)
+    standby.wait_for("event=awaiting_leadership")
+    return leader, standby
+
+
 @dataclass
 class Serving:
     """A server process that is ready: its addresses and a channel to its gRPC listener."""

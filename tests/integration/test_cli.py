@@ -22,7 +22,15 @@ from pathlib import Path
 import pytest
 
 from helpers.auth import mtls_config
-from helpers.servers import PORT0, LoggedProcess, Server, free_port, serving_process, write
+from helpers.servers import (
+    PORT0,
+    LoggedProcess,
+    Server,
+    free_port,
+    leader_and_standby,
+    serving_process,
+    write,
+)
 from helpers.workers import EchoWorker
 
 COMMAND = [sys.executable, "-m", "cronoq.cli"]
@@ -359,12 +367,7 @@ def test_a_standby_s_refusal_is_tried_again_until_the_connect_timeout(
     tmp_path: Path, servers: list[Server]
 ) -> None:
     config = write(tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{tmp_path}/q.db"\n')
-    leader = Server(config)
-    servers.append(leader)
-    leader.wait_for("event=ready")
-    standby = Server(config)
-    servers.append(standby)
-    standby.wait_for("event=awaiting_leadership")
+    leader, standby = leader_and_standby(config, servers)
     env = {"CRONOQ_CONNECT_TIMEOUT": "300ms"}
     done = cronoq(standby.address, "--debug", "list", env=env)
     assert done.returncode == 4

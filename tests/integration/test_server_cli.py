@@ -27,7 +27,7 @@ from cronoq.proto import proto_text
 from cronoq.proto.cronoq.v1 import cronoq_pb2, cronoq_pb2_grpc
 from cronoq.server.app import ServerApp
 from cronoq.server.config import load_config
-from helpers.servers import PORT0, Server, led_elsewhere, server_command, write
+from helpers.servers import PORT0, Server, leader_and_standby, led_elsewhere, server_command, write
 
 LOG_LINE = re.compile(r"ts=\S+ level=(debug|info|warning|error) logger=\S+ (event|msg)=\S")
 SHARDS = """
@@ -271,12 +271,7 @@ def test_serve_on_port_0_then_sigterm(tmp_path: Path, servers: list[Server]) -> 
 
 def test_sqlite_standby_until_the_leader_stops(tmp_path: Path, servers: list[Server]) -> None:
     config = write(tmp_path, PORT0 + f'[store]\nkind = "sqlite"\npath = "{tmp_path}/q.db"\n')
-    leader = Server(config)
-    servers.append(leader)
-    leader.wait_for("event=ready")
-    standby = Server(config)  # listening at once, waiting for the leadership
-    servers.append(standby)
-    standby.wait_for("event=awaiting_leadership")
+    leader, standby = leader_and_standby(config, servers)
     assert get_code(standby.address) is grpc.StatusCode.UNAVAILABLE
     assert get_code(leader.address) is grpc.StatusCode.INVALID_ARGUMENT
     assert leader.terminate(timeout=10) == 0  # a clean stop releases the lease at once

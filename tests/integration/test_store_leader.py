@@ -40,7 +40,7 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.store import Batch
 from cronoq.store.sqlite import _SCHEMA_V1, LOCK_SUFFIX, MIGRATIONS
-from helpers.servers import PORT0, Server, write
+from helpers.servers import PORT0, Server, leader_and_standby, write
 from helpers.workers import EchoWorker
 
 CHILD = Path(__file__).with_name("store_leader_child.py")
@@ -415,12 +415,7 @@ def test_a_standby_server_takes_over_from_a_killed_leader_without_waiting_out_it
 ) -> None:
     db = tmp_path / "q.db"
     config = server_config(tmp_path, db, LEASE)
-    leader = Server(config)
-    servers.append(leader)
-    leader.wait_for("event=ready")
-    standby = Server(config)
-    servers.append(standby)
-    standby.wait_for("event=awaiting_leadership")
+    leader, standby = leader_and_standby(config, servers)
     before = grpc_submit(leader.address, "before")
     leader.kill()
     expiry = lease_expiry(db)
