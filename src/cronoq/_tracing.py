@@ -144,7 +144,7 @@ class Traced:
         """The `cronoq.run` span (a consumer) of one attempt, current while it runs, as a
         child of the task's trace context; links to other tasks' contexts (its
         dependencies). The caller sets the outcome with `ended`."""
-        parent = self._propagate.extract(tags or {}) if tags else None
+        parent = self._propagate.extract(tags) if tags else None
         span_links = []
         for other in links or ():
             ctx = self._trace.get_current_span(self._propagate.extract(other)).get_span_context()
@@ -166,7 +166,7 @@ class Traced:
         self, tags: Mapping[str, str] | None, attrs: dict[str, Any], start_ns: int, end_ns: int
     ) -> None:
         """The `cronoq.queue_wait` span of a task: from its submit to the start of an attempt."""
-        parent = self._propagate.extract(tags or {}) if tags else None
+        parent = self._propagate.extract(tags) if tags else None
         span = self._tracer.start_span(
             "cronoq.queue_wait", context=parent, attributes=attrs, start_time=start_ns
         )

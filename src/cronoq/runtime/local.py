@@ -16,8 +16,9 @@ from typing import Any, cast
 
 from .._tracing import ATTR_ATTEMPT, ATTR_KIND, ATTR_POOL, ATTR_PRIORITY, ATTR_TASK_ID, Traced
 from ..core.engine import Engine
-from ..core.model import Attempt, Priority
+from ..core.model import Attempt
 from ..core.state import attempt_outcome
+from ..core.vocab import PRIORITY_NAMES
 from ..errors import Permanent, Retryable
 from .handles import TaskContext
 from .session import Launcher
@@ -92,7 +93,7 @@ class LocalLauncher:
             ATTR_TASK_ID: rec.id,
             ATTR_KIND: rec.kind,
             ATTR_POOL: rec.pool,
-            ATTR_PRIORITY: Priority(rec.cls).name.lower(),
+            ATTR_PRIORITY: PRIORITY_NAMES[rec.cls],
             ATTR_ATTEMPT: att.number,
         }
         start = int(att.started_at * 1e9)

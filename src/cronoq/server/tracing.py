@@ -4,7 +4,7 @@ SubmitBatch call, and per attempt a `cronoq.queue_wait`, a `cronoq.attempt` and 
 
 Spans are made as plain tuples for the lean exporter of `cronoq._otlp` rather than through
 the OpenTelemetry SDK, whose ~50 us per span would cost the server more than the task itself
-(docs/dependencies.md). Sampling is parent-based: a task whose trace context says "not
+(docs/third-party.md). Sampling is parent-based: a task whose trace context says "not
 sampled" makes no span; a task without one starts a trace of its own, sampled at `ratio`.
 """
 
@@ -40,7 +40,8 @@ from .._tracing import (
     ATTR_WORKER_NAME,
     TRACESTATE,
 )
-from ..core.model import OUTCOME_SUCCEEDED, Attempt, Observer, Priority, TaskRecord
+from ..core.model import OUTCOME_SUCCEEDED, Attempt, Observer, TaskRecord
+from ..core.vocab import PRIORITY_NAMES
 from .config import ConfigError, TracingSettings
 
 __all__ = ["ServerTracing", "sample_ratio", "server_tracing"]
@@ -50,7 +51,6 @@ log = logging.getLogger("cronoq.server")
 # OTLP span kinds and status codes
 _INTERNAL, _SERVER = 1, 2
 _ERROR = 2
-_PRIORITY = {int(p): p.name.lower() for p in Priority}
 # Attribute pairs are kept (by value) for reuse: every tuple a span holds until it is exported
 # is one more object for the garbage collector's counts, and the collections they cause cost the
 # server more than the span code itself (bench/README.md, "Tracing overhead"). At most this many
@@ -137,7 +137,7 @@ class ServerTracing:
         self._pairs: dict[str, dict[Any, tuple[str, Any]]] = {
             a: {} for a in (ATTR_KIND, ATTR_POOL, ATTR_ATTEMPT, ATTR_WORKER, ATTR_WORKER_NAME)
         }
-        self._priorities = {c: (ATTR_PRIORITY, name) for c, name in _PRIORITY.items()}
+        self._priorities = tuple((ATTR_PRIORITY, name) for name in PRIORITY_NAMES)  # by class
         self._outcomes: dict[str, tuple[str, Any]] = {}
 
     def _pair(self, attribute: str, value: Any) -> tuple[str, Any]:
@@ -238,7 +238,7 @@ class ServerTracing:
             (ATTR_TASK_ID, rec.id),
             pair(ATTR_KIND, rec.kind),
             pair(ATTR_POOL, rec.pool),
-            self._priorities.get(rec.cls) or (ATTR_PRIORITY, str(rec.cls)),
+            self._priorities[rec.cls],
             pair(ATTR_ATTEMPT, att.number),
         )
         self._live[att.lease] = [trace_id, parent_id, new_span_id(), attrs]

@@ -25,7 +25,7 @@ import dataclasses
 import functools
 import logging
 import math
-from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -134,13 +134,12 @@ class _Base:
         return {name: cfg.retry for name, cfg in engine.configs.items()}
 
     def _specs(
-        self, specs: Sequence[tuple[str, pb.TaskSpec]], engine: Engine, context: Context
+        self, specs: Sequence[tuple[str, pb.TaskSpec]], trace: Mapping[str, str]
     ) -> list[tuple[bytes, dict[str, Any]]]:
         """Each (field name, TaskSpec) as submit()'s payload and options, the pool always
-        named. What is the same for every task of the call (the caller, its traceparent) is
-        looked up once."""
+        named, the call's trace context (`trace_headers`) in the tags of those without one.
+        The caller is looked up once."""
         caller = current_principal()
-        trace = trace_headers(context, self._limits)
         out = []
         for field, spec in specs:
             payload, options = convert.spec_to_task(spec, self._limits, field=field)
@@ -154,13 +153,13 @@ class _Base:
         return out
 
     def _traced(
-        self, context: Context, tasks: list[dict[str, Any]]
+        self, trace: Mapping[str, str], tasks: list[dict[str, Any]]
     ) -> contextlib.AbstractContextManager[dict[str, Any]]:
         """The call's `cronoq.submit` span when the server traces (server/tracing.py), which
         yields its attributes; else a dict nobody reads."""
         if self._tracing is None:
             return contextlib.nullcontext({})
-        return self._tracing.submit(trace_headers(context, self._limits), tasks)
+        return self._tracing.submit(trace, tasks)
 
     def _known_pools(self, engine: Engine, pools: set[str]) -> None:
         known_pools(pools, engine.configs.keys())
@@ -349,13 +348,14 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         engine = self._engine()
         if not request.HasField("task"):
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "missing task")
-        ((payload, options),) = self._specs([("task", request.task)], engine, context)
+        trace = trace_headers(context, self._limits)
+        ((payload, options),) = self._specs([("task", request.task)], trace)
         budget = 0.0
         requested = None
         if request.wait:
             requested = request.wait_timeout_s if request.HasField("wait_timeout_s") else None
             budget = self._budget(requested, "wait_timeout_s", context)
-        with self._traced(context, [options]) as span:
+        with self._traced(trace, [options]) as span:
             if await self._admit(engine, [options], context) and request.wait:
                 budget = self._budget(requested, "wait_timeout_s", context)  # what is left
             handle = await self._sched.submit(payload, **options)
@@ -378,11 +378,10 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             raise InvalidArgument(
                 "tasks", f"at most max_tasks_per_batch={self._limits.max_tasks_per_batch} tasks"
             )
-        specs = self._specs(
-            [(f"tasks[{i}]", spec) for i, spec in enumerate(request.tasks)], engine, context
-        )
+        trace = trace_headers(context, self._limits)
+        specs = self._specs([(f"tasks[{i}]", spec) for i, spec in enumerate(request.tasks)], trace)
         tasks = [options for _, options in specs]
-        with self._traced(context, tasks):
+        with self._traced(trace, tasks):
             await self._admit(engine, tasks, context)
             handles = await self._sched.submit_batch(
                 [Task(payload, **options) for payload, options in specs]
