@@ -358,6 +358,134 @@ func (Overlap) EnumDescriptor() ([]byte, []int) {
 	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{4}
 }
 
+// The order of a search's answer. Unspecified is by id (submission order).
+type TaskSort int32
+
+const (
+	TaskSort_TASK_SORT_UNSPECIFIED TaskSort = 0
+	TaskSort_TASK_SORT_ID          TaskSort = 1
+	TaskSort_TASK_SORT_STATUS      TaskSort = 2
+	TaskSort_TASK_SORT_POOL        TaskSort = 3
+	TaskSort_TASK_SORT_KIND        TaskSort = 4
+	TaskSort_TASK_SORT_PRIORITY    TaskSort = 5
+	TaskSort_TASK_SORT_SUBMITTED   TaskSort = 6
+	// When its latest attempt started, else when it was submitted.
+	TaskSort_TASK_SORT_STARTED  TaskSort = 7
+	TaskSort_TASK_SORT_FINISHED TaskSort = 8
+	TaskSort_TASK_SORT_ATTEMPT  TaskSort = 9
+)
+
+// Enum value maps for TaskSort.
+var (
+	TaskSort_name = map[int32]string{
+		0: "TASK_SORT_UNSPECIFIED",
+		1: "TASK_SORT_ID",
+		2: "TASK_SORT_STATUS",
+		3: "TASK_SORT_POOL",
+		4: "TASK_SORT_KIND",
+		5: "TASK_SORT_PRIORITY",
+		6: "TASK_SORT_SUBMITTED",
+		7: "TASK_SORT_STARTED",
+		8: "TASK_SORT_FINISHED",
+		9: "TASK_SORT_ATTEMPT",
+	}
+	TaskSort_value = map[string]int32{
+		"TASK_SORT_UNSPECIFIED": 0,
+		"TASK_SORT_ID":          1,
+		"TASK_SORT_STATUS":      2,
+		"TASK_SORT_POOL":        3,
+		"TASK_SORT_KIND":        4,
+		"TASK_SORT_PRIORITY":    5,
+		"TASK_SORT_SUBMITTED":   6,
+		"TASK_SORT_STARTED":     7,
+		"TASK_SORT_FINISHED":    8,
+		"TASK_SORT_ATTEMPT":     9,
+	}
+)
+
+func (x TaskSort) Enum() *TaskSort {
+	p := new(TaskSort)
+	*p = x
+	return p
+}
+
+func (x TaskSort) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TaskSort) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronoq_v1_cronoq_proto_enumTypes[5].Descriptor()
+}
+
+func (TaskSort) Type() protoreflect.EnumType {
+	return &file_cronoq_v1_cronoq_proto_enumTypes[5]
+}
+
+func (x TaskSort) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TaskSort.Descriptor instead.
+func (TaskSort) EnumDescriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{5}
+}
+
+type BulkAction int32
+
+const (
+	BulkAction_BULK_ACTION_UNSPECIFIED BulkAction = 0
+	// Cancel every matching task that has not ended.
+	BulkAction_BULK_ACTION_CANCEL BulkAction = 1
+	// Submit a copy (same spec and payload, no key) of every matching task that failed, was
+	// dead-lettered or cancelled.
+	BulkAction_BULK_ACTION_RETRY BulkAction = 2
+	// Forget every matching task that has ended, in memory and in the store.
+	BulkAction_BULK_ACTION_DELETE BulkAction = 3
+)
+
+// Enum value maps for BulkAction.
+var (
+	BulkAction_name = map[int32]string{
+		0: "BULK_ACTION_UNSPECIFIED",
+		1: "BULK_ACTION_CANCEL",
+		2: "BULK_ACTION_RETRY",
+		3: "BULK_ACTION_DELETE",
+	}
+	BulkAction_value = map[string]int32{
+		"BULK_ACTION_UNSPECIFIED": 0,
+		"BULK_ACTION_CANCEL":      1,
+		"BULK_ACTION_RETRY":       2,
+		"BULK_ACTION_DELETE":      3,
+	}
+)
+
+func (x BulkAction) Enum() *BulkAction {
+	p := new(BulkAction)
+	*p = x
+	return p
+}
+
+func (x BulkAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_cronoq_v1_cronoq_proto_enumTypes[6].Descriptor()
+}
+
+func (BulkAction) Type() protoreflect.EnumType {
+	return &file_cronoq_v1_cronoq_proto_enumTypes[6]
+}
+
+func (x BulkAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkAction.Descriptor instead.
+func (BulkAction) EnumDescriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{6}
+}
+
 // Names one task, by id or by idempotency key.
 type TaskRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1158,7 +1286,11 @@ type TaskInfo struct {
 	OutputAvailable bool   `protobuf:"varint,12,opt,name=output_available,json=outputAvailable,proto3" json:"output_available,omitempty"`
 	Tenant          string `protobuf:"bytes,13,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Unspecified when unknown.
-	Priority      Priority `protobuf:"varint,14,opt,name=priority,proto3,enum=cronoq.v1.Priority" json:"priority,omitempty"`
+	Priority Priority `protobuf:"varint,14,opt,name=priority,proto3,enum=cronoq.v1.Priority" json:"priority,omitempty"`
+	// The worker that ran (or runs) the latest attempt: its name and the id ListWorkers gives it
+	// while connected. Empty and 0 when unknown (not started, library mode, after a failover).
+	WorkerName    string `protobuf:"bytes,15,opt,name=worker_name,json=workerName,proto3" json:"worker_name,omitempty"`
+	WorkerId      uint64 `protobuf:"varint,16,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1289,6 +1421,20 @@ func (x *TaskInfo) GetPriority() Priority {
 		return x.Priority
 	}
 	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *TaskInfo) GetWorkerName() string {
+	if x != nil {
+		return x.WorkerName
+	}
+	return ""
+}
+
+func (x *TaskInfo) GetWorkerId() uint64 {
+	if x != nil {
+		return x.WorkerId
+	}
+	return 0
 }
 
 // One page of tasks, ordered by id. Empty filters match everything.
@@ -2797,8 +2943,12 @@ type PoolSnapshot struct {
 	Cost             float64        `protobuf:"fixed64,18,opt,name=cost,proto3" json:"cost,omitempty"`
 	WorkersConnected uint64         `protobuf:"varint,19,opt,name=workers_connected,json=workersConnected,proto3" json:"workers_connected,omitempty"`
 	Groups           []*WorkerGroup `protobuf:"bytes,20,rep,name=groups,proto3" json:"groups,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Paused by an operator (Operations.PausePool): nothing new starts until resumed.
+	Paused bool `protobuf:"varint,21,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Tasks wait and no slot can ever take them: no capacity (no worker serves the pool).
+	Unserved      bool `protobuf:"varint,22,opt,name=unserved,proto3" json:"unserved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolSnapshot) Reset() {
@@ -2969,6 +3119,20 @@ func (x *PoolSnapshot) GetGroups() []*WorkerGroup {
 		return x.Groups
 	}
 	return nil
+}
+
+func (x *PoolSnapshot) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *PoolSnapshot) GetUnserved() bool {
+	if x != nil {
+		return x.Unserved
+	}
+	return false
 }
 
 // Connected workers sharing one label set.
@@ -3735,6 +3899,489 @@ func (x *ListRecurringResponse) GetUnavailableShards() []string {
 	return nil
 }
 
+// Which tasks a search or a bulk action covers. Every field given must match (AND); a repeated
+// field matches any of its values; an empty filter matches every task the server holds.
+type TaskFilter struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Pools    []string               `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	Statuses []TaskStatus           `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=cronoq.v1.TaskStatus" json:"statuses,omitempty"`
+	Kinds    []string               `protobuf:"bytes,3,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// Every pair must be among the task's tags.
+	Tags map[string]string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The task's key, exactly.
+	Key string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	// Keys starting with this.
+	KeyPrefix string `protobuf:"bytes,6,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
+	// Submitted at or after / before (exclusive) these times.
+	SubmittedAfterUnixNs  *int64 `protobuf:"varint,7,opt,name=submitted_after_unix_ns,json=submittedAfterUnixNs,proto3,oneof" json:"submitted_after_unix_ns,omitempty"`
+	SubmittedBeforeUnixNs *int64 `protobuf:"varint,8,opt,name=submitted_before_unix_ns,json=submittedBeforeUnixNs,proto3,oneof" json:"submitted_before_unix_ns,omitempty"`
+	// Only these tasks.
+	Ids           []uint64 `protobuf:"varint,9,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskFilter) Reset() {
+	*x = TaskFilter{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskFilter) ProtoMessage() {}
+
+func (x *TaskFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskFilter.ProtoReflect.Descriptor instead.
+func (*TaskFilter) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TaskFilter) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *TaskFilter) GetStatuses() []TaskStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *TaskFilter) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *TaskFilter) GetTags() map[string]string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *TaskFilter) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TaskFilter) GetKeyPrefix() string {
+	if x != nil {
+		return x.KeyPrefix
+	}
+	return ""
+}
+
+func (x *TaskFilter) GetSubmittedAfterUnixNs() int64 {
+	if x != nil && x.SubmittedAfterUnixNs != nil {
+		return *x.SubmittedAfterUnixNs
+	}
+	return 0
+}
+
+func (x *TaskFilter) GetSubmittedBeforeUnixNs() int64 {
+	if x != nil && x.SubmittedBeforeUnixNs != nil {
+		return *x.SubmittedBeforeUnixNs
+	}
+	return 0
+}
+
+func (x *TaskFilter) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type SearchTasksRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Filter *TaskFilter            `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	Sort   TaskSort               `protobuf:"varint,2,opt,name=sort,proto3,enum=cronoq.v1.TaskSort" json:"sort,omitempty"`
+	// Smallest first; the default is newest (largest) first.
+	Ascending bool `protobuf:"varint,3,opt,name=ascending,proto3" json:"ascending,omitempty"`
+	// Page size; 0 means the server's default.
+	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Matches to skip before the page.
+	Offset        uint32 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchTasksRequest) Reset() {
+	*x = SearchTasksRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchTasksRequest) ProtoMessage() {}
+
+func (x *SearchTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchTasksRequest.ProtoReflect.Descriptor instead.
+func (*SearchTasksRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SearchTasksRequest) GetFilter() *TaskFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *SearchTasksRequest) GetSort() TaskSort {
+	if x != nil {
+		return x.Sort
+	}
+	return TaskSort_TASK_SORT_UNSPECIFIED
+}
+
+func (x *SearchTasksRequest) GetAscending() bool {
+	if x != nil {
+		return x.Ascending
+	}
+	return false
+}
+
+func (x *SearchTasksRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *SearchTasksRequest) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+type SearchTasksResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tasks []*TaskInfo            `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Every task matching the filter (not only this page).
+	Total             uint64   `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	UnavailableShards []string `protobuf:"bytes,3,rep,name=unavailable_shards,json=unavailableShards,proto3" json:"unavailable_shards,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *SearchTasksResponse) Reset() {
+	*x = SearchTasksResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchTasksResponse) ProtoMessage() {}
+
+func (x *SearchTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchTasksResponse.ProtoReflect.Descriptor instead.
+func (*SearchTasksResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SearchTasksResponse) GetTasks() []*TaskInfo {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+func (x *SearchTasksResponse) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *SearchTasksResponse) GetUnavailableShards() []string {
+	if x != nil {
+		return x.UnavailableShards
+	}
+	return nil
+}
+
+type BulkRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Action BulkAction             `protobuf:"varint,1,opt,name=action,proto3,enum=cronoq.v1.BulkAction" json:"action,omitempty"`
+	Filter *TaskFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// Count only: nothing changes.
+	DryRun        bool `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRequest) Reset() {
+	*x = BulkRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRequest) ProtoMessage() {}
+
+func (x *BulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
+func (*BulkRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *BulkRequest) GetAction() BulkAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkAction_BULK_ACTION_UNSPECIFIED
+}
+
+func (x *BulkRequest) GetFilter() *TaskFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *BulkRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type BulkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tasks the filter matched.
+	Matched uint64 `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	// Of those, the tasks the action applies to (the count of a dry run) or was applied to.
+	Affected          uint64   `protobuf:"varint,2,opt,name=affected,proto3" json:"affected,omitempty"`
+	UnavailableShards []string `protobuf:"bytes,3,rep,name=unavailable_shards,json=unavailableShards,proto3" json:"unavailable_shards,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *BulkResponse) Reset() {
+	*x = BulkResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkResponse) ProtoMessage() {}
+
+func (x *BulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
+func (*BulkResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *BulkResponse) GetMatched() uint64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *BulkResponse) GetAffected() uint64 {
+	if x != nil {
+		return x.Affected
+	}
+	return 0
+}
+
+func (x *BulkResponse) GetUnavailableShards() []string {
+	if x != nil {
+		return x.UnavailableShards
+	}
+	return nil
+}
+
+type PoolRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pool          string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolRequest) Reset() {
+	*x = PoolRequest{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolRequest) ProtoMessage() {}
+
+func (x *PoolRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolRequest.ProtoReflect.Descriptor instead.
+func (*PoolRequest) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *PoolRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+type PoolControlResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Pool   string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	Paused bool                   `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	// False when the pool already was in the state asked for.
+	Changed       bool `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PoolControlResponse) Reset() {
+	*x = PoolControlResponse{}
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PoolControlResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PoolControlResponse) ProtoMessage() {}
+
+func (x *PoolControlResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cronoq_v1_cronoq_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PoolControlResponse.ProtoReflect.Descriptor instead.
+func (*PoolControlResponse) Descriptor() ([]byte, []int) {
+	return file_cronoq_v1_cronoq_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *PoolControlResponse) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *PoolControlResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *PoolControlResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
 var File_cronoq_v1_cronoq_proto protoreflect.FileDescriptor
 
 const file_cronoq_v1_cronoq_proto_rawDesc = "" +
@@ -3815,7 +4462,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\tcancelled\x18\x01 \x01(\bR\tcancelled\"4\n" +
 	"\n" +
 	"GetRequest\x12&\n" +
-	"\x04task\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x04task\"\x94\x04\n" +
+	"\x04task\x18\x01 \x01(\v2\x12.cronoq.v1.TaskRefR\x04task\"\xd2\x04\n" +
 	"\bTaskInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x15.cronoq.v1.TaskStatusR\x06status\x12\x12\n" +
@@ -3831,7 +4478,10 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\amessage\x18\v \x01(\tR\amessage\x12)\n" +
 	"\x10output_available\x18\f \x01(\bR\x0foutputAvailable\x12\x16\n" +
 	"\x06tenant\x18\r \x01(\tR\x06tenant\x12/\n" +
-	"\bpriority\x18\x0e \x01(\x0e2\x13.cronoq.v1.PriorityR\bpriorityB\x12\n" +
+	"\bpriority\x18\x0e \x01(\x0e2\x13.cronoq.v1.PriorityR\bpriority\x12\x1f\n" +
+	"\vworker_name\x18\x0f \x01(\tR\n" +
+	"workerName\x12\x1b\n" +
+	"\tworker_id\x18\x10 \x01(\x04R\bworkerIdB\x12\n" +
 	"\x10_created_unix_nsB\x12\n" +
 	"\x10_started_unix_nsB\x13\n" +
 	"\x11_finished_unix_ns\"\x87\x01\n" +
@@ -3955,7 +4605,7 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\x05abort\x18\x03 \x01(\v2\x10.cronoq.v1.AbortH\x00R\x05abort\x121\n" +
 	"\bshutdown\x18\x04 \x01(\v2\x13.cronoq.v1.ShutdownH\x00R\bshutdownB\x05\n" +
 	"\x03msg\"\a\n" +
-	"\x05Empty\"\xa2\x05\n" +
+	"\x05Empty\"\xd6\x05\n" +
 	"\fPoolSnapshot\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x12\n" +
@@ -3982,7 +4632,9 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"wait_p99_s\x18\x11 \x01(\x01R\bwaitP99S\x12\x12\n" +
 	"\x04cost\x18\x12 \x01(\x01R\x04cost\x12+\n" +
 	"\x11workers_connected\x18\x13 \x01(\x04R\x10workersConnected\x12.\n" +
-	"\x06groups\x18\x14 \x03(\v2\x16.cronoq.v1.WorkerGroupR\x06groups\"\xb4\x01\n" +
+	"\x06groups\x18\x14 \x03(\v2\x16.cronoq.v1.WorkerGroupR\x06groups\x12\x16\n" +
+	"\x06paused\x18\x15 \x01(\bR\x06paused\x12\x1a\n" +
+	"\bunserved\x18\x16 \x01(\bR\bunserved\"\xb4\x01\n" +
 	"\vWorkerGroup\x12:\n" +
 	"\x06labels\x18\x01 \x03(\v2\".cronoq.v1.WorkerGroup.LabelsEntryR\x06labels\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x12\n" +
@@ -4056,7 +4708,48 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\r_last_task_id\"~\n" +
 	"\x15ListRecurringResponse\x126\n" +
 	"\tschedules\x18\x01 \x03(\v2\x18.cronoq.v1.RecurringInfoR\tschedules\x12-\n" +
-	"\x12unavailable_shards\x18\x02 \x03(\tR\x11unavailableShards*u\n" +
+	"\x12unavailable_shards\x18\x02 \x03(\tR\x11unavailableShards\"\xcf\x03\n" +
+	"\n" +
+	"TaskFilter\x12\x14\n" +
+	"\x05pools\x18\x01 \x03(\tR\x05pools\x121\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x15.cronoq.v1.TaskStatusR\bstatuses\x12\x14\n" +
+	"\x05kinds\x18\x03 \x03(\tR\x05kinds\x123\n" +
+	"\x04tags\x18\x04 \x03(\v2\x1f.cronoq.v1.TaskFilter.TagsEntryR\x04tags\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\x06 \x01(\tR\tkeyPrefix\x12:\n" +
+	"\x17submitted_after_unix_ns\x18\a \x01(\x03H\x00R\x14submittedAfterUnixNs\x88\x01\x01\x12<\n" +
+	"\x18submitted_before_unix_ns\x18\b \x01(\x03H\x01R\x15submittedBeforeUnixNs\x88\x01\x01\x12\x10\n" +
+	"\x03ids\x18\t \x03(\x04R\x03ids\x1a7\n" +
+	"\tTagsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x1a\n" +
+	"\x18_submitted_after_unix_nsB\x1b\n" +
+	"\x19_submitted_before_unix_ns\"\xb8\x01\n" +
+	"\x12SearchTasksRequest\x12-\n" +
+	"\x06filter\x18\x01 \x01(\v2\x15.cronoq.v1.TaskFilterR\x06filter\x12'\n" +
+	"\x04sort\x18\x02 \x01(\x0e2\x13.cronoq.v1.TaskSortR\x04sort\x12\x1c\n" +
+	"\tascending\x18\x03 \x01(\bR\tascending\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06offset\x18\x05 \x01(\rR\x06offset\"\x85\x01\n" +
+	"\x13SearchTasksResponse\x12)\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x13.cronoq.v1.TaskInfoR\x05tasks\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x04R\x05total\x12-\n" +
+	"\x12unavailable_shards\x18\x03 \x03(\tR\x11unavailableShards\"\x84\x01\n" +
+	"\vBulkRequest\x12-\n" +
+	"\x06action\x18\x01 \x01(\x0e2\x15.cronoq.v1.BulkActionR\x06action\x12-\n" +
+	"\x06filter\x18\x02 \x01(\v2\x15.cronoq.v1.TaskFilterR\x06filter\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"s\n" +
+	"\fBulkResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x04R\amatched\x12\x1a\n" +
+	"\baffected\x18\x02 \x01(\x04R\baffected\x12-\n" +
+	"\x12unavailable_shards\x18\x03 \x03(\tR\x11unavailableShards\"!\n" +
+	"\vPoolRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\"[\n" +
+	"\x13PoolControlResponse\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x18\n" +
+	"\achanged\x18\x03 \x01(\bR\achanged*u\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11PRIORITY_CRITICAL\x10\x01\x12\x11\n" +
@@ -4095,7 +4788,24 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\fOVERLAP_SKIP\x10\x01\x12\x11\n" +
 	"\rOVERLAP_ALLOW\x10\x02\x12\x11\n" +
 	"\rOVERLAP_QUEUE\x10\x03\x12\x1c\n" +
-	"\x18OVERLAP_QUEUE_ON_SUCCESS\x10\x042\xc1\x03\n" +
+	"\x18OVERLAP_QUEUE_ON_SUCCESS\x10\x04*\xec\x01\n" +
+	"\bTaskSort\x12\x19\n" +
+	"\x15TASK_SORT_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fTASK_SORT_ID\x10\x01\x12\x14\n" +
+	"\x10TASK_SORT_STATUS\x10\x02\x12\x12\n" +
+	"\x0eTASK_SORT_POOL\x10\x03\x12\x12\n" +
+	"\x0eTASK_SORT_KIND\x10\x04\x12\x16\n" +
+	"\x12TASK_SORT_PRIORITY\x10\x05\x12\x17\n" +
+	"\x13TASK_SORT_SUBMITTED\x10\x06\x12\x15\n" +
+	"\x11TASK_SORT_STARTED\x10\a\x12\x16\n" +
+	"\x12TASK_SORT_FINISHED\x10\b\x12\x15\n" +
+	"\x11TASK_SORT_ATTEMPT\x10\t*p\n" +
+	"\n" +
+	"BulkAction\x12\x1b\n" +
+	"\x17BULK_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12BULK_ACTION_CANCEL\x10\x01\x12\x15\n" +
+	"\x11BULK_ACTION_RETRY\x10\x02\x12\x16\n" +
+	"\x12BULK_ACTION_DELETE\x10\x032\xc1\x03\n" +
 	"\x05Tasks\x12=\n" +
 	"\x06Submit\x12\x18.cronoq.v1.SubmitRequest\x1a\x19.cronoq.v1.SubmitResponse\x12L\n" +
 	"\vSubmitBatch\x12\x1d.cronoq.v1.SubmitBatchRequest\x1a\x1e.cronoq.v1.SubmitBatchResponse\x12=\n" +
@@ -4111,7 +4821,14 @@ const file_cronoq_v1_cronoq_proto_rawDesc = "" +
 	"\fAddRecurring\x12\x1b.cronoq.v1.RecurringRequest\x1a\x10.cronoq.v1.Empty\x12X\n" +
 	"\x0fRemoveRecurring\x12!.cronoq.v1.RemoveRecurringRequest\x1a\".cronoq.v1.RemoveRecurringResponse\x12?\n" +
 	"\vListWorkers\x12\x10.cronoq.v1.Empty\x1a\x1e.cronoq.v1.ListWorkersResponse\x12C\n" +
-	"\rListRecurring\x12\x10.cronoq.v1.Empty\x1a .cronoq.v1.ListRecurringResponseb\x06proto3"
+	"\rListRecurring\x12\x10.cronoq.v1.Empty\x1a .cronoq.v1.ListRecurringResponse2\xa3\x02\n" +
+	"\n" +
+	"Operations\x12C\n" +
+	"\tPausePool\x12\x16.cronoq.v1.PoolRequest\x1a\x1e.cronoq.v1.PoolControlResponse\x12D\n" +
+	"\n" +
+	"ResumePool\x12\x16.cronoq.v1.PoolRequest\x1a\x1e.cronoq.v1.PoolControlResponse\x12L\n" +
+	"\vSearchTasks\x12\x1d.cronoq.v1.SearchTasksRequest\x1a\x1e.cronoq.v1.SearchTasksResponse\x12<\n" +
+	"\tBulkTasks\x12\x16.cronoq.v1.BulkRequest\x1a\x17.cronoq.v1.BulkResponseb\x06proto3"
 
 var (
 	file_cronoq_v1_cronoq_proto_rawDescOnce sync.Once
@@ -4125,143 +4842,168 @@ func file_cronoq_v1_cronoq_proto_rawDescGZIP() []byte {
 	return file_cronoq_v1_cronoq_proto_rawDescData
 }
 
-var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_cronoq_v1_cronoq_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_cronoq_v1_cronoq_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_cronoq_v1_cronoq_proto_goTypes = []any{
 	(Priority)(0),                   // 0: cronoq.v1.Priority
 	(TaskStatus)(0),                 // 1: cronoq.v1.TaskStatus
 	(EdgeCond)(0),                   // 2: cronoq.v1.EdgeCond
 	(MissPolicy)(0),                 // 3: cronoq.v1.MissPolicy
 	(Overlap)(0),                    // 4: cronoq.v1.Overlap
-	(*TaskRef)(nil),                 // 5: cronoq.v1.TaskRef
-	(*Dep)(nil),                     // 6: cronoq.v1.Dep
-	(*RetryPolicy)(nil),             // 7: cronoq.v1.RetryPolicy
-	(*TaskSpec)(nil),                // 8: cronoq.v1.TaskSpec
-	(*SubmitRequest)(nil),           // 9: cronoq.v1.SubmitRequest
-	(*SubmitResponse)(nil),          // 10: cronoq.v1.SubmitResponse
-	(*SubmitBatchRequest)(nil),      // 11: cronoq.v1.SubmitBatchRequest
-	(*SubmitBatchResponse)(nil),     // 12: cronoq.v1.SubmitBatchResponse
-	(*CancelRequest)(nil),           // 13: cronoq.v1.CancelRequest
-	(*CancelResponse)(nil),          // 14: cronoq.v1.CancelResponse
-	(*GetRequest)(nil),              // 15: cronoq.v1.GetRequest
-	(*TaskInfo)(nil),                // 16: cronoq.v1.TaskInfo
-	(*ListTasksRequest)(nil),        // 17: cronoq.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),       // 18: cronoq.v1.ListTasksResponse
-	(*TaskResult)(nil),              // 19: cronoq.v1.TaskResult
-	(*WaitRequest)(nil),             // 20: cronoq.v1.WaitRequest
-	(*WatchRequest)(nil),            // 21: cronoq.v1.WatchRequest
-	(*StatusEvent)(nil),             // 22: cronoq.v1.StatusEvent
-	(*Register)(nil),                // 23: cronoq.v1.Register
-	(*Heartbeat)(nil),               // 24: cronoq.v1.Heartbeat
-	(*Complete)(nil),                // 25: cronoq.v1.Complete
-	(*Fail)(nil),                    // 26: cronoq.v1.Fail
-	(*SetSlots)(nil),                // 27: cronoq.v1.SetSlots
-	(*Nack)(nil),                    // 28: cronoq.v1.Nack
-	(*Cancelled)(nil),               // 29: cronoq.v1.Cancelled
-	(*WorkerMessage)(nil),           // 30: cronoq.v1.WorkerMessage
-	(*Registered)(nil),              // 31: cronoq.v1.Registered
-	(*Lease)(nil),                   // 32: cronoq.v1.Lease
-	(*Abort)(nil),                   // 33: cronoq.v1.Abort
-	(*Shutdown)(nil),                // 34: cronoq.v1.Shutdown
-	(*ServerMessage)(nil),           // 35: cronoq.v1.ServerMessage
-	(*Empty)(nil),                   // 36: cronoq.v1.Empty
-	(*PoolSnapshot)(nil),            // 37: cronoq.v1.PoolSnapshot
-	(*WorkerGroup)(nil),             // 38: cronoq.v1.WorkerGroup
-	(*Totals)(nil),                  // 39: cronoq.v1.Totals
-	(*SnapshotResponse)(nil),        // 40: cronoq.v1.SnapshotResponse
-	(*RecurringRequest)(nil),        // 41: cronoq.v1.RecurringRequest
-	(*RemoveRecurringRequest)(nil),  // 42: cronoq.v1.RemoveRecurringRequest
-	(*RemoveRecurringResponse)(nil), // 43: cronoq.v1.RemoveRecurringResponse
-	(*WorkerInfo)(nil),              // 44: cronoq.v1.WorkerInfo
-	(*ListWorkersResponse)(nil),     // 45: cronoq.v1.ListWorkersResponse
-	(*RecurringInfo)(nil),           // 46: cronoq.v1.RecurringInfo
-	(*ListRecurringResponse)(nil),   // 47: cronoq.v1.ListRecurringResponse
-	nil,                             // 48: cronoq.v1.TaskSpec.ResourcesEntry
-	nil,                             // 49: cronoq.v1.TaskSpec.TagsEntry
-	nil,                             // 50: cronoq.v1.TaskSpec.LabelsEntry
-	nil,                             // 51: cronoq.v1.Register.LabelsEntry
-	nil,                             // 52: cronoq.v1.Lease.TagsEntry
-	nil,                             // 53: cronoq.v1.WorkerGroup.LabelsEntry
-	nil,                             // 54: cronoq.v1.WorkerInfo.LabelsEntry
+	(TaskSort)(0),                   // 5: cronoq.v1.TaskSort
+	(BulkAction)(0),                 // 6: cronoq.v1.BulkAction
+	(*TaskRef)(nil),                 // 7: cronoq.v1.TaskRef
+	(*Dep)(nil),                     // 8: cronoq.v1.Dep
+	(*RetryPolicy)(nil),             // 9: cronoq.v1.RetryPolicy
+	(*TaskSpec)(nil),                // 10: cronoq.v1.TaskSpec
+	(*SubmitRequest)(nil),           // 11: cronoq.v1.SubmitRequest
+	(*SubmitResponse)(nil),          // 12: cronoq.v1.SubmitResponse
+	(*SubmitBatchRequest)(nil),      // 13: cronoq.v1.SubmitBatchRequest
+	(*SubmitBatchResponse)(nil),     // 14: cronoq.v1.SubmitBatchResponse
+	(*CancelRequest)(nil),           // 15: cronoq.v1.CancelRequest
+	(*CancelResponse)(nil),          // 16: cronoq.v1.CancelResponse
+	(*GetRequest)(nil),              // 17: cronoq.v1.GetRequest
+	(*TaskInfo)(nil),                // 18: cronoq.v1.TaskInfo
+	(*ListTasksRequest)(nil),        // 19: cronoq.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),       // 20: cronoq.v1.ListTasksResponse
+	(*TaskResult)(nil),              // 21: cronoq.v1.TaskResult
+	(*WaitRequest)(nil),             // 22: cronoq.v1.WaitRequest
+	(*WatchRequest)(nil),            // 23: cronoq.v1.WatchRequest
+	(*StatusEvent)(nil),             // 24: cronoq.v1.StatusEvent
+	(*Register)(nil),                // 25: cronoq.v1.Register
+	(*Heartbeat)(nil),               // 26: cronoq.v1.Heartbeat
+	(*Complete)(nil),                // 27: cronoq.v1.Complete
+	(*Fail)(nil),                    // 28: cronoq.v1.Fail
+	(*SetSlots)(nil),                // 29: cronoq.v1.SetSlots
+	(*Nack)(nil),                    // 30: cronoq.v1.Nack
+	(*Cancelled)(nil),               // 31: cronoq.v1.Cancelled
+	(*WorkerMessage)(nil),           // 32: cronoq.v1.WorkerMessage
+	(*Registered)(nil),              // 33: cronoq.v1.Registered
+	(*Lease)(nil),                   // 34: cronoq.v1.Lease
+	(*Abort)(nil),                   // 35: cronoq.v1.Abort
+	(*Shutdown)(nil),                // 36: cronoq.v1.Shutdown
+	(*ServerMessage)(nil),           // 37: cronoq.v1.ServerMessage
+	(*Empty)(nil),                   // 38: cronoq.v1.Empty
+	(*PoolSnapshot)(nil),            // 39: cronoq.v1.PoolSnapshot
+	(*WorkerGroup)(nil),             // 40: cronoq.v1.WorkerGroup
+	(*Totals)(nil),                  // 41: cronoq.v1.Totals
+	(*SnapshotResponse)(nil),        // 42: cronoq.v1.SnapshotResponse
+	(*RecurringRequest)(nil),        // 43: cronoq.v1.RecurringRequest
+	(*RemoveRecurringRequest)(nil),  // 44: cronoq.v1.RemoveRecurringRequest
+	(*RemoveRecurringResponse)(nil), // 45: cronoq.v1.RemoveRecurringResponse
+	(*WorkerInfo)(nil),              // 46: cronoq.v1.WorkerInfo
+	(*ListWorkersResponse)(nil),     // 47: cronoq.v1.ListWorkersResponse
+	(*RecurringInfo)(nil),           // 48: cronoq.v1.RecurringInfo
+	(*ListRecurringResponse)(nil),   // 49: cronoq.v1.ListRecurringResponse
+	(*TaskFilter)(nil),              // 50: cronoq.v1.TaskFilter
+	(*SearchTasksRequest)(nil),      // 51: cronoq.v1.SearchTasksRequest
+	(*SearchTasksResponse)(nil),     // 52: cronoq.v1.SearchTasksResponse
+	(*BulkRequest)(nil),             // 53: cronoq.v1.BulkRequest
+	(*BulkResponse)(nil),            // 54: cronoq.v1.BulkResponse
+	(*PoolRequest)(nil),             // 55: cronoq.v1.PoolRequest
+	(*PoolControlResponse)(nil),     // 56: cronoq.v1.PoolControlResponse
+	nil,                             // 57: cronoq.v1.TaskSpec.ResourcesEntry
+	nil,                             // 58: cronoq.v1.TaskSpec.TagsEntry
+	nil,                             // 59: cronoq.v1.TaskSpec.LabelsEntry
+	nil,                             // 60: cronoq.v1.Register.LabelsEntry
+	nil,                             // 61: cronoq.v1.Lease.TagsEntry
+	nil,                             // 62: cronoq.v1.WorkerGroup.LabelsEntry
+	nil,                             // 63: cronoq.v1.WorkerInfo.LabelsEntry
+	nil,                             // 64: cronoq.v1.TaskFilter.TagsEntry
 }
 var file_cronoq_v1_cronoq_proto_depIdxs = []int32{
-	5,  // 0: cronoq.v1.Dep.target:type_name -> cronoq.v1.TaskRef
+	7,  // 0: cronoq.v1.Dep.target:type_name -> cronoq.v1.TaskRef
 	2,  // 1: cronoq.v1.Dep.cond:type_name -> cronoq.v1.EdgeCond
 	0,  // 2: cronoq.v1.TaskSpec.priority:type_name -> cronoq.v1.Priority
 	3,  // 3: cronoq.v1.TaskSpec.on_miss:type_name -> cronoq.v1.MissPolicy
-	7,  // 4: cronoq.v1.TaskSpec.retry:type_name -> cronoq.v1.RetryPolicy
-	6,  // 5: cronoq.v1.TaskSpec.deps:type_name -> cronoq.v1.Dep
-	48, // 6: cronoq.v1.TaskSpec.resources:type_name -> cronoq.v1.TaskSpec.ResourcesEntry
-	49, // 7: cronoq.v1.TaskSpec.tags:type_name -> cronoq.v1.TaskSpec.TagsEntry
-	50, // 8: cronoq.v1.TaskSpec.labels:type_name -> cronoq.v1.TaskSpec.LabelsEntry
-	8,  // 9: cronoq.v1.SubmitRequest.task:type_name -> cronoq.v1.TaskSpec
-	19, // 10: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.TaskResult
-	8,  // 11: cronoq.v1.SubmitBatchRequest.tasks:type_name -> cronoq.v1.TaskSpec
-	10, // 12: cronoq.v1.SubmitBatchResponse.tasks:type_name -> cronoq.v1.SubmitResponse
-	5,  // 13: cronoq.v1.CancelRequest.task:type_name -> cronoq.v1.TaskRef
-	5,  // 14: cronoq.v1.GetRequest.task:type_name -> cronoq.v1.TaskRef
+	9,  // 4: cronoq.v1.TaskSpec.retry:type_name -> cronoq.v1.RetryPolicy
+	8,  // 5: cronoq.v1.TaskSpec.deps:type_name -> cronoq.v1.Dep
+	57, // 6: cronoq.v1.TaskSpec.resources:type_name -> cronoq.v1.TaskSpec.ResourcesEntry
+	58, // 7: cronoq.v1.TaskSpec.tags:type_name -> cronoq.v1.TaskSpec.TagsEntry
+	59, // 8: cronoq.v1.TaskSpec.labels:type_name -> cronoq.v1.TaskSpec.LabelsEntry
+	10, // 9: cronoq.v1.SubmitRequest.task:type_name -> cronoq.v1.TaskSpec
+	21, // 10: cronoq.v1.SubmitResponse.result:type_name -> cronoq.v1.TaskResult
+	10, // 11: cronoq.v1.SubmitBatchRequest.tasks:type_name -> cronoq.v1.TaskSpec
+	12, // 12: cronoq.v1.SubmitBatchResponse.tasks:type_name -> cronoq.v1.SubmitResponse
+	7,  // 13: cronoq.v1.CancelRequest.task:type_name -> cronoq.v1.TaskRef
+	7,  // 14: cronoq.v1.GetRequest.task:type_name -> cronoq.v1.TaskRef
 	1,  // 15: cronoq.v1.TaskInfo.status:type_name -> cronoq.v1.TaskStatus
 	0,  // 16: cronoq.v1.TaskInfo.priority:type_name -> cronoq.v1.Priority
 	1,  // 17: cronoq.v1.ListTasksRequest.statuses:type_name -> cronoq.v1.TaskStatus
-	16, // 18: cronoq.v1.ListTasksResponse.tasks:type_name -> cronoq.v1.TaskInfo
+	18, // 18: cronoq.v1.ListTasksResponse.tasks:type_name -> cronoq.v1.TaskInfo
 	1,  // 19: cronoq.v1.TaskResult.status:type_name -> cronoq.v1.TaskStatus
-	5,  // 20: cronoq.v1.WaitRequest.task:type_name -> cronoq.v1.TaskRef
+	7,  // 20: cronoq.v1.WaitRequest.task:type_name -> cronoq.v1.TaskRef
 	1,  // 21: cronoq.v1.StatusEvent.status:type_name -> cronoq.v1.TaskStatus
-	51, // 22: cronoq.v1.Register.labels:type_name -> cronoq.v1.Register.LabelsEntry
-	23, // 23: cronoq.v1.WorkerMessage.register:type_name -> cronoq.v1.Register
-	24, // 24: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
-	25, // 25: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
-	26, // 26: cronoq.v1.WorkerMessage.fail:type_name -> cronoq.v1.Fail
-	27, // 27: cronoq.v1.WorkerMessage.set_slots:type_name -> cronoq.v1.SetSlots
-	28, // 28: cronoq.v1.WorkerMessage.nack:type_name -> cronoq.v1.Nack
-	29, // 29: cronoq.v1.WorkerMessage.cancelled:type_name -> cronoq.v1.Cancelled
-	52, // 30: cronoq.v1.Lease.tags:type_name -> cronoq.v1.Lease.TagsEntry
+	60, // 22: cronoq.v1.Register.labels:type_name -> cronoq.v1.Register.LabelsEntry
+	25, // 23: cronoq.v1.WorkerMessage.register:type_name -> cronoq.v1.Register
+	26, // 24: cronoq.v1.WorkerMessage.heartbeat:type_name -> cronoq.v1.Heartbeat
+	27, // 25: cronoq.v1.WorkerMessage.complete:type_name -> cronoq.v1.Complete
+	28, // 26: cronoq.v1.WorkerMessage.fail:type_name -> cronoq.v1.Fail
+	29, // 27: cronoq.v1.WorkerMessage.set_slots:type_name -> cronoq.v1.SetSlots
+	30, // 28: cronoq.v1.WorkerMessage.nack:type_name -> cronoq.v1.Nack
+	31, // 29: cronoq.v1.WorkerMessage.cancelled:type_name -> cronoq.v1.Cancelled
+	61, // 30: cronoq.v1.Lease.tags:type_name -> cronoq.v1.Lease.TagsEntry
 	0,  // 31: cronoq.v1.Lease.priority:type_name -> cronoq.v1.Priority
-	31, // 32: cronoq.v1.ServerMessage.registered:type_name -> cronoq.v1.Registered
-	32, // 33: cronoq.v1.ServerMessage.lease:type_name -> cronoq.v1.Lease
-	33, // 34: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
-	34, // 35: cronoq.v1.ServerMessage.shutdown:type_name -> cronoq.v1.Shutdown
-	38, // 36: cronoq.v1.PoolSnapshot.groups:type_name -> cronoq.v1.WorkerGroup
-	53, // 37: cronoq.v1.WorkerGroup.labels:type_name -> cronoq.v1.WorkerGroup.LabelsEntry
-	37, // 38: cronoq.v1.SnapshotResponse.pools:type_name -> cronoq.v1.PoolSnapshot
-	39, // 39: cronoq.v1.SnapshotResponse.totals:type_name -> cronoq.v1.Totals
-	8,  // 40: cronoq.v1.RecurringRequest.template:type_name -> cronoq.v1.TaskSpec
+	33, // 32: cronoq.v1.ServerMessage.registered:type_name -> cronoq.v1.Registered
+	34, // 33: cronoq.v1.ServerMessage.lease:type_name -> cronoq.v1.Lease
+	35, // 34: cronoq.v1.ServerMessage.abort:type_name -> cronoq.v1.Abort
+	36, // 35: cronoq.v1.ServerMessage.shutdown:type_name -> cronoq.v1.Shutdown
+	40, // 36: cronoq.v1.PoolSnapshot.groups:type_name -> cronoq.v1.WorkerGroup
+	62, // 37: cronoq.v1.WorkerGroup.labels:type_name -> cronoq.v1.WorkerGroup.LabelsEntry
+	39, // 38: cronoq.v1.SnapshotResponse.pools:type_name -> cronoq.v1.PoolSnapshot
+	41, // 39: cronoq.v1.SnapshotResponse.totals:type_name -> cronoq.v1.Totals
+	10, // 40: cronoq.v1.RecurringRequest.template:type_name -> cronoq.v1.TaskSpec
 	4,  // 41: cronoq.v1.RecurringRequest.overlap:type_name -> cronoq.v1.Overlap
-	54, // 42: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.WorkerInfo.LabelsEntry
-	44, // 43: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
+	63, // 42: cronoq.v1.WorkerInfo.labels:type_name -> cronoq.v1.WorkerInfo.LabelsEntry
+	46, // 43: cronoq.v1.ListWorkersResponse.workers:type_name -> cronoq.v1.WorkerInfo
 	4,  // 44: cronoq.v1.RecurringInfo.overlap:type_name -> cronoq.v1.Overlap
-	46, // 45: cronoq.v1.ListRecurringResponse.schedules:type_name -> cronoq.v1.RecurringInfo
-	9,  // 46: cronoq.v1.Tasks.Submit:input_type -> cronoq.v1.SubmitRequest
-	11, // 47: cronoq.v1.Tasks.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
-	13, // 48: cronoq.v1.Tasks.Cancel:input_type -> cronoq.v1.CancelRequest
-	15, // 49: cronoq.v1.Tasks.Get:input_type -> cronoq.v1.GetRequest
-	17, // 50: cronoq.v1.Tasks.ListTasks:input_type -> cronoq.v1.ListTasksRequest
-	20, // 51: cronoq.v1.Tasks.Wait:input_type -> cronoq.v1.WaitRequest
-	21, // 52: cronoq.v1.Tasks.Watch:input_type -> cronoq.v1.WatchRequest
-	30, // 53: cronoq.v1.Workers.Work:input_type -> cronoq.v1.WorkerMessage
-	36, // 54: cronoq.v1.Admin.Snapshot:input_type -> cronoq.v1.Empty
-	41, // 55: cronoq.v1.Admin.AddRecurring:input_type -> cronoq.v1.RecurringRequest
-	42, // 56: cronoq.v1.Admin.RemoveRecurring:input_type -> cronoq.v1.RemoveRecurringRequest
-	36, // 57: cronoq.v1.Admin.ListWorkers:input_type -> cronoq.v1.Empty
-	36, // 58: cronoq.v1.Admin.ListRecurring:input_type -> cronoq.v1.Empty
-	10, // 59: cronoq.v1.Tasks.Submit:output_type -> cronoq.v1.SubmitResponse
-	12, // 60: cronoq.v1.Tasks.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
-	14, // 61: cronoq.v1.Tasks.Cancel:output_type -> cronoq.v1.CancelResponse
-	16, // 62: cronoq.v1.Tasks.Get:output_type -> cronoq.v1.TaskInfo
-	18, // 63: cronoq.v1.Tasks.ListTasks:output_type -> cronoq.v1.ListTasksResponse
-	19, // 64: cronoq.v1.Tasks.Wait:output_type -> cronoq.v1.TaskResult
-	22, // 65: cronoq.v1.Tasks.Watch:output_type -> cronoq.v1.StatusEvent
-	35, // 66: cronoq.v1.Workers.Work:output_type -> cronoq.v1.ServerMessage
-	40, // 67: cronoq.v1.Admin.Snapshot:output_type -> cronoq.v1.SnapshotResponse
-	36, // 68: cronoq.v1.Admin.AddRecurring:output_type -> cronoq.v1.Empty
-	43, // 69: cronoq.v1.Admin.RemoveRecurring:output_type -> cronoq.v1.RemoveRecurringResponse
-	45, // 70: cronoq.v1.Admin.ListWorkers:output_type -> cronoq.v1.ListWorkersResponse
-	47, // 71: cronoq.v1.Admin.ListRecurring:output_type -> cronoq.v1.ListRecurringResponse
-	59, // [59:72] is the sub-list for method output_type
-	46, // [46:59] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	48, // 45: cronoq.v1.ListRecurringResponse.schedules:type_name -> cronoq.v1.RecurringInfo
+	1,  // 46: cronoq.v1.TaskFilter.statuses:type_name -> cronoq.v1.TaskStatus
+	64, // 47: cronoq.v1.TaskFilter.tags:type_name -> cronoq.v1.TaskFilter.TagsEntry
+	50, // 48: cronoq.v1.SearchTasksRequest.filter:type_name -> cronoq.v1.TaskFilter
+	5,  // 49: cronoq.v1.SearchTasksRequest.sort:type_name -> cronoq.v1.TaskSort
+	18, // 50: cronoq.v1.SearchTasksResponse.tasks:type_name -> cronoq.v1.TaskInfo
+	6,  // 51: cronoq.v1.BulkRequest.action:type_name -> cronoq.v1.BulkAction
+	50, // 52: cronoq.v1.BulkRequest.filter:type_name -> cronoq.v1.TaskFilter
+	11, // 53: cronoq.v1.Tasks.Submit:input_type -> cronoq.v1.SubmitRequest
+	13, // 54: cronoq.v1.Tasks.SubmitBatch:input_type -> cronoq.v1.SubmitBatchRequest
+	15, // 55: cronoq.v1.Tasks.Cancel:input_type -> cronoq.v1.CancelRequest
+	17, // 56: cronoq.v1.Tasks.Get:input_type -> cronoq.v1.GetRequest
+	19, // 57: cronoq.v1.Tasks.ListTasks:input_type -> cronoq.v1.ListTasksRequest
+	22, // 58: cronoq.v1.Tasks.Wait:input_type -> cronoq.v1.WaitRequest
+	23, // 59: cronoq.v1.Tasks.Watch:input_type -> cronoq.v1.WatchRequest
+	32, // 60: cronoq.v1.Workers.Work:input_type -> cronoq.v1.WorkerMessage
+	38, // 61: cronoq.v1.Admin.Snapshot:input_type -> cronoq.v1.Empty
+	43, // 62: cronoq.v1.Admin.AddRecurring:input_type -> cronoq.v1.RecurringRequest
+	44, // 63: cronoq.v1.Admin.RemoveRecurring:input_type -> cronoq.v1.RemoveRecurringRequest
+	38, // 64: cronoq.v1.Admin.ListWorkers:input_type -> cronoq.v1.Empty
+	38, // 65: cronoq.v1.Admin.ListRecurring:input_type -> cronoq.v1.Empty
+	55, // 66: cronoq.v1.Operations.PausePool:input_type -> cronoq.v1.PoolRequest
+	55, // 67: cronoq.v1.Operations.ResumePool:input_type -> cronoq.v1.PoolRequest
+	51, // 68: cronoq.v1.Operations.SearchTasks:input_type -> cronoq.v1.SearchTasksRequest
+	53, // 69: cronoq.v1.Operations.BulkTasks:input_type -> cronoq.v1.BulkRequest
+	12, // 70: cronoq.v1.Tasks.Submit:output_type -> cronoq.v1.SubmitResponse
+	14, // 71: cronoq.v1.Tasks.SubmitBatch:output_type -> cronoq.v1.SubmitBatchResponse
+	16, // 72: cronoq.v1.Tasks.Cancel:output_type -> cronoq.v1.CancelResponse
+	18, // 73: cronoq.v1.Tasks.Get:output_type -> cronoq.v1.TaskInfo
+	20, // 74: cronoq.v1.Tasks.ListTasks:output_type -> cronoq.v1.ListTasksResponse
+	21, // 75: cronoq.v1.Tasks.Wait:output_type -> cronoq.v1.TaskResult
+	24, // 76: cronoq.v1.Tasks.Watch:output_type -> cronoq.v1.StatusEvent
+	37, // 77: cronoq.v1.Workers.Work:output_type -> cronoq.v1.ServerMessage
+	42, // 78: cronoq.v1.Admin.Snapshot:output_type -> cronoq.v1.SnapshotResponse
+	38, // 79: cronoq.v1.Admin.AddRecurring:output_type -> cronoq.v1.Empty
+	45, // 80: cronoq.v1.Admin.RemoveRecurring:output_type -> cronoq.v1.RemoveRecurringResponse
+	47, // 81: cronoq.v1.Admin.ListWorkers:output_type -> cronoq.v1.ListWorkersResponse
+	49, // 82: cronoq.v1.Admin.ListRecurring:output_type -> cronoq.v1.ListRecurringResponse
+	56, // 83: cronoq.v1.Operations.PausePool:output_type -> cronoq.v1.PoolControlResponse
+	56, // 84: cronoq.v1.Operations.ResumePool:output_type -> cronoq.v1.PoolControlResponse
+	52, // 85: cronoq.v1.Operations.SearchTasks:output_type -> cronoq.v1.SearchTasksResponse
+	54, // 86: cronoq.v1.Operations.BulkTasks:output_type -> cronoq.v1.BulkResponse
+	70, // [70:87] is the sub-list for method output_type
+	53, // [53:70] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_cronoq_v1_cronoq_proto_init() }
@@ -4297,15 +5039,16 @@ func file_cronoq_v1_cronoq_proto_init() {
 		(*ServerMessage_Shutdown)(nil),
 	}
 	file_cronoq_v1_cronoq_proto_msgTypes[41].OneofWrappers = []any{}
+	file_cronoq_v1_cronoq_proto_msgTypes[43].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cronoq_v1_cronoq_proto_rawDesc), len(file_cronoq_v1_cronoq_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   50,
+			NumEnums:      7,
+			NumMessages:   58,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_cronoq_v1_cronoq_proto_goTypes,
 		DependencyIndexes: file_cronoq_v1_cronoq_proto_depIdxs,

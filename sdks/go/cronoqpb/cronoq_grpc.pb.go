@@ -735,3 +735,227 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "cronoq/v1/cronoq.proto",
 }
+
+const (
+	Operations_PausePool_FullMethodName   = "/cronoq.v1.Operations/PausePool"
+	Operations_ResumePool_FullMethodName  = "/cronoq.v1.Operations/ResumePool"
+	Operations_SearchTasks_FullMethodName = "/cronoq.v1.Operations/SearchTasks"
+	Operations_BulkTasks_FullMethodName   = "/cronoq.v1.Operations/BulkTasks"
+)
+
+// OperationsClient is the client API for Operations service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Operator controls (role: admin, SearchTasks also client).
+type OperationsClient interface {
+	// Nothing new starts in the pool; submits are still accepted, running attempts finish.
+	PausePool(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolControlResponse, error)
+	ResumePool(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolControlResponse, error)
+	SearchTasks(ctx context.Context, in *SearchTasksRequest, opts ...grpc.CallOption) (*SearchTasksResponse, error)
+	// In bounded batches, so that a large action never stalls scheduling.
+	BulkTasks(ctx context.Context, in *BulkRequest, opts ...grpc.CallOption) (*BulkResponse, error)
+}
+
+type operationsClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewOperationsClient(cc grpc.ClientConnInterface) OperationsClient {
+	return &operationsClient{cc}
+}
+
+func (c *operationsClient) PausePool(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PoolControlResponse)
+	err := c.cc.Invoke(ctx, Operations_PausePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationsClient) ResumePool(ctx context.Context, in *PoolRequest, opts ...grpc.CallOption) (*PoolControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PoolControlResponse)
+	err := c.cc.Invoke(ctx, Operations_ResumePool_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationsClient) SearchTasks(ctx context.Context, in *SearchTasksRequest, opts ...grpc.CallOption) (*SearchTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SearchTasksResponse)
+	err := c.cc.Invoke(ctx, Operations_SearchTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *operationsClient) BulkTasks(ctx context.Context, in *BulkRequest, opts ...grpc.CallOption) (*BulkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BulkResponse)
+	err := c.cc.Invoke(ctx, Operations_BulkTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// OperationsServer is the server API for Operations service.
+// All implementations must embed UnimplementedOperationsServer
+// for forward compatibility.
+//
+// Operator controls (role: admin, SearchTasks also client).
+type OperationsServer interface {
+	// Nothing new starts in the pool; submits are still accepted, running attempts finish.
+	PausePool(context.Context, *PoolRequest) (*PoolControlResponse, error)
+	ResumePool(context.Context, *PoolRequest) (*PoolControlResponse, error)
+	SearchTasks(context.Context, *SearchTasksRequest) (*SearchTasksResponse, error)
+	// In bounded batches, so that a large action never stalls scheduling.
+	BulkTasks(context.Context, *BulkRequest) (*BulkResponse, error)
+	mustEmbedUnimplementedOperationsServer()
+}
+
+// UnimplementedOperationsServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedOperationsServer struct{}
+
+func (UnimplementedOperationsServer) PausePool(context.Context, *PoolRequest) (*PoolControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PausePool not implemented")
+}
+func (UnimplementedOperationsServer) ResumePool(context.Context, *PoolRequest) (*PoolControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumePool not implemented")
+}
+func (UnimplementedOperationsServer) SearchTasks(context.Context, *SearchTasksRequest) (*SearchTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SearchTasks not implemented")
+}
+func (UnimplementedOperationsServer) BulkTasks(context.Context, *BulkRequest) (*BulkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BulkTasks not implemented")
+}
+func (UnimplementedOperationsServer) mustEmbedUnimplementedOperationsServer() {}
+func (UnimplementedOperationsServer) testEmbeddedByValue()                    {}
+
+// UnsafeOperationsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to OperationsServer will
+// result in compilation errors.
+type UnsafeOperationsServer interface {
+	mustEmbedUnimplementedOperationsServer()
+}
+
+func RegisterOperationsServer(s grpc.ServiceRegistrar, srv OperationsServer) {
+	// If the following call panics, it indicates UnimplementedOperationsServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Operations_ServiceDesc, srv)
+}
+
+func _Operations_PausePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationsServer).PausePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Operations_PausePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationsServer).PausePool(ctx, req.(*PoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Operations_ResumePool_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PoolRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationsServer).ResumePool(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Operations_ResumePool_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationsServer).ResumePool(ctx, req.(*PoolRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Operations_SearchTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SearchTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationsServer).SearchTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Operations_SearchTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationsServer).SearchTasks(ctx, req.(*SearchTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Operations_BulkTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BulkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperationsServer).BulkTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Operations_BulkTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperationsServer).BulkTasks(ctx, req.(*BulkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Operations_ServiceDesc is the grpc.ServiceDesc for Operations service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Operations_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "cronoq.v1.Operations",
+	HandlerType: (*OperationsServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "PausePool",
+			Handler:    _Operations_PausePool_Handler,
+		},
+		{
+			MethodName: "ResumePool",
+			Handler:    _Operations_ResumePool_Handler,
+		},
+		{
+			MethodName: "SearchTasks",
+			Handler:    _Operations_SearchTasks_Handler,
+		},
+		{
+			MethodName: "BulkTasks",
+			Handler:    _Operations_BulkTasks_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "cronoq/v1/cronoq.proto",
+}

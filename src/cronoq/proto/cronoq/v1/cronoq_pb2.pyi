@@ -52,6 +52,26 @@ class Overlap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OVERLAP_ALLOW: _ClassVar[Overlap]
     OVERLAP_QUEUE: _ClassVar[Overlap]
     OVERLAP_QUEUE_ON_SUCCESS: _ClassVar[Overlap]
+
+class TaskSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_SORT_UNSPECIFIED: _ClassVar[TaskSort]
+    TASK_SORT_ID: _ClassVar[TaskSort]
+    TASK_SORT_STATUS: _ClassVar[TaskSort]
+    TASK_SORT_POOL: _ClassVar[TaskSort]
+    TASK_SORT_KIND: _ClassVar[TaskSort]
+    TASK_SORT_PRIORITY: _ClassVar[TaskSort]
+    TASK_SORT_SUBMITTED: _ClassVar[TaskSort]
+    TASK_SORT_STARTED: _ClassVar[TaskSort]
+    TASK_SORT_FINISHED: _ClassVar[TaskSort]
+    TASK_SORT_ATTEMPT: _ClassVar[TaskSort]
+
+class BulkAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BULK_ACTION_UNSPECIFIED: _ClassVar[BulkAction]
+    BULK_ACTION_CANCEL: _ClassVar[BulkAction]
+    BULK_ACTION_RETRY: _ClassVar[BulkAction]
+    BULK_ACTION_DELETE: _ClassVar[BulkAction]
 PRIORITY_UNSPECIFIED: Priority
 PRIORITY_CRITICAL: Priority
 PRIORITY_HIGH: Priority
@@ -83,6 +103,20 @@ OVERLAP_SKIP: Overlap
 OVERLAP_ALLOW: Overlap
 OVERLAP_QUEUE: Overlap
 OVERLAP_QUEUE_ON_SUCCESS: Overlap
+TASK_SORT_UNSPECIFIED: TaskSort
+TASK_SORT_ID: TaskSort
+TASK_SORT_STATUS: TaskSort
+TASK_SORT_POOL: TaskSort
+TASK_SORT_KIND: TaskSort
+TASK_SORT_PRIORITY: TaskSort
+TASK_SORT_SUBMITTED: TaskSort
+TASK_SORT_STARTED: TaskSort
+TASK_SORT_FINISHED: TaskSort
+TASK_SORT_ATTEMPT: TaskSort
+BULK_ACTION_UNSPECIFIED: BulkAction
+BULK_ACTION_CANCEL: BulkAction
+BULK_ACTION_RETRY: BulkAction
+BULK_ACTION_DELETE: BulkAction
 
 class TaskRef(_message.Message):
     __slots__ = ("id", "key")
@@ -230,7 +264,7 @@ class GetRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
-    __slots__ = ("id", "status", "pool", "key", "kind", "attempt", "max_attempts", "created_unix_ns", "started_unix_ns", "finished_unix_ns", "message", "output_available", "tenant", "priority")
+    __slots__ = ("id", "status", "pool", "key", "kind", "attempt", "max_attempts", "created_unix_ns", "started_unix_ns", "finished_unix_ns", "message", "output_available", "tenant", "priority", "worker_name", "worker_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +279,8 @@ class TaskInfo(_message.Message):
     OUTPUT_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    WORKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     id: int
     status: TaskStatus
     pool: str
@@ -259,7 +295,9 @@ class TaskInfo(_message.Message):
     output_available: bool
     tenant: str
     priority: Priority
-    def __init__(self, id: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., pool: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_unix_ns: _Optional[int] = ..., started_unix_ns: _Optional[int] = ..., finished_unix_ns: _Optional[int] = ..., message: _Optional[str] = ..., output_available: _Optional[bool] = ..., tenant: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+    worker_name: str
+    worker_id: int
+    def __init__(self, id: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., pool: _Optional[str] = ..., key: _Optional[str] = ..., kind: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_unix_ns: _Optional[int] = ..., started_unix_ns: _Optional[int] = ..., finished_unix_ns: _Optional[int] = ..., message: _Optional[str] = ..., output_available: _Optional[bool] = ..., tenant: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., worker_name: _Optional[str] = ..., worker_id: _Optional[int] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("pools", "statuses", "after", "limit")
@@ -506,7 +544,7 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class PoolSnapshot(_message.Message):
-    __slots__ = ("name", "capacity", "busy", "held", "desired", "pending_by_class", "reservations", "dispatched", "succeeded", "failed", "priority_adherence", "fixed_start_hit_rate", "utilization", "schedule_efficiency", "wait_p50_s", "wait_p90_s", "wait_p99_s", "cost", "workers_connected", "groups")
+    __slots__ = ("name", "capacity", "busy", "held", "desired", "pending_by_class", "reservations", "dispatched", "succeeded", "failed", "priority_adherence", "fixed_start_hit_rate", "utilization", "schedule_efficiency", "wait_p50_s", "wait_p90_s", "wait_p99_s", "cost", "workers_connected", "groups", "paused", "unserved")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     BUSY_FIELD_NUMBER: _ClassVar[int]
@@ -527,6 +565,8 @@ class PoolSnapshot(_message.Message):
     COST_FIELD_NUMBER: _ClassVar[int]
     WORKERS_CONNECTED_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    UNSERVED_FIELD_NUMBER: _ClassVar[int]
     name: str
     capacity: int
     busy: int
@@ -547,7 +587,9 @@ class PoolSnapshot(_message.Message):
     cost: float
     workers_connected: int
     groups: _containers.RepeatedCompositeFieldContainer[WorkerGroup]
-    def __init__(self, name: _Optional[str] = ..., capacity: _Optional[int] = ..., busy: _Optional[int] = ..., held: _Optional[int] = ..., desired: _Optional[int] = ..., pending_by_class: _Optional[_Iterable[int]] = ..., reservations: _Optional[int] = ..., dispatched: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., priority_adherence: _Optional[float] = ..., fixed_start_hit_rate: _Optional[float] = ..., utilization: _Optional[float] = ..., schedule_efficiency: _Optional[float] = ..., wait_p50_s: _Optional[float] = ..., wait_p90_s: _Optional[float] = ..., wait_p99_s: _Optional[float] = ..., cost: _Optional[float] = ..., workers_connected: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[WorkerGroup, _Mapping]]] = ...) -> None: ...
+    paused: bool
+    unserved: bool
+    def __init__(self, name: _Optional[str] = ..., capacity: _Optional[int] = ..., busy: _Optional[int] = ..., held: _Optional[int] = ..., desired: _Optional[int] = ..., pending_by_class: _Optional[_Iterable[int]] = ..., reservations: _Optional[int] = ..., dispatched: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., priority_adherence: _Optional[float] = ..., fixed_start_hit_rate: _Optional[float] = ..., utilization: _Optional[float] = ..., schedule_efficiency: _Optional[float] = ..., wait_p50_s: _Optional[float] = ..., wait_p90_s: _Optional[float] = ..., wait_p99_s: _Optional[float] = ..., cost: _Optional[float] = ..., workers_connected: _Optional[int] = ..., groups: _Optional[_Iterable[_Union[WorkerGroup, _Mapping]]] = ..., paused: _Optional[bool] = ..., unserved: _Optional[bool] = ...) -> None: ...
 
 class WorkerGroup(_message.Message):
     __slots__ = ("labels", "capacity", "busy")
@@ -700,3 +742,92 @@ class ListRecurringResponse(_message.Message):
     schedules: _containers.RepeatedCompositeFieldContainer[RecurringInfo]
     unavailable_shards: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, schedules: _Optional[_Iterable[_Union[RecurringInfo, _Mapping]]] = ..., unavailable_shards: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TaskFilter(_message.Message):
+    __slots__ = ("pools", "statuses", "kinds", "tags", "key", "key_prefix", "submitted_after_unix_ns", "submitted_before_unix_ns", "ids")
+    class TagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KEY_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AFTER_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BEFORE_UNIX_NS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    pools: _containers.RepeatedScalarFieldContainer[str]
+    statuses: _containers.RepeatedScalarFieldContainer[TaskStatus]
+    kinds: _containers.RepeatedScalarFieldContainer[str]
+    tags: _containers.ScalarMap[str, str]
+    key: str
+    key_prefix: str
+    submitted_after_unix_ns: int
+    submitted_before_unix_ns: int
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, pools: _Optional[_Iterable[str]] = ..., statuses: _Optional[_Iterable[_Union[TaskStatus, str]]] = ..., kinds: _Optional[_Iterable[str]] = ..., tags: _Optional[_Mapping[str, str]] = ..., key: _Optional[str] = ..., key_prefix: _Optional[str] = ..., submitted_after_unix_ns: _Optional[int] = ..., submitted_before_unix_ns: _Optional[int] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class SearchTasksRequest(_message.Message):
+    __slots__ = ("filter", "sort", "ascending", "limit", "offset")
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    SORT_FIELD_NUMBER: _ClassVar[int]
+    ASCENDING_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    filter: TaskFilter
+    sort: TaskSort
+    ascending: bool
+    limit: int
+    offset: int
+    def __init__(self, filter: _Optional[_Union[TaskFilter, _Mapping]] = ..., sort: _Optional[_Union[TaskSort, str]] = ..., ascending: _Optional[bool] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class SearchTasksResponse(_message.Message):
+    __slots__ = ("tasks", "total", "unavailable_shards")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
+    total: int
+    unavailable_shards: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., total: _Optional[int] = ..., unavailable_shards: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BulkRequest(_message.Message):
+    __slots__ = ("action", "filter", "dry_run")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    action: BulkAction
+    filter: TaskFilter
+    dry_run: bool
+    def __init__(self, action: _Optional[_Union[BulkAction, str]] = ..., filter: _Optional[_Union[TaskFilter, _Mapping]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class BulkResponse(_message.Message):
+    __slots__ = ("matched", "affected", "unavailable_shards")
+    MATCHED_FIELD_NUMBER: _ClassVar[int]
+    AFFECTED_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    matched: int
+    affected: int
+    unavailable_shards: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, matched: _Optional[int] = ..., affected: _Optional[int] = ..., unavailable_shards: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PoolRequest(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    def __init__(self, pool: _Optional[str] = ...) -> None: ...
+
+class PoolControlResponse(_message.Message):
+    __slots__ = ("pool", "paused", "changed")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    paused: bool
+    changed: bool
+    def __init__(self, pool: _Optional[str] = ..., paused: _Optional[bool] = ..., changed: _Optional[bool] = ...) -> None: ...

@@ -681,3 +681,209 @@ class Admin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class OperationsStub:
+    """Operator controls (role: admin, SearchTasks also client).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.PausePool = channel.unary_unary(
+                '/cronoq.v1.Operations/PausePool',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.PoolRequest.SerializeToString,
+                response_deserializer=cronoq_dot_v1_dot_cronoq__pb2.PoolControlResponse.FromString,
+                _registered_method=True)
+        self.ResumePool = channel.unary_unary(
+                '/cronoq.v1.Operations/ResumePool',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.PoolRequest.SerializeToString,
+                response_deserializer=cronoq_dot_v1_dot_cronoq__pb2.PoolControlResponse.FromString,
+                _registered_method=True)
+        self.SearchTasks = channel.unary_unary(
+                '/cronoq.v1.Operations/SearchTasks',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.SearchTasksRequest.SerializeToString,
+                response_deserializer=cronoq_dot_v1_dot_cronoq__pb2.SearchTasksResponse.FromString,
+                _registered_method=True)
+        self.BulkTasks = channel.unary_unary(
+                '/cronoq.v1.Operations/BulkTasks',
+                request_serializer=cronoq_dot_v1_dot_cronoq__pb2.BulkRequest.SerializeToString,
+                response_deserializer=cronoq_dot_v1_dot_cronoq__pb2.BulkResponse.FromString,
+                _registered_method=True)
+
+
+class OperationsServicer:
+    """Operator controls (role: admin, SearchTasks also client).
+    """
+
+    def PausePool(self, request, context):
+        """Nothing new starts in the pool; submits are still accepted, running attempts finish.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumePool(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchTasks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BulkTasks(self, request, context):
+        """In bounded batches, so that a large action never stalls scheduling.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_OperationsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'PausePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.PausePool,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.PoolRequest.FromString,
+                    response_serializer=cronoq_dot_v1_dot_cronoq__pb2.PoolControlResponse.SerializeToString,
+            ),
+            'ResumePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumePool,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.PoolRequest.FromString,
+                    response_serializer=cronoq_dot_v1_dot_cronoq__pb2.PoolControlResponse.SerializeToString,
+            ),
+            'SearchTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchTasks,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.SearchTasksRequest.FromString,
+                    response_serializer=cronoq_dot_v1_dot_cronoq__pb2.SearchTasksResponse.SerializeToString,
+            ),
+            'BulkTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.BulkTasks,
+                    request_deserializer=cronoq_dot_v1_dot_cronoq__pb2.BulkRequest.FromString,
+                    response_serializer=cronoq_dot_v1_dot_cronoq__pb2.BulkResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'cronoq.v1.Operations', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('cronoq.v1.Operations', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Operations:
+    """Operator controls (role: admin, SearchTasks also client).
+    """
+
+    @staticmethod
+    def PausePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.v1.Operations/PausePool',
+            cronoq_dot_v1_dot_cronoq__pb2.PoolRequest.SerializeToString,
+            cronoq_dot_v1_dot_cronoq__pb2.PoolControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.v1.Operations/ResumePool',
+            cronoq_dot_v1_dot_cronoq__pb2.PoolRequest.SerializeToString,
+            cronoq_dot_v1_dot_cronoq__pb2.PoolControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.v1.Operations/SearchTasks',
+            cronoq_dot_v1_dot_cronoq__pb2.SearchTasksRequest.SerializeToString,
+            cronoq_dot_v1_dot_cronoq__pb2.SearchTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BulkTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cronoq.v1.Operations/BulkTasks',
+            cronoq_dot_v1_dot_cronoq__pb2.BulkRequest.SerializeToString,
+            cronoq_dot_v1_dot_cronoq__pb2.BulkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
