@@ -57,6 +57,8 @@ _ROLES: dict[str, frozenset[str]] = {
     },
     "/cronoq.v1.Workers/Work": frozenset({"worker"}),
     **{_ADMIN + m: frozenset({"metrics"}) for m in ("Snapshot", "ListWorkers", "ListRecurring")},
+    # Operations: PausePool, ResumePool and BulkTasks are the admin's alone.
+    "/cronoq.v1.Operations/SearchTasks": frozenset({"client"}),
 }
 
 

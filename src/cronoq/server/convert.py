@@ -33,6 +33,7 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.core.recurring import Recurring
+from cronoq.core.search import Sort, TaskFilter
 from cronoq.core.vocab import MISS_POLICIES, OVERLAPS, DepOn, MissPolicy, Overlap
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server.config import LimitsSettings
@@ -60,9 +61,11 @@ __all__ = [
     "recurring_from_pb",
     "recurring_to_pb",
     "snapshot_to_pb",
+    "sort_from_pb",
     "spec_to_task",
     "status_from_pb",
     "status_to_pb",
+    "task_filter",
     "task_info",
     "task_ref",
     "task_result",
@@ -156,6 +159,18 @@ def status_from_pb(value: int, field: str = "status") -> int:
     raise InvalidArgument(field, f"unknown enum value {value}")
 
 
+# TaskSort by number; UNSPECIFIED is by id.
+_SORTS: dict[int, Sort] = {
+    pb.TASK_SORT_UNSPECIFIED: "id",
+    **{pb.TaskSort.Value(f"TASK_SORT_{name.upper()}"): name for name in get_args(Sort)},
+}
+
+
+def sort_from_pb(value: int, field: str = "sort") -> Sort:
+    result: Sort = _enum(_SORTS, value, field)
+    return result
+
+
 def status_to_pb(status: int | str) -> pb.TaskStatus:
     """From the core's status number or its name (events carry names)."""
     return _STATUS_BY_NAME[status] if isinstance(status, str) else _STATUSES[status]
@@ -235,6 +250,41 @@ def task_ref(ref: pb.TaskRef, limits: LimitsSettings, field: str = "task") -> in
             raise InvalidArgument(f"{field}.key", "must not be empty")
         return check_name(f"{field}.key", ref.key, limits.max_key_len)
     raise InvalidArgument(field, "must name a task by id or key")
+
+
+def task_filter(msg: pb.TaskFilter, limits: LimitsSettings, field: str = "filter") -> TaskFilter:
+    """A search's or bulk action's filter; `pools` is None when it names none (the services
+    then narrow it to the caller's pools)."""
+    pools = {check_name(f"{field}.pools[{i}]", p) for i, p in enumerate(msg.pools)}
+    statuses = {status_from_pb(s, f"{field}.statuses[{i}]") for i, s in enumerate(msg.statuses)}
+    kinds = {
+        check_name(f"{field}.kinds[{i}]", k, limits.max_kind_len) for i, k in enumerate(msg.kinds)
+    }
+    tags = {
+        check_name(f"{field}.tags", k, limits.max_tag_len): check_name(
+            f"{field}.tags[{k!r}]", v, limits.max_tag_len
+        )
+        for k, v in msg.tags.items()
+    }
+    return TaskFilter(
+        pools=frozenset(pools) or None,
+        statuses=frozenset(statuses),
+        kinds=frozenset(kinds),
+        tags=tags,
+        key=check_name(f"{field}.key", msg.key, limits.max_key_len) if msg.key else None,
+        key_prefix=check_name(f"{field}.key_prefix", msg.key_prefix, limits.max_key_len) or None,
+        submitted_after=(
+            from_ns(msg.submitted_after_unix_ns)
+            if msg.HasField("submitted_after_unix_ns")
+            else None
+        ),
+        submitted_before=(
+            from_ns(msg.submitted_before_unix_ns)
+            if msg.HasField("submitted_before_unix_ns")
+            else None
+        ),
+        ids=frozenset(msg.ids),
+    )
 
 
 # --- TaskSpec -> submit() options --------------------------------------------------------------
@@ -488,6 +538,8 @@ def task_info(rec: TaskRecord, pool_retry: RetryPolicy | None = None) -> pb.Task
         info.started_unix_ns = to_ns(rec.started_at)
     if rec.status >= FIRST_TERMINAL:
         info.finished_unix_ns = to_ns(rec.finished_at)
+    if rec.worker is not None:
+        info.worker_name, info.worker_id = rec.worker
     return info
 
 
@@ -568,4 +620,6 @@ def _pool_to_pb(p: PoolSnapshot, workers: list[pb.WorkerInfo]) -> pb.PoolSnapsho
         cost=p.cost,
         workers_connected=len(workers),
         groups=list(groups.values()),
+        paused=p.paused,
+        unserved=p.unserved,
     )

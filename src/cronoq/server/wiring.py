@@ -28,6 +28,7 @@ from .decode import DecodeGuard
 from .fronts.routes import HttpError, Route
 from .holds import bound_request
 from .scaler import WebhookScaler
+from .services.operations import OperationsService
 from .services.sharding import Peers, Router, ShardPlan
 from .services.tasks import AdminService, TasksService
 from .services.worker_stream import WorkService
@@ -66,6 +67,8 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
             tasks, admin = router.wrap(local_tasks, local_admin)
         add.add_TasksServicer_to_server(tasks, server)  # type: ignore[no-untyped-call]
         add.add_AdminServicer_to_server(admin, server)  # type: ignore[no-untyped-call]
+        operations = OperationsService(app.scheduler, cfg.limits)
+        add.add_OperationsServicer_to_server(operations, server)  # type: ignore[no-untyped-call]
 
     # Without credentials every caller is the unrestricted admin, the services' default.
     authenticator = Authenticator(cfg.auth)

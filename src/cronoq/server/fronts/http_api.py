@@ -688,11 +688,38 @@ async def remove_recurring(gw: Gateway, request: web.Request) -> web.Response:
     )
 
 
+async def pause_pool(gw: Gateway, request: web.Request) -> web.Response:
+    message = json_messages.pool_request(request.match_info["pool"], await _body(request))
+    return await gw.answer(request, _O + "PausePool", message, json_messages.pool_control_answer)
+
+
+async def resume_pool(gw: Gateway, request: web.Request) -> web.Response:
+    message = json_messages.pool_request(request.match_info["pool"], await _body(request))
+    return await gw.answer(request, _O + "ResumePool", message, json_messages.pool_control_answer)
+
+
+async def search_tasks(gw: Gateway, request: web.Request) -> web.Response:
+    message = json_messages.search_request(await _body(request))
+    return await gw.answer(request, _O + "SearchTasks", message, json_messages.search_answer)
+
+
+async def bulk_tasks(gw: Gateway, request: web.Request) -> web.Response:
+    message = json_messages.bulk_request(await _body(request))
+    return await gw.answer(
+        request,
+        _O + "BulkTasks",
+        message,
+        lambda resp: json_messages.bulk_answer(resp, message),
+    )
+
+
 _T = "/cronoq.v1.Tasks/"
 _A = "/cronoq.v1.Admin/"
+_O = "/cronoq.v1.Operations/"
 
 # The routes of docs/http.md, "Routes": the published server's, then our extras (the OpenAPI
-# document, recurring writes, and the older task routes as aliases with the same answers).
+# document, recurring writes, the older task routes as aliases with the same answers, and the
+# Operations service's).
 # aiohttp tries paths in this order, so `/v1/tasks/by-key/...` comes before `/v1/tasks/{id}`.
 # /metrics shares Snapshot's roles (metrics, admin): it publishes the snapshot's figures.
 ROUTES: tuple[Route, ...] = (
@@ -722,6 +749,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/tasks/by-key/{key}/wait", wait_task, _T + "Wait"),
     Route("POST", "/v1/tasks/{id}/cancel", cancel_task, _T + "Cancel"),
     Route("GET", "/v1/tasks/{id}/wait", wait_task, _T + "Wait"),
+    Route("POST", "/v1/tasks/search", search_tasks, _O + "SearchTasks"),
+    Route("POST", "/v1/tasks/bulk", bulk_tasks, _O + "BulkTasks"),
+    Route("POST", "/v1/pools/{pool}/pause", pause_pool, _O + "PausePool"),
+    Route("POST", "/v1/pools/{pool}/resume", resume_pool, _O + "ResumePool"),
 )
 
 

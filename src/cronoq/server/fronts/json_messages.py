@@ -37,17 +37,24 @@ __all__ = [
     "BadRequest",
     "batch_answer",
     "batch_request",
+    "bulk_answer",
+    "bulk_request",
     "dumps",
     "list_answer",
     "list_request",
     "loads",
     "path_id",
+    "pool_control_answer",
+    "pool_request",
     "reason",
     "recurring_answer",
     "recurring_request",
+    "search_answer",
+    "search_request",
     "snapshot_answer",
     "submit_answer",
     "submit_request",
+    "task_filter",
     "task_info",
     "task_result",
     "timeout_query",
@@ -486,6 +493,108 @@ def recurring_request(data: Any) -> pb.RecurringRequest:
     return request
 
 
+def _status(value: Any, field: str) -> int:
+    """A task status by the name answers give it (`dead_lettered`), as `_enum` reads names."""
+    number: int = _enum(pb.TaskStatus, value, field)
+    if number == pb.TASK_STATUS_UNSPECIFIED:
+        raise BadRequest(f"{field}: {json.dumps(value)} is no status")
+    return number
+
+
+def _strings(value: Any, field: str) -> list[str]:
+    return [_string(item, f"{field}[{i}]") for i, item in enumerate(_array(value, field))]
+
+
+_FILTER_FIELDS = (
+    "pools",
+    "statuses",
+    "kinds",
+    "tags",
+    "key",
+    "key_prefix",
+    "submitted_after",
+    "submitted_before",
+    "ids",
+)
+
+
+def _unix_ns(value: Any, field: str) -> int:
+    """Unix seconds (a JSON number) as the wire's nanoseconds."""
+    ns = round(_number(value, field) * 1e9)
+    if not I64_MIN <= ns <= I64_MAX:
+        raise BadRequest(f"{field}: {value} is out of range for a time")
+    return ns
+
+
+def task_filter(data: Any, where: str = "filter") -> pb.TaskFilter:
+    """The `filter` object of a search or bulk action (docs/http.md, "Task filter"): the
+    statuses by the names answers use, the times in Unix seconds."""
+    fields = _fields(data, where + ".", _FILTER_FIELDS)
+    msg = pb.TaskFilter()
+    for name in ("pools", "kinds"):
+        if name in fields:
+            getattr(msg, name).extend(_strings(fields[name], f"{where}.{name}"))
+    if "statuses" in fields:
+        field = f"{where}.statuses"
+        msg.statuses.extend(
+            _status(v, f"{field}[{i}]") for i, v in enumerate(_array(fields["statuses"], field))
+        )
+    if "tags" in fields:
+        msg.tags.update(_string_map(fields["tags"], f"{where}.tags"))
+    for name in ("key", "key_prefix"):
+        if name in fields:
+            setattr(msg, name, _string(fields[name], f"{where}.{name}"))
+    for name in ("submitted_after", "submitted_before"):
+        if name in fields:
+            setattr(msg, f"{name}_unix_ns", _unix_ns(fields[name], f"{where}.{name}"))
+    if "ids" in fields:
+        field = f"{where}.ids"
+        msg.ids.extend(
+            _task_id(v, f"{field}[{i}]") for i, v in enumerate(_array(fields["ids"], field))
+        )
+    return msg
+
+
+def search_request(data: Any) -> pb.SearchTasksRequest:
+    """`POST /v1/tasks/search`: filter, sort (`id`, `submitted`, ...), ascending, limit and
+    offset, each optional."""
+    fields = _fields(data, "", ("filter", "sort", "ascending", "limit", "offset"))
+    request = pb.SearchTasksRequest()
+    if "filter" in fields:
+        request.filter.CopyFrom(task_filter(fields["filter"]))
+    if "sort" in fields:
+        request.sort = _enum(pb.TaskSort, fields["sort"], "sort")
+    if "ascending" in fields:
+        request.ascending = _bool(fields["ascending"], "ascending")
+    for name in ("limit", "offset"):
+        if name in fields:
+            setattr(request, name, _integer(fields[name], name, 0, U32_MAX, strings=False))
+    return request
+
+
+def pool_request(pool: str, data: Any) -> pb.PoolRequest:
+    """`POST /v1/pools/{pool}/pause` and `/resume`: the pool is in the path; a body, if any,
+    is an empty object."""
+    _fields(data, "", ())
+    return pb.PoolRequest(pool=pool)
+
+
+def bulk_request(data: Any) -> pb.BulkRequest:
+    """`POST /v1/tasks/bulk`: an action (required), a filter (an absent one matches every
+    task) and dry_run."""
+    fields = _fields(data, "", ("action", "filter", "dry_run"))
+    if "action" not in fields:
+        raise BadRequest("action: required (cancel, retry or delete)")
+    request = pb.BulkRequest(action=_enum(pb.BulkAction, fields["action"], "action"))
+    if request.action == pb.BULK_ACTION_UNSPECIFIED:
+        raise BadRequest("action: must be cancel, retry or delete")
+    if "filter" in fields:
+        request.filter.CopyFrom(task_filter(fields["filter"]))
+    if "dry_run" in fields:
+        request.dry_run = _bool(fields["dry_run"], "dry_run")
+    return request
+
+
 # --- query strings -----------------------------------------------------------------------------
 
 
@@ -510,11 +619,7 @@ def list_request(query: Any) -> pb.ListTasksRequest:
     """`GET /v1/tasks?pool=a,b&status=ready,running&after=17&limit=50`."""
     params = _query(query, ("pool", "status", "after", "limit"))
     request = pb.ListTasksRequest(pools=_items(params.get("pool", "")))
-    for name in _items(params.get("status", "")):
-        number = _enum(pb.TaskStatus, name, "status")
-        if number == pb.TASK_STATUS_UNSPECIFIED:
-            raise BadRequest(f"status: {name!r} is no status")
-        request.statuses.append(number)
+    request.statuses.extend(_status(name, "status") for name in _items(params.get("status", "")))
     for name, high in (("after", U64_MAX), ("limit", None)):
         text = params.get(name, "")
         if not text:
@@ -570,7 +675,7 @@ def task_info(info: pb.TaskInfo) -> dict[str, Any]:
         "attempt": info.attempt,
         "output_available": info.output_available,
     }
-    _set(out, info, "key", "kind", "message", "tenant")
+    _set(out, info, "key", "kind", "message", "tenant", "worker_name", "worker_id")
     _set(out, info, "max_attempts", convert=int)
     _set(out, info, "created_unix_ns", "started_unix_ns", "finished_unix_ns")
     if info.priority != pb.PRIORITY_UNSPECIFIED:
@@ -613,6 +718,26 @@ def list_answer(resp: pb.ListTasksResponse) -> dict[str, Any]:
     out: dict[str, Any] = {"tasks": [task_info(t) for t in resp.tasks]}
     _set(out, resp, "next_after")
     return _shards(out, resp)
+
+
+def search_answer(resp: pb.SearchTasksResponse) -> dict[str, Any]:
+    """`total` counts every match, not only this page."""
+    out = {"tasks": [task_info(t) for t in resp.tasks], "total": resp.total}
+    return _shards(out, resp)
+
+
+def bulk_answer(resp: pb.BulkResponse, request: pb.BulkRequest) -> dict[str, Any]:
+    out = {
+        "action": _short(pb.BulkAction, request.action),
+        "dry_run": request.dry_run,
+        "matched": resp.matched,
+        "affected": resp.affected,
+    }
+    return _shards(out, resp)
+
+
+def pool_control_answer(resp: pb.PoolControlResponse) -> dict[str, Any]:
+    return {"pool": resp.pool, "paused": resp.paused, "changed": resp.changed}
 
 
 def workers_answer(resp: pb.ListWorkersResponse) -> dict[str, Any]:
