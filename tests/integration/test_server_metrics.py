@@ -121,6 +121,8 @@ NEW: dict[str, tuple[str, list[str]]] = {
     "cronoq_pool_oldest_ready_age_seconds": ("gauge", ["pool", "class"]),
     "cronoq_pool_retries_total": ("counter", ["pool"]),
     "cronoq_pool_dead_lettered_total": ("counter", ["pool"]),
+    "cronoq_pool_paused": ("gauge", ["pool"]),
+    "cronoq_pool_unserved": ("gauge", ["pool"]),
 }
 CLASSES = ["critical", "high", "normal", "low"]
 LE = [
@@ -541,3 +543,13 @@ def test_per_pool_retries_and_dead_letters(metrics: Scrape) -> None:
     # per pool, the published whole-server counters split up
     assert sum(retries.values()) == single(metrics, "cronoq_retries_total", "counter")
     assert sum(dead.values()) == ENDED["dead_lettered"]
+
+
+def test_pool_paused_and_unserved(metrics: Scrape) -> None:
+    """Unserved: tasks pending and no capacity at all (alpha and shed have no worker; idle has
+    one but nothing to do). No pool was paused."""
+    assert per_pool(metrics, "cronoq_pool_unserved") == dict.fromkeys(POOLS, 0) | {
+        "alpha": 1,
+        "shed": 1,
+    }
+    assert per_pool(metrics, "cronoq_pool_paused") == dict.fromkeys(POOLS, 0)

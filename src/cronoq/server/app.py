@@ -56,6 +56,7 @@ from .fronts.grpcweb import GrpcWebFront
 from .fronts.http_api import ROUTES, Authorize, HttpListener, ssl_context
 from .fronts.native import NativeFront
 from .fronts.routes import Route
+from .history import History, HistorySampler
 from .inflight import Ledger, Load
 from .logs import event
 from .ports import ensure_free
@@ -197,6 +198,11 @@ class ServerApp:
         self._on_stop: list[StopHook] = []
         self._on_ready: list[Callable[[], None]] = []
         self._life = Lifecycle("ServerApp", _A.STANDBY, APP_TRANSITIONS)
+        # the dashboard's charts: each pool's last hour, sampled while this server leads
+        self.history = History(self.scheduler.clock)
+        sampler = HistorySampler(self, self.history, self._http.metrics.observer)
+        self.on_ready(sampler.lead)
+        self.on_stop(sampler.stop)
 
     @property
     def transport(self) -> str:

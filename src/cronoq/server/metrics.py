@@ -20,7 +20,8 @@ it already has (the wait for a slot at a start, the runtime and outcome at an en
 observer adds each to its buckets. Only an engine given an observer calls one (its state is
 then `core.state.ObservedState`), so the library path, which has none, is unchanged. The
 ready-queue gauges and the per-pool retry and dead-letter counters are read at scrape time
-from `Engine.ready_view()`, O(pools x classes).
+from `Engine.ready_view()`, O(pools x classes). Last come the pools' paused and unserved
+flags, as 0/1 gauges.
 """
 
 from __future__ import annotations
@@ -72,6 +73,15 @@ _POOL_GAUGES = (
         "cronoq_pool_schedule_efficiency",
         "schedule_efficiency",
         "Successful share of the slot time.",
+    ),
+)
+# (family, PoolSnapshot field, help): our own 0/1 gauges per pool, exposed last
+_POOL_FLAGS = (
+    ("cronoq_pool_paused", "paused", "1 while an operator has paused the pool: nothing starts."),
+    (
+        "cronoq_pool_unserved",
+        "unserved",
+        "1 while tasks wait and the pool has no capacity at all: no worker serves it.",
     ),
 )
 _WAIT_QUANTILES = (("0.5", "wait_p50_s"), ("0.9", "wait_p90_s"), ("0.99", "wait_p99_s"))
@@ -202,6 +212,11 @@ class _SnapshotCollector(Collector):
         yield from _histogram_families(self.observer, order)
         if self.ready is not None:
             yield from _ready_families(*self.ready)
+        for name, field, text in _POOL_FLAGS:
+            g = GaugeMetricFamily(name, text, labels=["pool"])
+            for p in snap.pools:
+                g.add_metric([p.name], getattr(p, field))
+            yield g
 
 
 def _pool_families(pools: Sequence[pb.PoolSnapshot]) -> Iterator[Metric]:
