@@ -24,14 +24,17 @@ class Actions:
 
 class Journal:
     """What changed since the driver last persisted: tasks admitted (whole rows to write),
-    tasks whose status changed, and schedules whose next occurrence moved."""
+    tasks whose status changed, schedules whose next occurrence moved, pools paused or resumed
+    (name -> paused now) and ended tasks deleted from the history (ids)."""
 
-    __slots__ = ("added", "changed", "schedules")
+    __slots__ = ("added", "changed", "deleted", "pools", "schedules")
 
     def __init__(self) -> None:
         self.added: list[TaskRecord] = []
         self.changed: dict[int, TaskRecord] = {}
         self.schedules: dict[str, Recurring] = {}
+        self.pools: dict[str, bool] = {}
+        self.deleted: list[int] = []
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.changed or self.schedules)
+        return bool(self.added or self.changed or self.schedules or self.pools or self.deleted)

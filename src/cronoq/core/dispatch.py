@@ -1,5 +1,6 @@
 """Filling free slots: fixed starts on the slots held for them, then the best ready tasks of
-every pool, offering freed resources and worker-group slots to the tasks parked on them."""
+every pool that is not paused, offering freed resources and worker-group slots to the tasks
+parked on them."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def _dispatch_pools(st: State, fixed: FixedStarts, now: float) -> None:
     # Fixed starts first, in every pool: one that could not start by its tolerance ends now,
     # and its dependents (in any pool) join the ready queues before those are served.
     for pool in pools:
-        if pool.due and pool.busy < pool.capacity:
+        if pool.due and pool.busy < pool.capacity and not pool.paused:
             pool.stats.level(now, pool.busy, pool.capacity)
             fixed.dispatch_due(pool, now)
             pool.stats.level(now, pool.busy, pool.capacity)
@@ -42,7 +43,7 @@ def _dispatch_pools(st: State, fixed: FixedStarts, now: float) -> None:
     for pool in pools:
         queues = pool.queues
         free = pool.free_for_queue()
-        if free <= 0 or not queues.n:
+        if free <= 0 or not queues.n or pool.paused:
             continue
         stats = pool.stats
         stats.level(now, pool.busy, pool.capacity)  # close the interval before the change

@@ -534,6 +534,64 @@ class Engine:
         self._st.finish(rec, CANCELLED, now, MSG_CANCELLED)
         return True
 
+    # --- operator controls ---------------------------------------------------------------
+
+    def pause(self, pool_name: str, now: float) -> bool:
+        """Start nothing new in the pool (submits are still admitted, running attempts go
+        on) until `resume`; False if it was paused already. Timers keep firing: a fixed start
+        that passes its tolerance meanwhile is missed as usual."""
+        return self._set_paused(self.pools[pool_name], True)
+
+    def resume(self, pool_name: str, now: float) -> bool:
+        """Let the pool start tasks again (the driver dispatches next); False if it was not
+        paused."""
+        if not self._set_paused(self.pools[pool_name], False):
+            return False
+        self._st.reoffer_if_resources()  # its parked tasks may take what others left free
+        return True
+
+    def _set_paused(self, pool: PoolState, paused: bool) -> bool:
+        if pool.paused == paused:
+            return False
+        pool.paused = paused
+        journal = self._st.journal
+        if journal is not None:
+            journal.pools[pool.name] = paused
+        return True
+
+    def delete(self, recs: Iterable[TaskRecord]) -> list[TaskRecord]:
+        """Forget ended tasks now rather than at the end of their retention (an operator's
+        clean-up); returns those deleted. Skipped: live tasks, tasks no longer held, and
+        ended tasks that a live task names as a dependency (it needs their outcome, also
+        after a restart)."""
+        st = self._st
+        needed = self._depended_on()
+        out = []
+        for rec in recs:
+            if rec.status < FIRST_TERMINAL or st.tasks.get(rec.id) is not rec:
+                continue
+            if rec.id in needed or (rec.key is not None and rec.key in needed):
+                continue
+            st.forget(rec)
+            out.append(rec)
+        if out:
+            if st.journal is not None:
+                st.journal.deleted.extend(rec.id for rec in out)
+            retained = st.retained
+            if len(retained) > 2 * len(st.tasks) + 1024:  # drop the deleted ones it still holds
+                st.retained = type(retained)(r for r in retained if st.tasks.get(r.id) is r)
+        return out
+
+    def _depended_on(self) -> set[int | str]:
+        """The ids and keys live tasks name as dependencies: a scan of the live tasks with
+        options, which only a deletion pays for."""
+        out: set[int | str] = set()
+        for rec in self.tasks.values():
+            extra = rec.extra
+            if rec.status < FIRST_TERMINAL and extra is not None and extra.deps is not None:
+                out.update(target for target, _ in extra.deps)
+        return out
+
     # --- capacity ------------------------------------------------------------------------
 
     def set_capacity(self, pool_name: str, n: int, now: float) -> None:

@@ -315,6 +315,7 @@ class PastAttempt(NamedTuple):
     ended_at: float
     outcome: str  # OUTCOME_FAILED, OUTCOME_TIMED_OUT or OUTCOME_LEASE_EXPIRED
     message: str
+    worker: tuple[str, int] | None = None  # the remote worker that ran it (name, id)
 
 
 class Extras:
@@ -441,6 +442,7 @@ class TaskRecord:
         "tags",
         "tenant",
         "timeout",
+        "worker",
     )
 
     def __init__(
@@ -488,6 +490,8 @@ class TaskRecord:
         self.qgen = 0
         # What a ready task waits for outside the ready queues (a resource), else None.
         self.parked: Any = None
+        # The remote worker (name, id) given its latest attempt; set by the server's driver.
+        self.worker: tuple[str, int] | None = None
 
     @property
     def status_name(self) -> str:
@@ -496,7 +500,7 @@ class TaskRecord:
     @property
     def past_attempts(self) -> tuple[PastAttempt, ...]:
         """The attempts after which the task retried, oldest first: the last HISTORY_MAX of
-        them, in memory only (a store does not keep them). The latest attempt is the record's
+        them (a store keeps them too). The latest attempt is the record's
         own (`attempt`, `started_at`, `status`, `message`) unless it too ended with a retry,
         in which case it is the last entry here. Empty for a task that never retried, which
         allocates nothing for it."""
@@ -507,6 +511,32 @@ class TaskRecord:
 
     def __repr__(self) -> str:
         return f"<TaskRecord id={self.id} {STATUS_NAMES[self.status]} attempt={self.attempt}>"
+
+
+def resubmission(rec: TaskRecord) -> TaskRecord:
+    """A new task with `rec`'s spec, payload and tags but no key (the key may be taken again,
+    and the copy must not collide with it): what "submit again" submits for a task that ended
+    without succeeding (its payload is kept for this, see State.finish)."""
+    extra = rec.extra
+    copy = None
+    if extra is not None:
+        spec = extra.spec()
+        if spec:
+            copy = Extras(**spec)
+    return TaskRecord(
+        rec.payload,
+        rec.pool,
+        cls=rec.cls,
+        kind=rec.kind,
+        tenant=rec.tenant,
+        deadline=rec.deadline,
+        duration_hint=rec.duration_hint,
+        timeout=rec.timeout,
+        retry=rec.retry,
+        tags=None if rec.tags is None else dict(rec.tags),
+        labels=None if rec.labels is None else dict(rec.labels),
+        extra=copy,
+    )
 
 
 class Attempt:
@@ -599,6 +629,8 @@ class PoolSnapshot:
     run_p99: float
     worker_seconds: float
     cost: float
+    paused: bool = False  # by an operator (Engine.pause): nothing new starts
+    unserved: bool = False  # tasks wait and the pool has no capacity at all to run them
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ class PoolState:
         "lease_ttl",
         "misses",
         "name",
+        "paused",
         "pending_by_class",
         "queues",
         "reservation_limit",
@@ -86,6 +87,7 @@ class PoolState:
         self.unready_by_class = [0, 0, 0, 0]
         self.retries = 0  # retries and dead letters of this pool (Engine totals' per pool)
         self.dead_lettered = 0
+        self.paused = False  # by an operator (Engine.pause): dispatch passes it by
 
     def expected_duration(self, rec: TaskRecord) -> float:
         if rec.duration_hint is not None:
@@ -176,13 +178,14 @@ class PoolState:
     def snapshot(self, now: float) -> PoolSnapshot:
         m = self.stats.summary(now)
         by_class = list(self.pending_by_class)
+        pending = sum(by_class)
         return PoolSnapshot(
             name=self.name,
             capacity=self.capacity,
             busy=self.busy,
             held=min(self.holds, max(0, self.capacity - self.busy)),
             desired=self.desired(),
-            pending=sum(by_class),
+            pending=pending,
             pending_by_class=by_class,
             ready=self.queues.n,
             reservations=len(self.reservations),
@@ -203,6 +206,8 @@ class PoolState:
             run_p99=m["run_p99"],
             worker_seconds=self.stats.worker_seconds,
             cost=self.stats.worker_seconds * self.cfg.cost_per_worker_second,
+            paused=self.paused,
+            unserved=pending > 0 and self.capacity == 0,
         )
 
 

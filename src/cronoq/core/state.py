@@ -238,6 +238,7 @@ class State:
             pool.groups.occupy(slot)
         rec.running = att
         rec.started_at = now
+        rec.worker = None  # until the driver gives the attempt to a worker
         self.running[att.lease] = att
         self.move(rec, RUNNING, now, None)
         self.totals["dispatched"] += 1
@@ -378,6 +379,10 @@ class State:
         self.retained.append(rec)
 
     def forget(self, rec: TaskRecord) -> None:
+        """Drop an ended task from memory. One deleted from the history before (Engine.delete)
+        is gone already and still queued in `retained`: nothing is left to drop."""
+        if self.tasks.get(rec.id) is not rec:
+            return
         del self.tasks[rec.id]
         if rec.key is not None and self.keys.get(rec.key) is rec:
             del self.keys[rec.key]
@@ -482,4 +487,4 @@ def _remember(rec: TaskRecord, now: float, outcome: str, message: str) -> None:
         history = extra.history = []
     elif len(history) == HISTORY_MAX:
         del history[0]
-    history.append(PastAttempt(rec.attempt, rec.started_at, now, outcome, message))
+    history.append(PastAttempt(rec.attempt, rec.started_at, now, outcome, message, rec.worker))

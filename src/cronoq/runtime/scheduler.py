@@ -33,7 +33,15 @@ from .._tracing import ATTR_TASK_ID, Traced, tracer
 from ..core import engine as _engine
 from ..core.cron import CronError, parse_cron, zone
 from ..core.engine import Engine
-from ..core.model import Observer, Snapshot, TaskRecord, check_seconds
+from ..core.model import (
+    FIRST_TERMINAL,
+    SUCCEEDED,
+    Observer,
+    Snapshot,
+    TaskRecord,
+    check_seconds,
+    resubmission,
+)
 from ..core.recurring import Recurring
 from ..core.vocab import OVERLAPS, STATUSES, MissPolicy, Overlap, Status
 from ..errors import SchedulerError, SubmitError
@@ -506,6 +514,90 @@ class Scheduler:
         if ok and s.durable is not None:
             await s.durable.ack()
         return ok
+
+    async def cancel_many(self, ids: Iterable[int]) -> int:
+        """Cancel the live tasks among `ids` (ended or unknown ones are skipped); how many
+        were cancelled. One write for all of them: callers pass bounded chunks."""
+        s = self._live()
+        now = self._clock()
+        n = 0
+        if not s.closed:
+            for task_id in ids:
+                n += s.engine.cancel(task_id, now)
+        await self._written(s, n)
+        return n
+
+    async def resubmit(self, ids: Iterable[int]) -> list[int]:
+        """Submit a copy (`core.model.resubmission`: same spec, payload and tags, no key) of
+        each task among `ids` that ended without succeeding; the new ids, in order. Stops at a
+        pool that is full (its overflow policy would refuse the next copy)."""
+        s = self._admitting()
+        now = self._clock()
+        out = []
+        for task_id in ids:
+            rec = s.engine.lookup(task_id)
+            if rec is None or rec.status < FIRST_TERMINAL or rec.status == SUCCEEDED:
+                continue
+            try:
+                copy, _ = s.engine.submit(resubmission(rec), now)
+            except SubmitError as e:
+                if e.code != "full":
+                    raise
+                break
+            out.append(copy.id)
+        await self._written(s, len(out))
+        return out
+
+    async def delete(self, ids: Iterable[int]) -> int:
+        """Forget the ended tasks among `ids` now, in memory and in the store (Engine.delete
+        says which it keeps); how many were deleted."""
+        s = self._live()
+        tasks = s.engine.tasks
+        n = len(s.engine.delete(rec for rec in map(tasks.get, ids) if rec is not None))
+        await self._written(s, n)
+        return n
+
+    async def pause(self, pool: str) -> bool:
+        """Start nothing new in `pool` until `resume` (submits are still accepted, running
+        attempts finish); False if it was paused already. With a store the pause is written
+        before this returns, so it survives restarts and failovers."""
+        s = self._live()
+        self._known(pool)
+        changed = s.engine.pause(pool, self._clock())
+        await self._written(s, changed)
+        return changed
+
+    async def resume(self, pool: str) -> bool:
+        """Let a paused pool start tasks again; False if it was not paused."""
+        s = self._live()
+        self._known(pool)
+        changed = s.engine.resume(pool, self._clock())
+        await self._written(s, changed)
+        return changed
+
+    async def drain(self, pool: str, timeout: float | None = None) -> bool:
+        """Pause `pool`, then wait until none of its attempts runs: True once drained, False
+        if `timeout` seconds passed first (the pool stays paused either way)."""
+        await self.pause(pool)
+        s = self._live()
+        try:
+            await asyncio.wait_for(s.drained(pool), timeout)
+        except TimeoutError:
+            return False
+        return s.engine.pools[pool].busy == 0
+
+    def _known(self, pool: str) -> None:
+        if pool not in self._core_configs:
+            raise SubmitError("unknown_pool", f"unknown pool {pool!r}")
+
+    @staticmethod
+    async def _written(s: Session, n: int) -> None:
+        """After `n` changes of an operator's call: dispatch, and with a store, wait until
+        they are written."""
+        if n:
+            s.kick()
+            if s.durable is not None:
+                await s.durable.ack()
 
     async def status(self, id_or_key: int | str) -> Status | None:
         """Status name of a live or retained task, or None."""

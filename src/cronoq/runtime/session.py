@@ -48,6 +48,7 @@ class Session:
     __slots__ = (
         "clock",
         "closed",
+        "drains",
         "durable",
         "engine",
         "idle",
@@ -79,6 +80,8 @@ class Session:
         # (submitters of overflow="wait" pools, and Scheduler.room())
         self.room: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
         self.closed = False
+        # pool -> futures of callers waiting until none of its attempts runs (Scheduler.drain)
+        self.drains: dict[str, list[asyncio.Future[None]]] = {}
         self.idle: asyncio.Future[None] | None = None
         self.pump_due = False
         self.wake_handle: asyncio.TimerHandle | None = None
@@ -144,11 +147,14 @@ class Session:
     def close(self) -> None:
         """Wake every waiter and parked caller, stop the timer and end the streams."""
         self.closed = True
-        for fut in [*self.waiters.values(), *(f for fs in self.room.values() for _, f in fs)]:
+        parked = (f for fs in self.room.values() for _, f in fs)
+        draining = (f for fs in self.drains.values() for f in fs)
+        for fut in [*self.waiters.values(), *parked, *draining]:
             if not fut.done():
                 fut.set_result(None)
         self.waiters.clear()
         self.room.clear()
+        self.drains.clear()
         if self.wake_handle is not None:
             self.wake_handle.cancel()
         for st in self.streams:
@@ -209,6 +215,30 @@ class Session:
             self.idle.set_result(None)
         if self.room:
             self._wake_parked()
+        if self.drains:
+            self._wake_drained()
+
+    async def drained(self, pool: str) -> None:
+        """Until none of `pool`'s attempts runs (at once if none does), or the session ends."""
+        if self.closed or self.engine.pools[pool].busy == 0:
+            return
+        fut = self.loop.create_future()
+        waiting = self.drains.setdefault(pool, [])
+        waiting.append(fut)
+        try:
+            await fut
+        finally:
+            if self.drains.get(pool) is waiting:  # cancelled (a timeout): leave nothing behind
+                waiting.remove(fut)
+                if not waiting:
+                    del self.drains[pool]
+
+    def _wake_drained(self) -> None:
+        pools = self.engine.pools
+        for pool in [p for p in self.drains if pools[p].busy == 0]:
+            for fut in self.drains.pop(pool):
+                if not fut.done():
+                    fut.set_result(None)
 
     def _wake_parked(self) -> None:
         eng = self.engine

@@ -14,6 +14,7 @@ engine's actions (`assign()` turns the engine's starts into (worker, attempt) pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -55,6 +56,11 @@ class RemoteWorker:
     @property
     def key(self) -> LabelKey:
         return frozenset(self.labels.items())
+
+    @functools.cached_property
+    def ref(self) -> tuple[str, int]:
+        """(name, id): what a task keeps of the worker that ran its attempt (TaskRecord.worker)."""
+        return (self.name, self.id)
 
     @property
     def free(self) -> int:
@@ -166,6 +172,7 @@ class Workers:
         return out
 
     def _hold(self, w: RemoteWorker, att: Attempt) -> None:
+        att.task.worker = w.ref
         w.leases[att.lease] = att
         self._holder[att.lease] = w
 
