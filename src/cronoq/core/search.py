@@ -92,13 +92,14 @@ class TaskFilter:
         if self.submitted_before is not None:
             before = self.submitted_before
             tests.append(lambda r: r.submitted_at < before)
-        if self.tags:
-            pairs = tuple(self.tags.items())
-            tests.append(lambda r: r.tags is not None and all(r.tags.get(k) == v for k, v in pairs))
+        tests.extend(_tag(k, v) for k, v in self.tags.items())
         return _all(tests)
 
     def candidates(self, engine: Engine) -> Collection[TaskRecord] | None:
-        """The few tasks an index names (by key, by ids), or None when every task is one."""
+        """The few tasks an index names (by key, by ids; none for no pool at all), or None
+        when every task is one."""
+        if self.pools is not None and not self.pools:
+            return ()
         if self.key is not None:
             rec = engine.lookup(self.key)
             return () if rec is None else (rec,)
@@ -125,6 +126,10 @@ def _member(attr: str, values: frozenset[Any]) -> Match:
     if attr == "kind":
         return lambda r: r.kind in values
     return lambda r: r.id in values
+
+
+def _tag(k: str, v: str) -> Match:
+    return lambda r: r.tags is not None and r.tags.get(k) == v
 
 
 def _all(tests: list[Match]) -> Match | None:

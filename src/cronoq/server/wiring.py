@@ -29,7 +29,7 @@ from .fronts.routes import HttpError, Route
 from .holds import bound_request
 from .scaler import WebhookScaler
 from .services.operations import OperationsService
-from .services.sharding import Peers, Router, ShardPlan
+from .services.sharding import Peers, Router, ShardedOperations, ShardPlan
 from .services.tasks import AdminService, TasksService
 from .services.worker_stream import WorkService
 
@@ -61,13 +61,15 @@ def build(cfg: ServerConfig, *, clock: Callable[[], float] | None = None) -> Ser
         add.add_WorkersServicer_to_server(work, server)  # type: ignore[no-untyped-call]
         local_tasks = TasksService(app.scheduler, cfg.limits, app.tracing)
         local_admin = AdminService(app.scheduler, cfg.limits, work.worker_infos)
+        local_operations = OperationsService(app.scheduler, cfg.limits)
         tasks: cronoq_pb2_grpc.TasksServicer = local_tasks
         admin: cronoq_pb2_grpc.AdminServicer = local_admin
+        operations: cronoq_pb2_grpc.OperationsServicer = local_operations
         if router is not None:  # docs/sharding.md: calls for other shards are routed
             tasks, admin = router.wrap(local_tasks, local_admin)
+            operations = ShardedOperations(local_operations, router)
         add.add_TasksServicer_to_server(tasks, server)  # type: ignore[no-untyped-call]
         add.add_AdminServicer_to_server(admin, server)  # type: ignore[no-untyped-call]
-        operations = OperationsService(app.scheduler, cfg.limits)
         add.add_OperationsServicer_to_server(operations, server)  # type: ignore[no-untyped-call]
 
     # Without credentials every caller is the unrestricted admin, the services' default.

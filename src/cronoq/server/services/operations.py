@@ -29,7 +29,7 @@ from cronoq.server.logs import event
 
 from .tasks import DEFAULT_PAGE, Context, _Base, _rpc, check_pool, known_pools, pool_filter
 
-__all__ = ["BULK_CHUNK", "OperationsService"]
+__all__ = ["BULK_CHUNK", "OperationsService", "info_key"]
 
 log = logging.getLogger("cronoq.server")
 
@@ -61,6 +61,26 @@ _APPLIES: dict[str, Callable[[TaskRecord], bool]] = {
     "retry": _retryable,
     "delete": _ended,
 }
+
+
+# core/search.py's orders over the TaskInfo each shard answers, to merge their pages alike.
+_INFO_KEYS: dict[int, Callable[[pb.TaskInfo], tuple[Any, int]]] = {
+    pb.TASK_SORT_UNSPECIFIED: lambda t: (t.id, 0),
+    pb.TASK_SORT_ID: lambda t: (t.id, 0),
+    pb.TASK_SORT_STATUS: lambda t: (t.status, t.id),
+    pb.TASK_SORT_POOL: lambda t: (t.pool, t.id),
+    pb.TASK_SORT_KIND: lambda t: (t.kind, t.id),
+    pb.TASK_SORT_PRIORITY: lambda t: (-t.priority, t.id),
+    pb.TASK_SORT_SUBMITTED: lambda t: (t.created_unix_ns, t.id),
+    pb.TASK_SORT_STARTED: lambda t: (t.started_unix_ns or t.created_unix_ns, t.id),
+    pb.TASK_SORT_FINISHED: lambda t: (t.finished_unix_ns, t.id),
+    pb.TASK_SORT_ATTEMPT: lambda t: (t.attempt, t.id),
+}
+
+
+def info_key(sort: int) -> Callable[[pb.TaskInfo], tuple[Any, int]]:
+    """The order of a TaskSort over TaskInfo messages (the sort was checked by the shards)."""
+    return _INFO_KEYS.get(sort, _INFO_KEYS[pb.TASK_SORT_ID])
 
 
 def _who(caller: Principal) -> dict[str, Any]:

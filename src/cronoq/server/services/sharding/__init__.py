@@ -1,7 +1,8 @@
 """Sharding (docs/sharding.md): the plan's maps (`plan`), the channels to the other shards
 (`peers`), and the servicers that route each call (`routed`).
 
-`ShardedTasks` and `ShardedAdmin` wrap the servicers of tasks.py, which know only the own
+`ShardedTasks` and `ShardedAdmin` wrap the servicers of tasks.py (`ShardedOperations` that
+of operations.py), which know only the own
 shard. A call for the own shard goes to them unchanged (the unsharded path, and its cost); a
 call for another shard is forwarded to that shard's endpoint with the caller's own credentials
 and `cronoq-forwarded: 1`, or refused with the shard's name and endpoint when it may not be
@@ -15,6 +16,7 @@ permission comes before any routing, so that a token refused a pool never learns
 lives, then the rules across shards (dependencies, resources, batches), then the route.
 """
 
+from .operations import ShardedOperations
 from .peers import CONNECT_S, Peers
 from .plan import ENDPOINT_KEY, FORWARDED, SHARD_KEY, UNAVAILABLE_KEY, ShardPlan
 from .routed import Router, ShardedAdmin, ShardedTasks
@@ -29,5 +31,6 @@ __all__ = [
     "Router",
     "ShardPlan",
     "ShardedAdmin",
+    "ShardedOperations",
     "ShardedTasks",
 ]

@@ -169,6 +169,26 @@ class Router:
         """The other shards a gathering call asks: those with a pool the caller may see."""
         return [s for s in self.plan.others if self.plan.pools_of(s, caller)]
 
+    def split(
+        self, pools: Sequence[str], caller: Principal, context: Context
+    ) -> dict[str, list[str]] | None:
+        """A filter's pools by shard name (an empty list: every pool the caller may see
+        there), after the caller's permission (and NOT_FOUND for a pool no shard serves);
+        None when only the own shard answers (a forwarded call)."""
+        if _forwarded(context):
+            return None
+        named = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(pools)}
+        pool_filter(named, caller)
+        known_pools(named, self.plan.by_pool)
+        if not pools:
+            parts: dict[str, list[str]] = {self.plan.own.name: []}
+            parts.update((s.name, []) for s in self.asked(caller))
+            return parts
+        parts = {}
+        for p in pools:
+            parts.setdefault(self.plan.by_pool[p].name, []).append(p)
+        return parts
+
     async def gather(
         self,
         requests: Mapping[str, Message],
@@ -338,33 +358,13 @@ class ShardedTasks(cronoq_pb2_grpc.TasksServicer):
         done, request = await self._route(_T + "Wait", request, pb.TaskResult, context)
         return done if done is not None else await self._local.Wait(request, context)
 
-    def _split(
-        self, pools: Sequence[str], caller: Principal, context: Context
-    ) -> dict[str, list[str]] | None:
-        """A filter's pools by shard name (an empty list: every pool the caller may see
-        there), after the caller's permission (and NOT_FOUND for a pool no shard serves);
-        None when only the own shard answers (a forwarded call)."""
-        if _forwarded(context):
-            return None
-        named = {convert.check_name(f"pools[{i}]", p) for i, p in enumerate(pools)}
-        pool_filter(named, caller)
-        known_pools(named, self._r.plan.by_pool)
-        if not pools:
-            parts: dict[str, list[str]] = {self._r.plan.own.name: []}
-            parts.update((s.name, []) for s in self._r.asked(caller))
-            return parts
-        parts = {}
-        for p in pools:
-            parts.setdefault(self._r.plan.by_pool[p].name, []).append(p)
-        return parts
-
     @_routed
     async def ListTasks(
         self, request: pb.ListTasksRequest, context: Context
     ) -> pb.ListTasksResponse:
         """Each shard's page after `after`, merged in id order and cut to the limit
         (docs/sharding.md, "Merged listings")."""
-        parts = self._split(request.pools, current_principal(), context)
+        parts = self._r.split(request.pools, current_principal(), context)
         if parts is None:
             return await self._local.ListTasks(request, context)
         limit = min(request.limit or DEFAULT_PAGE, self._r.limits.max_list)
@@ -407,7 +407,7 @@ class ShardedTasks(cronoq_pb2_grpc.TasksServicer):
         "Watch across shards"); the first part to fail ends it."""
         caller = current_principal()
         try:
-            parts = self._split(request.pools, caller, context)
+            parts = self._r.split(request.pools, caller, context)
         except (Refused, InvalidArgument) as e:
             await _abort(context, e)
         if parts is None:
