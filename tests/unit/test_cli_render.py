@@ -5,16 +5,34 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from rich.console import Console, RenderableType
 from rich.screen import Screen
 
-from cronoq.cli._params import parse_duration, parse_ref, parse_time
-from cronoq.cli._render import event_line, result_detail, seconds, task_table, to_json
+from cronoq.cli._params import parse_duration, parse_moment, parse_ref, parse_time
+from cronoq.cli._render import (
+    bulk_text,
+    event_line,
+    result_detail,
+    seconds,
+    task_detail,
+    task_table,
+    to_json,
+)
 from cronoq.cli._top import FAILURES_KEPT, FailureLog, Sample, render
-from cronoq.client import Event, PoolSnapshot, Result, Snapshot, TaskInfo, Totals, WorkerGroup
+from cronoq.client import (
+    BulkResult,
+    Event,
+    PoolSnapshot,
+    Result,
+    Snapshot,
+    TaskInfo,
+    Totals,
+    WorkerGroup,
+)
 
 
 def text(renderable: RenderableType, width: int = 100, height: int = 100) -> str:
@@ -54,6 +72,18 @@ def test_times_need_a_zone() -> None:
         parse_time("2030-01-02T09:00:00")
     with pytest.raises(ValueError, match="RFC 3339"):
         parse_time("tomorrow")
+
+
+def test_moments_are_times_or_durations_back_from_now() -> None:
+    assert parse_moment("2030-01-02T09:00:00Z") == datetime(2030, 1, 2, 9, tzinfo=UTC)
+    before = datetime.now(UTC)
+    ago = parse_moment("2h")
+    after = datetime.now(UTC)
+    assert before - timedelta(hours=2) <= ago <= after - timedelta(hours=2)
+    assert ago.tzinfo is not None  # an aware time: the client sends it as it is
+    for bad in ("yesterday", "2030-01-02T09:00:00", "-1h"):
+        with pytest.raises(ValueError, match=r"RFC 3339 .* or a duration back from now"):
+            parse_moment(bad)
 
 
 def test_refs_are_ids_when_numeric() -> None:
@@ -98,9 +128,36 @@ def test_tables_show_text_output_and_sizes_otherwise() -> None:
     assert "2 bytes" in text(result_detail(Result(1, "succeeded", b"\xff\x00")))
     shown = text(task_table([TaskInfo(3, "ready", "default", "k3", "", 0, 3)]))
     assert shown.splitlines()[0].split() == [
-        "id", "status", "pool", "key", "kind", "attempt", "created",
+        "id", "status", "pool", "key", "kind", "attempt", "worker", "created",
     ]  # fmt: skip
-    assert shown.splitlines()[2].split()[:6] == ["3", "ready", "default", "k3", "-", "0/3"]
+    assert shown.splitlines()[2].split()[:7] == ["3", "ready", "default", "k3", "-", "0/3", "-"]
+
+
+def test_the_worker_of_the_latest_attempt_is_shown_by_name_and_id() -> None:
+    ran = TaskInfo(4, "succeeded", "default", attempt=1, worker_name="echo", worker_id=7)
+    nameless = replace(ran, worker_name="")
+    idless = replace(ran, worker_id=0)  # known by name only (after a failover, say)
+    rows = text(task_table([ran, nameless, idless])).splitlines()[2:]
+    assert [row.split()[6] for row in rows] == ["echo#7", "#7", "echo"]
+    lines = dict(line.split(None, 1) for line in text(task_detail(ran)).splitlines())
+    assert lines["worker"] == "echo#7"
+    assert json.loads(to_json(ran))["worker_name"] == "echo"
+
+
+@pytest.mark.parametrize(
+    ("action", "dry_run", "said"),
+    [
+        ("cancel", True, "12 tasks match; 10 would be cancelled"),
+        ("cancel", False, "12 tasks match; 10 cancelled"),
+        ("retry", True, "12 tasks match; 10 would be submitted again"),
+        ("retry", False, "12 tasks match; 10 submitted again"),
+        ("delete", True, "12 tasks match; 10 would be deleted from the history"),
+        ("delete", False, "12 tasks match; 10 deleted from the history"),
+    ],
+)
+def test_bulk_says_what_it_did_or_would_do(action: str, dry_run: bool, said: str) -> None:
+    assert bulk_text(action, BulkResult(12, 10), dry_run=dry_run) == said
+    assert bulk_text(action, BulkResult(1, 0), dry_run=dry_run).startswith("1 task matches; 0 ")
 
 
 def pool(
@@ -184,6 +241,27 @@ def test_pool_filter_failures_and_missing_shards() -> None:
     assert "not available (permission_denied" in text(
         render("cq", Sample(snapshot(1, 1), 1.0), failures=denied)
     )
+
+
+def test_top_marks_paused_pools_and_those_no_worker_serves() -> None:
+    paused = replace(pool("default"), paused=True)
+    unserved = replace(pool("batch", capacity=0, busy=0), unserved=True)
+    both = replace(pool("night", capacity=0, busy=0), paused=True, unserved=True)
+    snap = replace(snapshot(1, 1), pools=(paused, unserved, both, pool("plain")))
+    lines = text(render("cq", Sample(snap, 1.0)), width=80).splitlines()
+    top = lines.index(next(x for x in lines if x.startswith("pools")))
+    window = lines.index(next(x for x in lines if x.startswith("metrics window")))
+    below = [line.rstrip() for line in lines[top + 7 : window] if line.strip()]
+    assert below == [
+        "paused: default, night (cronoq resume POOL)",
+        "pool batch: no worker serves this pool; 10 tasks wait",
+        "pool night: no worker serves this pool; 10 tasks wait",
+    ]
+    assert max(len(line) for line in lines) <= 80
+    only = text(render("cq", Sample(snap, 1.0), pools=["batch"]))
+    assert "paused:" not in only and "pool batch: no worker serves this pool" in only
+    plain = text(render("cq", Sample(snapshot(1, 1), 1.0)))
+    assert "paused:" not in plain and "no worker serves" not in plain
 
 
 def test_a_frame_fits_eighty_columns() -> None:

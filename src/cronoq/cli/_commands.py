@@ -8,15 +8,16 @@ turns each kind into one line on stderr and the exit code docs/cli.md lists.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import click
@@ -27,14 +28,26 @@ from rich.console import Console, RenderableType
 from cronoq import __version__
 from cronoq._attempt import TRACEPARENT
 from cronoq._tracing import copy_context
-from cronoq.client import Client, ClientError, Payload, TaskInfo
+from cronoq.client import (
+    BULK_ACTIONS,
+    SORTS,
+    Client,
+    ClientError,
+    Payload,
+    PoolControl,
+    Submitted,
+    TaskFilter,
+    TaskInfo,
+)
 from cronoq.client._common import open_channel, strip_target
 from cronoq.core.vocab import MISS_POLICIES, OVERLAPS, PRIORITY_NAMES, STATUSES, Overlap
 
 from . import _top
-from ._params import DURATION, PAIR, REF, RESOURCE, TIME, credentials, tls_options
+from ._params import DURATION, MOMENT, PAIR, REF, RESOURCE, TIME, credentials, tls_options
 from ._render import (
+    bulk_text,
     event_line,
+    plain,
     recurring_table,
     result_detail,
     task_detail,
@@ -58,9 +71,11 @@ DEFAULT_SERVER = "http://127.0.0.1:7070"
 log = logging.getLogger("cronoq.cli")
 
 _REFUSED_RETRY = 0.05  # how often a refused connection is tried again within --connect-timeout
+_WAIT_CHECK = 2.0  # how often a waiting command looks whether the task's pool can run it
 _STANDBY = "not the leader (standby)"  # a refusal by a server that does not lead (yet)
 PIPE_WIDTH = 200
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 class Unreachable(Exception):
@@ -395,19 +410,56 @@ def submit(
             kwargs["tags"] = tags
 
     async def work(c: Client) -> int:
-        done = await c.submit(value, wait=wait, wait_timeout=wait_timeout, **kwargs)
-        if settings.json:
-            click.echo(to_json(done))
-        else:
+        done = await c.submit(value, **kwargs)
+        if not settings.json:
             click.echo(str(done.id))
             if done.duplicate:
                 click.echo(f"cronoq: task {done.id} has this key already (duplicate)", err=True)
-            if done.result is not None:
-                _console().print(result_detail(done.result))
+        if wait:
+            result = await _waiting(c, done.id, c.wait(done.id, timeout=wait_timeout))
+            done = Submitted(done.id, done.duplicate, result)
+        if settings.json:
+            click.echo(to_json(done))
+        elif done.result is not None:
+            _console().print(result_detail(done.result))
         failed = done.result is not None and not done.result.ok
         return EXIT_NOT_SUCCEEDED if failed else EXIT_OK
 
     return settings.call(work)
+
+
+async def _waiting(c: Client, ref: int | str, wait: Awaitable[_T]) -> _T:
+    """`wait`'s answer, with one warning on stderr if, meanwhile, the task's pool cannot run it
+    (no worker serves it, or it is paused): otherwise such a wait just looks hung."""
+    checker = asyncio.create_task(_warn_if_stuck(c, ref))
+    try:
+        return await wait
+    finally:
+        checker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await checker
+
+
+async def _warn_if_stuck(c: Client, ref: int | str) -> None:
+    """Look at the task and its pool's snapshot now and every few seconds; print the first
+    reason it waits that a person can act on, once. Best effort: a token that may not read
+    snapshots, or any other refusal, ends the checks silently (the wait itself goes on), and a
+    published server, whose snapshot has no such flags, never warns."""
+    with contextlib.suppress(ClientError):
+        while True:
+            info = await c.get(ref)
+            if info.status != "running":
+                pool = (await c.snapshot()).pool(info.pool)
+                if pool is not None and pool.unserved:
+                    why = f"no worker serves pool '{pool.name}'; the task waits until one connects"
+                elif pool is not None and pool.paused:
+                    why = f"pool '{pool.name}' is paused; the task waits until it is resumed"
+                else:
+                    why = ""
+                if why:
+                    click.echo(f"cronoq: warning: {why}", err=True)
+                    return
+            await asyncio.sleep(_WAIT_CHECK)
 
 
 @cli.command()
@@ -435,7 +487,7 @@ def wait(settings: Settings, ref: int | str, timeout: float | None, output: bool
     """Wait until a task ends; exit 0 if it succeeded, 1 otherwise."""
 
     async def work(c: Client) -> int:
-        result = await c.wait(ref, timeout=timeout)
+        result = await _waiting(c, ref, c.wait(ref, timeout=timeout))
         if output and not settings.json:
             sys.stdout.buffer.write(result.output or b"")
             sys.stdout.flush()
@@ -497,9 +549,7 @@ def list_tasks(
             )
             tasks += page.tasks
             missing.update(page.unavailable_shards)
-        if missing:
-            names = ", ".join(sorted(missing))
-            click.echo(f"cronoq: warning: shards not answering, tasks missing: {names}", err=True)
+        _warn_missing(missing)
         document = {
             "tasks": tasks,
             "next_after": page.next_after,
@@ -508,6 +558,205 @@ def list_tasks(
         settings.show(document, task_table(tasks))
         if page.next_after is not None and not settings.json:
             click.echo(f"cronoq: more tasks: cronoq list --after {page.next_after}", err=True)
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+def _warn_missing(shards: Iterable[str]) -> None:
+    if names := ", ".join(sorted(shards)):
+        click.echo(f"cronoq: warning: shards not answering, tasks missing: {names}", err=True)
+
+
+def _filter_options(f: _F) -> _F:
+    """The task filter `search` and `bulk` share (docs/cli.md, "Filters"); a task must match
+    every option given, and any value of a repeated one."""
+    options = [
+        click.option("--pool", "pools", multiple=True, help="Only this pool (repeatable)."),
+        click.option(
+            "--status",
+            "statuses",
+            type=click.Choice(STATUSES, case_sensitive=False),
+            multiple=True,
+            help="Only this status (repeatable).",
+        ),
+        click.option("--kind", "kinds", multiple=True, help="Only this kind (repeatable)."),
+        click.option("--tag", "tags", type=PAIR, multiple=True, help="Has tag name=value (all)."),
+        click.option("--key", help="Only the tasks with this key."),
+        click.option("--key-prefix", help="Only keys starting with this."),
+        click.option(
+            "--since",
+            "submitted_after",
+            type=MOMENT,
+            help="Submitted at or after: RFC 3339, or a duration ago (1h).",
+        ),
+        click.option(
+            "--until", "submitted_before", type=MOMENT, help="Submitted before: as --since."
+        ),
+        click.option(
+            "--id", "ids", type=click.IntRange(min=1), multiple=True, help="Only this id."
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _task_filter(options: dict[str, Any]) -> TaskFilter:
+    """The client's filter keywords for the options given (unset ones left out)."""
+    given = {name: value for name, value in options.items() if value not in (None, ())}
+    if "tags" in given:
+        given["tags"] = dict(given["tags"])
+    return cast("TaskFilter", given)
+
+
+@cli.command()
+@_filter_options
+@click.option(
+    "--sort",
+    type=click.Choice(SORTS, case_sensitive=False),
+    default="id",
+    show_default=True,
+    help="Order by this (started: the latest attempt's start, else the submission).",
+)
+@click.option("--asc", "ascending", is_flag=True, help="Smallest first (default: largest first).")
+@click.option("--limit", type=click.IntRange(min=0), default=0, help="Page size (server default).")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="Matches to skip.")
+@_output_flags
+@click.pass_obj
+def search(
+    settings: Settings,
+    /,
+    sort: str,
+    ascending: bool,
+    limit: int,
+    offset: int,
+    **options: Any,
+) -> int:
+    """Find tasks by pool, status, kind, tags, key or submission time, newest first."""
+    filters = _task_filter(options)
+
+    async def work(c: Client) -> int:
+        page = await c.search_tasks(
+            sort=sort, ascending=ascending, limit=limit, offset=offset, **filters
+        )
+        _warn_missing(page.unavailable_shards)
+        document = {
+            "tasks": page.tasks,
+            "total": page.total,
+            "unavailable_shards": page.unavailable_shards,
+        }
+        settings.show(document, task_table(page.tasks))
+        if not settings.json:
+            shown = offset + len(page.tasks)
+            more = f"; next page: --offset {shown}" if shown < page.total else ""
+            click.echo(f"cronoq: {len(page.tasks)} of {page.total} matching tasks{more}", err=True)
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@click.argument("action", type=click.Choice(BULK_ACTIONS, case_sensitive=False))
+@_filter_options
+@click.option("--dry-run", is_flag=True, help="Only count the tasks; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@_output_flags
+@click.pass_obj
+def bulk(settings: Settings, /, action: str, dry_run: bool, yes: bool, **options: Any) -> int:
+    """Cancel, retry (submit again) or delete (from the history) every matching task.
+
+    cancel: the tasks not ended. retry: a copy, without its key, of each failed, dead-lettered
+    or cancelled one. delete: the ended ones. Without --yes, the count of a dry run is shown
+    and confirmed first; with no filter, every task the server holds matches.
+    """
+    action = action.lower()
+    filters = _task_filter(options)
+    ask = not (dry_run or yes)
+    if ask and not sys.stdin.isatty():
+        raise click.UsageError(
+            f"bulk {action} changes tasks and there is no terminal to confirm on: "
+            "add --yes, or count them first with --dry-run"
+        )
+
+    async def work(c: Client) -> int:
+        if ask:
+            preview = await c.bulk(action, dry_run=True, **filters)
+            _warn_missing(preview.unavailable_shards)
+            question = f"{bulk_text(action, preview, dry_run=True)}. Go ahead?"
+            if not preview.affected or not click.confirm(question, err=True):
+                click.echo("cronoq: nothing changed", err=True)
+                return EXIT_OK
+        done = await c.bulk(action, dry_run=dry_run, **filters)
+        _warn_missing(done.unavailable_shards)
+        document = {"action": action, "dry_run": dry_run, **plain(done)}
+        settings.show(document, bulk_text(action, done, dry_run=dry_run))
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+def _pool_control(settings: Settings, pool: str, paused: bool) -> int:
+    """`pause` and `resume`: one call, and what it changed."""
+
+    async def work(c: Client) -> int:
+        state: PoolControl = await (c.pause_pool(pool) if paused else c.resume_pool(pool))
+        word = "paused" if state.paused else "resumed"
+        text = f"{word} pool {pool}" if state.changed else f"pool {pool} was {word} already"
+        settings.show(state, text)
+        return EXIT_OK
+
+    return settings.call(work)
+
+
+@cli.command()
+@click.argument("pool")
+@_output_flags
+@click.pass_obj
+def pause(settings: Settings, pool: str) -> int:
+    """Start nothing new in POOL until `cronoq resume`; running attempts finish, and submits
+    are still accepted."""
+    return _pool_control(settings, pool, True)
+
+
+@cli.command()
+@click.argument("pool")
+@_output_flags
+@click.pass_obj
+def resume(settings: Settings, pool: str) -> int:
+    """Let POOL start tasks again after `cronoq pause` or `cronoq drain`."""
+    return _pool_control(settings, pool, False)
+
+
+@cli.command()
+@click.argument("pool")
+@click.option("--timeout", type=DURATION, help="Give up after this (exit 124); POOL stays paused.")
+@click.option(
+    "--interval", type=DURATION, default=0.5, show_default=True, help="Time between looks."
+)
+@_output_flags
+@click.pass_obj
+def drain(settings: Settings, pool: str, timeout: float | None, interval: float) -> int:
+    """Pause POOL, then wait until none of its attempts runs (for a deploy, say); resume it
+    with `cronoq resume`."""
+    if interval <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--interval")
+
+    async def work(c: Client) -> int:
+        running: list[int] = []
+
+        def progress(busy: int) -> None:
+            if not running or running[-1] != busy:
+                click.echo(f"cronoq: pool {pool} paused; {busy} attempt(s) still running", err=True)
+            running.append(busy)
+
+        if not await c.drain_pool(pool, timeout, poll=interval, on_wait=progress):
+            raise TimeoutError(
+                f"pool {pool} still runs {running[-1]} attempt(s) after {timeout:g}s; "
+                "it stays paused"
+            )
+        text = f"drained pool {pool}: paused, nothing running"
+        settings.show({"pool": pool, "paused": True, "drained": True}, text)
         return EXIT_OK
 
     return settings.call(work)

@@ -1,4 +1,5 @@
-"""Parameter types of the `cronoq` command line: durations, times, task references, pairs.
+"""Parameter types of the `cronoq` command line: durations, times, moments, task references,
+pairs.
 
 Each type turns bad input into a click usage error that names the option, so the command exits
 2 with one line instead of sending something the server would refuse less clearly.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,14 +18,16 @@ import grpc
 
 __all__ = [
     "DURATION",
+    "MOMENT",
     "PAIR",
     "PEM",
     "REF",
     "RESOURCE",
     "TIME",
-    "parse_duration",
-    "parse_ref",
     "credentials",
+    "parse_duration",
+    "parse_moment",
+    "parse_ref",
     "parse_time",
     "tls_options",
 ]
@@ -58,6 +61,22 @@ def parse_time(text: str) -> datetime:
     if when.tzinfo is None:
         raise ValueError(f"bad time {text!r}: add a zone offset, e.g. Z or +02:00")
     return when
+
+
+def parse_moment(text: str) -> datetime:
+    """A filter's bound: an RFC 3339 time, or a duration back from now (`30m`: half an hour
+    ago), which is what one usually means by `--since`."""
+    try:
+        ago = parse_duration(text)
+    except ValueError:
+        try:
+            return parse_time(text)
+        except ValueError:
+            raise ValueError(
+                f"bad time {text!r}: use RFC 3339 (2030-01-02T09:00:00Z) or a duration back "
+                "from now (30m, 2h, 1d)"
+            ) from None
+    return datetime.now(UTC) - timedelta(seconds=ago)
 
 
 def parse_ref(text: str) -> int | str:
@@ -105,6 +124,7 @@ def _resource(text: str) -> tuple[str, int]:
 
 DURATION = _Converting("duration", parse_duration)
 TIME = _Converting("time", parse_time)
+MOMENT = _Converting("time|duration", parse_moment)
 REF = _Converting("ref", parse_ref)
 PAIR = _Converting("name=value", _pair)
 RESOURCE = _Converting("name=amount", _resource)

@@ -14,9 +14,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from cronoq.client import Event, RecurringInfo, Result, TaskInfo, WorkerInfo
+from cronoq.client import BulkResult, Event, RecurringInfo, Result, TaskInfo, WorkerInfo
 
 __all__ = [
+    "bulk_text",
     "clock",
     "event_line",
     "labels_text",
@@ -27,6 +28,7 @@ __all__ = [
     "task_detail",
     "task_table",
     "to_json",
+    "worker_text",
     "workers_table",
 ]
 
@@ -108,11 +110,20 @@ def _detail(rows: Sequence[tuple[str, str]]) -> Text:
     return text
 
 
+def worker_text(t: TaskInfo) -> str:
+    """The worker of the task's latest attempt as `name#id` (the id `workers` lists while it
+    is connected); `-` when the server does not know it."""
+    if not (t.worker_name or t.worker_id):
+        return "-"
+    return f"{t.worker_name}#{t.worker_id}" if t.worker_id else t.worker_name
+
+
 def task_table(tasks: Sequence[TaskInfo]) -> Table:
-    """The `list` table, one row per task in the order given."""
+    """The `list` and `search` table, one row per task in the order given."""
     table = _table(
-        "id", "status", "pool", "key", "kind", "attempt", "created", right=("id", "attempt")
-    )
+        "id", "status", "pool", "key", "kind", "attempt", "worker", "created",
+        right=("id", "attempt"),
+    )  # fmt: skip
     for t in tasks:
         attempts = f"{t.attempt}/{t.max_attempts}" if t.max_attempts else str(t.attempt)
         table.add_row(
@@ -122,6 +133,7 @@ def task_table(tasks: Sequence[TaskInfo]) -> Table:
             Text(t.key or "-"),
             t.kind or "-",
             attempts,
+            Text(worker_text(t)),
             clock(t.created_at),
         )
     return table
@@ -139,6 +151,7 @@ def task_detail(t: TaskInfo) -> Text:
             ("priority", t.priority or "-"),
             ("tenant", t.tenant or "-"),
             ("attempt", f"{t.attempt} of {t.max_attempts or '?'}"),
+            ("worker", worker_text(t)),
             ("created", clock(t.created_at)),
             ("started", clock(t.started_at)),
             ("finished", clock(t.finished_at)),
@@ -161,6 +174,21 @@ def result_detail(r: Result) -> Text:
         rows.append(("message", r.message))
     rows.append(("output", output))
     return _detail(rows)
+
+
+# action: (what a dry run says it would do, what the action says it did)
+_BULK_VERBS = {
+    "cancel": ("would be cancelled", "cancelled"),
+    "retry": ("would be submitted again", "submitted again"),
+    "delete": ("would be deleted from the history", "deleted from the history"),
+}
+
+
+def bulk_text(action: str, result: BulkResult, *, dry_run: bool) -> str:
+    """What `bulk` did, or with `dry_run` would do: `12 tasks match; 10 cancelled`."""
+    would, did = _BULK_VERBS[action]
+    matched = "1 task matches" if result.matched == 1 else f"{result.matched} tasks match"
+    return f"{matched}; {result.affected} {would if dry_run else did}"
 
 
 def event_line(e: Event) -> str:

@@ -73,7 +73,8 @@ def render(
     pools: Sequence[str] = (),
     state: str = "serving",
 ) -> RenderableType:
-    """One frame: header and totals, pool tables, worker groups, failures, missing shards.
+    """One frame: header and totals, pool tables (with the paused pools and those no worker
+    serves), worker groups, failures, missing shards.
 
     `pools` limits the pool rows to those names. Rates need `previous`; without it (the first
     frame, or `--once`) they are left blank. `failures=None` leaves the section out.
@@ -88,7 +89,8 @@ def render(
         ),
         _totals(current, previous),
     ]
-    sections: list[RenderableType] = [_pool_table(shown), _window_table(shown)]
+    pools_section = Group(_pool_table(shown), *_pool_notes(shown))
+    sections: list[RenderableType] = [pools_section, _window_table(shown)]
     groups = _groups_table(shown)
     if groups.row_count:
         sections.append(groups)
@@ -209,6 +211,21 @@ def _pool_table(pools: Sequence[PoolSnapshot]) -> Table:
             str(p.workers_connected),
         )
     return table
+
+
+def _pool_notes(pools: Sequence[PoolSnapshot]) -> list[Text]:
+    """Lines under the pools table for the pools whose tasks wait for a person to act: the
+    paused ones, and those with tasks pending and no capacity. Lines, not a column: the table
+    already takes 80 columns, and a normal server shows none of them."""
+    notes = []
+    if paused := [p.name for p in pools if p.paused]:
+        notes.append(Text(f"paused: {', '.join(paused)} (cronoq resume POOL)", style="bold"))
+    for p in pools:
+        if p.unserved:
+            waiting = "1 task waits" if p.pending == 1 else f"{p.pending} tasks wait"
+            line = f"pool {p.name}: no worker serves this pool; {waiting}"
+            notes.append(Text(line, style="bold"))
+    return notes
 
 
 def _window_table(pools: Sequence[PoolSnapshot]) -> Table:

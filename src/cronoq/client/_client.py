@@ -47,13 +47,19 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 
 __all__ = [
+    "BULK_ACTIONS",
+    "BulkResult",
     "Client",
     "Event",
+    "PoolControl",
     "PoolSnapshot",
     "RecurringInfo",
     "Result",
+    "SORTS",
+    "SearchPage",
     "Snapshot",
     "Submitted",
+    "TaskFilter",
     "TaskInfo",
     "TaskPage",
     "Totals",
@@ -92,6 +98,19 @@ _OVERLAPS: dict[str, pb.Overlap] = dict(
         strict=True,
     )
 )
+# The orders of `search_tasks` and the actions of `bulk`, by their lower-case wire names.
+_SORT_VALUES: dict[str, pb.TaskSort] = {
+    enum_name(pb.TaskSort, v, "TASK_SORT_"): pb.TaskSort.ValueType(v)
+    for v in pb.TaskSort.values()
+    if v != pb.TASK_SORT_UNSPECIFIED
+}
+SORTS = tuple(_SORT_VALUES)
+_BULK_VALUES: dict[str, pb.BulkAction] = {
+    enum_name(pb.BulkAction, v, "BULK_ACTION_"): pb.BulkAction.ValueType(v)
+    for v in pb.BulkAction.values()
+    if v != pb.BULK_ACTION_UNSPECIFIED
+}
+BULK_ACTIONS = tuple(_BULK_VALUES)
 # (wire field, source name) of the backoff fields; a missing or None value sends 0.0
 _RETRY_FIELDS = (
     ("initial_backoff_s", "initial_backoff"),
@@ -154,6 +173,9 @@ class TaskInfo:
     output_available: bool = False
     tenant: str = ""
     priority: str | None = None
+    # The worker of the latest attempt; "" and 0 when unknown (a published server sends none).
+    worker_name: str = ""
+    worker_id: int = 0
 
     @property
     def done(self) -> bool:
@@ -167,6 +189,35 @@ class TaskPage:
     tasks: tuple[TaskInfo, ...]
     next_after: int | None
     unavailable_shards: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of `search_tasks`; `total` counts every match, not only this page's."""
+
+    tasks: tuple[TaskInfo, ...]
+    total: int
+    unavailable_shards: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a `bulk` action covered: the tasks matched, and those it applied (or, in a dry
+    run, would apply) to."""
+
+    matched: int
+    affected: int
+    unavailable_shards: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PoolControl:
+    """A pool's state after `pause_pool` or `resume_pool`; `changed` is False when it already
+    was in that state."""
+
+    pool: str
+    paused: bool
+    changed: bool
 
 
 @dataclass(frozen=True)
@@ -242,6 +293,10 @@ class PoolSnapshot:
     cost: float
     workers_connected: int = 0
     groups: tuple[WorkerGroup, ...] = ()
+    # Paused by an operator; tasks waiting with no capacity to take them. Both False from a
+    # published server, which has neither.
+    paused: bool = False
+    unserved: bool = False
 
     @property
     def pending(self) -> int:
@@ -281,6 +336,21 @@ class Snapshot:
 
     def pool(self, name: str) -> PoolSnapshot | None:
         return next((p for p in self.pools if p.name == name), None)
+
+
+class TaskFilter(TypedDict, total=False):
+    """The filter of `search_tasks` and `bulk`: every keyword given must match; a sequence
+    matches any of its values. Times are datetimes or Unix seconds."""
+
+    pools: Sequence[str]
+    statuses: Sequence[str]
+    kinds: Sequence[str]
+    tags: Mapping[str, str]
+    key: str
+    key_prefix: str
+    submitted_after: datetime | float | None
+    submitted_before: datetime | float | None
+    ids: Sequence[int]
 
 
 # --- task() -------------------------------------------------------------------------------------
@@ -472,6 +542,8 @@ def _task_info(t: pb.TaskInfo) -> TaskInfo:
         output_available=t.output_available,
         tenant=t.tenant,
         priority=priority_name(t.priority),
+        worker_name=t.worker_name,
+        worker_id=t.worker_id,
     )
 
 
@@ -501,6 +573,8 @@ def _pool_snapshot(p: pb.PoolSnapshot) -> PoolSnapshot:
         cost=p.cost,
         workers_connected=p.workers_connected,
         groups=tuple(WorkerGroup(dict(g.labels), g.capacity, g.busy) for g in p.groups),
+        paused=p.paused,
+        unserved=p.unserved,
     )
 
 
@@ -552,6 +626,37 @@ def _statuses(statuses: Sequence[str]) -> list[pb.TaskStatus]:
     return out
 
 
+def _task_filter(f: TaskFilter) -> pb.TaskFilter:
+    """The wire filter; a single string where a sequence goes raises TypeError (`pools="a"`
+    would otherwise match pools named by its letters)."""
+    names = ("pools", "statuses", "kinds")
+    if any(isinstance(f.get(name), str) for name in names):
+        raise TypeError("pools, statuses and kinds must be sequences of names, not one string")
+    msg = pb.TaskFilter(
+        pools=list(f.get("pools", ())),
+        statuses=_statuses(f.get("statuses", ())),
+        kinds=list(f.get("kinds", ())),
+        key=f.get("key", ""),
+        key_prefix=f.get("key_prefix", ""),
+        ids=[int(i) for i in f.get("ids", ())],
+    )
+    for k, v in f.get("tags", {}).items():
+        msg.tags[k] = str(v)
+    after, before = f.get("submitted_after"), f.get("submitted_before")
+    if after is not None:
+        msg.submitted_after_unix_ns = _unix_ns(after)
+    if before is not None:
+        msg.submitted_before_unix_ns = _unix_ns(before)
+    return msg
+
+
+def _choice(table: Mapping[str, Any], value: str, what: str) -> Any:
+    try:
+        return table[value.lower()]
+    except KeyError:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {list(table)}") from None
+
+
 def _is_timeout(e: grpc.aio.AioRpcError) -> bool:
     code = e.code()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -565,6 +670,7 @@ def _is_timeout(e: grpc.aio.AioRpcError) -> bool:
 class _Stubs(NamedTuple):
     tasks: Any
     admin: Any
+    operations: Any
 
 
 class Client:
@@ -609,7 +715,8 @@ class Client:
             # The generated stubs carry no annotations; the calls below are typed by hand.
             tasks = cronoq_pb2_grpc.TasksStub(self._channel)  # type: ignore[no-untyped-call]
             admin = cronoq_pb2_grpc.AdminStub(self._channel)  # type: ignore[no-untyped-call]
-            self._stub_pair = _Stubs(tasks, admin)
+            operations = cronoq_pb2_grpc.OperationsStub(self._channel)  # type: ignore[no-untyped-call]
+            self._stub_pair = _Stubs(tasks, admin, operations)
             log.debug("channel opened to %s", self.target)
         return self._stub_pair
 
@@ -840,3 +947,89 @@ class Client:
             self._stubs().admin.ListRecurring, pb.Empty()
         )
         return [_recurring_info(r) for r in resp.schedules]
+
+    # --- Operations (this server's additions to the published protocol) -------------------
+
+    async def pause_pool(self, pool: str) -> PoolControl:
+        """Start nothing new in `pool` until `resume_pool`; submits are still accepted and
+        running attempts finish (needs an admin token)."""
+        resp: pb.PoolControlResponse = await self._unary(
+            self._stubs().operations.PausePool, pb.PoolRequest(pool=pool)
+        )
+        return PoolControl(resp.pool, resp.paused, resp.changed)
+
+    async def resume_pool(self, pool: str) -> PoolControl:
+        """Let `pool` start tasks again (needs an admin token)."""
+        resp: pb.PoolControlResponse = await self._unary(
+            self._stubs().operations.ResumePool, pb.PoolRequest(pool=pool)
+        )
+        return PoolControl(resp.pool, resp.paused, resp.changed)
+
+    async def drain_pool(
+        self,
+        pool: str,
+        timeout: float | None = None,
+        *,
+        poll: float = 0.5,
+        on_wait: Callable[[int], object] | None = None,
+    ) -> bool:
+        """Pause `pool`, then wait until none of its attempts runs; False if some still run
+        after `timeout` seconds. The pool stays paused either way.
+
+        The server has no call that waits for this, so the pool's snapshot is read every
+        `poll` seconds (it needs a token that may read snapshots: admin); `on_wait` gets the
+        number of attempts still running each time there are some.
+        """
+        await self.pause_pool(pool)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            found = (await self.snapshot()).pool(pool)
+            busy = 0 if found is None else found.busy
+            if found is not None and busy == 0:
+                return True
+            if on_wait is not None:
+                on_wait(busy)
+            if deadline is not None and loop.time() + poll > deadline:
+                return False
+            await asyncio.sleep(poll)
+
+    async def search_tasks(
+        self,
+        *,
+        sort: str = "id",
+        ascending: bool = False,
+        limit: int = 0,
+        offset: int = 0,
+        **filters: Unpack[TaskFilter],
+    ) -> SearchPage:
+        """One page of the tasks matching `filters`, newest (largest) first unless
+        `ascending`; `sort` is one of SORTS, `limit=0` lets the server choose the page size."""
+        request = pb.SearchTasksRequest(
+            filter=_task_filter(filters),
+            sort=_choice(_SORT_VALUES, sort, "sort"),
+            ascending=ascending,
+            limit=limit,
+            offset=offset,
+        )
+        resp: pb.SearchTasksResponse = await self._unary(
+            self._stubs().operations.SearchTasks, request
+        )
+        return SearchPage(
+            tuple(_task_info(t) for t in resp.tasks), resp.total, tuple(resp.unavailable_shards)
+        )
+
+    async def bulk(
+        self, action: str, *, dry_run: bool = False, **filters: Unpack[TaskFilter]
+    ) -> BulkResult:
+        """Cancel the live tasks, retry (submit a copy of) the failed, dead-lettered or
+        cancelled ones, or delete the ended ones among those matching `filters`; with
+        `dry_run`, only count them. An empty filter matches every task (needs an admin
+        token)."""
+        request = pb.BulkRequest(
+            action=_choice(_BULK_VALUES, action, "bulk action"),
+            filter=_task_filter(filters),
+            dry_run=dry_run,
+        )
+        resp: pb.BulkResponse = await self._unary(self._stubs().operations.BulkTasks, request)
+        return BulkResult(resp.matched, resp.affected, tuple(resp.unavailable_shards))
