@@ -244,6 +244,9 @@ async def traffic(serving: Serving) -> Scrape:
 
         w3 = Worker(channel)
         await register(w3, "idle", 3, note=ODD_LABEL)
+        # paused by an operator; it has no task, so no other figure changes
+        ops = cronoq_pb2_grpc.OperationsStub(channel)
+        assert (await ops.PausePool(pb.PoolRequest(pool="idle"))).paused
         return await asyncio.to_thread(scrape, serving.http_address)
 
 
@@ -547,9 +550,9 @@ def test_per_pool_retries_and_dead_letters(metrics: Scrape) -> None:
 
 def test_pool_paused_and_unserved(metrics: Scrape) -> None:
     """Unserved: tasks pending and no capacity at all (alpha and shed have no worker; idle has
-    one but nothing to do). No pool was paused."""
+    one but nothing to do). Paused: idle, by Operations/PausePool."""
     assert per_pool(metrics, "cronoq_pool_unserved") == dict.fromkeys(POOLS, 0) | {
         "alpha": 1,
         "shed": 1,
     }
-    assert per_pool(metrics, "cronoq_pool_paused") == dict.fromkeys(POOLS, 0)
+    assert per_pool(metrics, "cronoq_pool_paused") == dict.fromkeys(POOLS, 0) | {"idle": 1}
