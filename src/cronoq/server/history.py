@@ -47,7 +47,16 @@ from .metrics import BUCKETS, TaskObserver
 if TYPE_CHECKING:
     from .app import ServerApp
 
-__all__ = ["POINTS", "STEP_S", "History", "HistorySampler", "Point", "Reading", "readings"]
+__all__ = [
+    "POINTS",
+    "STEP_S",
+    "History",
+    "HistorySampler",
+    "Point",
+    "Reading",
+    "quantile",
+    "readings",
+]
 
 STEP_S = 10.0  # seconds between two points
 POINTS = 360  # points kept per pool: an hour of STEP_S
