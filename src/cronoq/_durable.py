@@ -134,8 +134,12 @@ class Durable:
     # --- start-up ------------------------------------------------------------------------
 
     def recover(self, stored: Stored, now: float) -> None:
-        """Give the engine back the stored tasks and schedules (see Engine.restore)."""
+        """Give the engine back the stored pauses, tasks and schedules (see Engine.restore).
+        A pause of a pool no longer configured is ignored."""
         eng = self.engine
+        for name in stored.paused:
+            if name in eng.pools:
+                eng.pause(name, now)
         recs = []
         broken = {}
         for row in stored.tasks:
@@ -296,6 +300,9 @@ class Durable:
                 batch.schedules.append(schedule_row(sched, self.templates[name]))
         if self.removed:
             batch.removed_schedules, self.removed = self.removed, []
+        if journal.pools:
+            batch.pools = list(journal.pools.items())
+        batch.deletes = journal.deleted
         return batch
 
     def _output(self, rec: TaskRecord) -> bytes | None:

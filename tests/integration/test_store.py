@@ -40,11 +40,13 @@ from cronoq import (
     TaskFailed,
 )
 from cronoq.store.base import signed
-from cronoq.store.sqlite import _SCHEMA_V1
+from cronoq.store.sqlite import _SCHEMA_V1, SCHEMA_VERSION
 from helpers.waiting import until
 
 LEASE: dict[str, Any] = {"lease_ttl": 2.0, "lease_renew": 0.5, "lock_poll": 0.05}
 MSG_LOST = "attempt lost in failover; retries exhausted"
+NEWER = SCHEMA_VERSION + 1  # a schema version this cronoq does not know
+TOO_NEW = f"schema version {NEWER} is newer than this cronoq supports ({SCHEMA_VERSION})"
 MSG_MISSED = "fixed start missed"
 NO_RETRY = RetryPolicy(max_attempts=1)
 
@@ -774,7 +776,10 @@ def _newer_schema(path: Path) -> None:
     execute(path, *_SCHEMA_V1)
     execute(
         path,
-        "INSERT INTO cronoq_meta VALUES ('application', 'cronoq'), ('schema_version', '5')",
+        (
+            "INSERT INTO cronoq_meta VALUES ('application', 'cronoq'), ('schema_version', ?)",
+            (str(NEWER),),
+        ),
     )
 
 
@@ -784,7 +789,7 @@ def _newer_schema(path: Path) -> None:
         (_text_file, "not a cronoq database (file is not a database)"),
         (_other_sqlite, "not a cronoq database (no cronoq_meta table)"),
         (_foreign_meta, "not a cronoq database (cronoq_meta has no cronoq schema version)"),
-        (_newer_schema, "schema version 5 is newer than this cronoq supports (4)"),
+        (_newer_schema, TOO_NEW),
     ],
 )
 async def test_unusable_file_is_refused_and_left_unchanged(
@@ -811,16 +816,16 @@ async def test_unusable_file_is_refused_and_left_unchanged(
 
 
 async def test_a_newer_schema_written_by_a_real_store_is_refused(tmp_path: Path) -> None:
-    """A file made by a scheduler, then marked as version 5: refused, bytes untouched."""
+    """A file made by a scheduler, then marked as a newer version: refused, bytes untouched."""
     path = tmp_path / "cronoq.db"
     async with running(make(path, Recorder())) as s:
         await s.submit("x")
-    execute(path, "UPDATE cronoq_meta SET value = '5' WHERE key = 'schema_version'")
+    execute(path, ("UPDATE cronoq_meta SET value = ? WHERE key = 'schema_version'", (str(NEWER),)))
     before = path.read_bytes()
     with pytest.raises(SchedulerError) as info:
         await make(path, Recorder()).start()
     assert str(path) in str(info.value)
-    assert "schema version 5 is newer than this cronoq supports (4)" in str(info.value)
+    assert TOO_NEW in str(info.value)
     assert path.read_bytes() == before
 
 
@@ -854,7 +859,7 @@ async def test_empty_file_is_initialized(tmp_path: Path) -> None:
         assert await (await s.submit("x")) == "x"
     assert dict(query(path, "SELECT key, value FROM cronoq_meta")) == {
         "application": "cronoq",
-        "schema_version": "4",
+        "schema_version": str(SCHEMA_VERSION),
     }
     assert query(path, "PRAGMA journal_mode") == [("wal",)]
 
@@ -917,9 +922,9 @@ async def test_version_1_file_is_migrated_and_its_tasks_run(tmp_path: Path) -> N
     assert rec.attempts(e | 3) == [2]
     assert rec.attempts(e | 1) == []
     meta = dict(query(path, "SELECT key, value FROM cronoq_meta"))
-    assert meta == {"application": "cronoq", "schema_version": "4"}
+    assert meta == {"application": "cronoq", "schema_version": str(SCHEMA_VERSION)}
     columns = [c[1] for c in query(path, "PRAGMA table_info(cronoq_tasks)")]
-    assert columns[-3:] == ["eligible", "not_before", "started"]
+    assert columns[-5:] == ["eligible", "not_before", "started", "worker", "attempts"]
     assert dict(query(path, "SELECT key, status FROM cronoq_tasks WHERE key IS NOT NULL")) == {
         "v1-done": "succeeded",
         "v1-ready": "succeeded",

@@ -35,12 +35,13 @@ from cronoq import (
 from cronoq.runtime import SchedulerState
 from cronoq.store import Batch, LeadershipLost, Stored
 from cronoq.store.base import COLUMN, TASK_COLUMNS, first_id, to_ns
+from cronoq.store.postgres import SCHEMA_VERSION
 from helpers import pgstore
 from helpers.pgstore import Where, execute, fetch, free_port
 from helpers.waiting import deposed, until
 
 WIDTH = len(TASK_COLUMNS.split(", "))
-JSON_COLUMNS = ("retry", "deps", "resources", "tags", "labels")
+JSON_COLUMNS = ("retry", "deps", "resources", "tags", "labels", "worker", "attempts")
 SHARD_200 = 200 << 56  # the first id bits of shard number 200: bit 63 is set
 CORRUPT = "corrupt task row: "
 
@@ -138,8 +139,10 @@ async def snapshot(where: Where) -> dict[str, Any]:
 async def test_a_fresh_schema_has_the_documented_shape(pg: Where) -> None:
     async with opened(pg) as store:
         assert store.status == "open"
-        # Before anyone leads: version 5, the leader row (1, 0, 0), no lock held.
-        assert await fetch(pg, "SELECT id, version FROM cronoq_schema_version") == [(1, 5)]
+        # Before anyone leads: the current version, the leader row (1, 0, 0), no lock held.
+        assert await fetch(pg, "SELECT id, version FROM cronoq_schema_version") == [
+            (1, SCHEMA_VERSION)
+        ]
         assert await fetch(pg, "SELECT id, epoch, max_id FROM cronoq_leader") == [(1, 0, 0)]
         assert await pgstore.lock_pids(pg) == []
         columns = await fetch(
@@ -154,6 +157,7 @@ async def test_a_fresh_schema_has_the_documented_shape(pg: Where) -> None:
             by_table.setdefault(table, []).append(tuple(rest))
         assert sorted(by_table) == [
             "cronoq_leader",
+            "cronoq_pools",
             "cronoq_recurring",
             "cronoq_schema_version",
             "cronoq_tasks",
@@ -173,7 +177,7 @@ async def test_a_fresh_schema_has_the_documented_shape(pg: Where) -> None:
             "deadline_unix_ns", "fixed_at_unix_ns", "fixed_tolerance_ns", "fixed_on_miss",
             "duration_hint_ns", "timeout_ns", "retry", "deps", "resources", "tags", "labels",
             "tenant", "status", "terminal", "attempt", "updated_unix_ns", "message", "output",
-            "eligible_unix_ns", "not_before_unix_ns", "started_unix_ns",
+            "eligible_unix_ns", "not_before_unix_ns", "started_unix_ns", "worker", "attempts",
         ]  # fmt: skip
         assert tasks["id"] == ("bigint", None)
         assert tasks["priority"] == ("smallint", None)
@@ -193,6 +197,10 @@ async def test_a_fresh_schema_has_the_documented_shape(pg: Where) -> None:
             ("next_unix_ns", "bigint"),
             ("last_task_id", "bigint"),
         ]
+        assert by_table["cronoq_pools"] == [
+            ("name", "text", "NO", None),
+            ("paused", "boolean", "NO", None),
+        ]
         keys = await fetch(
             pg,
             "SELECT tc.table_name, kcu.column_name FROM information_schema.table_constraints tc "
@@ -203,6 +211,7 @@ async def test_a_fresh_schema_has_the_documented_shape(pg: Where) -> None:
         )
         assert keys == [
             ("cronoq_leader", "id"),
+            ("cronoq_pools", "name"),
             ("cronoq_recurring", "name"),
             ("cronoq_schema_version", "id"),
             ("cronoq_tasks", "id"),
@@ -255,14 +264,15 @@ async def oid(where: Where) -> int:
 async def test_a_newer_schema_version_is_refused_and_left_unchanged(pg: Where) -> None:
     async with leading(pg) as store:
         await store.commit_nowait(Batch(inserts=[row(first_id(1))], max_id=first_id(1)))
-    await execute(pg, "UPDATE cronoq_schema_version SET version = 6")
+    newer_version = SCHEMA_VERSION + 1
+    await execute(pg, ("UPDATE cronoq_schema_version SET version = $1", (newer_version,)))
     before = await snapshot(pg)
     newer = PostgresStore(pg.url, schema=pg.schema)
     with pytest.raises(SchedulerError) as info:
         await asyncio.wait_for(newer.open(), 5.0)
     assert str(info.value) == (
-        f"store {pg.url} schema={pg.schema}: schema version 6 is newer than this cronoq "
-        "supports (5)"
+        f"store {pg.url} schema={pg.schema}: schema version {newer_version} is newer than this "
+        f"cronoq supports ({SCHEMA_VERSION})"
     )
     assert await snapshot(pg) == before
     with pytest.raises(SchedulerError, match="not open"):
@@ -405,7 +415,7 @@ async def test_concurrent_opens_of_a_fresh_schema_wait_for_the_migration_lock(pg
         )
         await asyncio.wait_for(asyncio.gather(*opening), 5.0)  # one creates, the others check
     try:
-        assert await fetch(pg, "SELECT * FROM cronoq_schema_version") == [(1, 5)]
+        assert await fetch(pg, "SELECT * FROM cronoq_schema_version") == [(1, SCHEMA_VERSION)]
         assert await fetch(pg, "SELECT * FROM cronoq_leader") == [(1, 0, 0)]
         # Each leads in turn with the next epoch.
         for n, store in enumerate(stores, 1):
@@ -465,8 +475,8 @@ async def test_ids_with_bit_63_set_round_trip_and_order_by_unsigned_value(pg: Wh
         # Updates and finishes find bit-63 rows by their id.
         await store.commit_nowait(
             Batch(
-                updates=[("running", 2, "m", None, None, 9, one)],
-                finishes=[("failed", 1, 11, "f", None, None, 3, two)],
+                updates=[("running", 2, "m", None, None, 9, None, None, one)],
+                finishes=[("failed", 1, 11, "f", None, None, 3, None, None, two)],
             )
         )
         by_id = {r[COLUMN["id"]]: r for r in (await store.load()).tasks}
@@ -507,16 +517,39 @@ async def test_nul_characters_are_stored_as_replacement_characters(pg: Where) ->
         assert (await store.load()).schedules == [
             ("sch\ufffded", '{"key": "k\ufffd"}', b"\x00", None, None)
         ]
-        # Changes of live and finished tasks too (message, and a finished task's key).
+        # Changes of live and finished tasks too (message, a finished task's key, workers and
+        # the messages of earlier attempts).
+        worker = '["w\\u0000",3]'
+        attempts = '[[1,5,6,"failed","m\\u0000",["w\\u0000",2]]]'
         await store.commit_nowait(
             Batch(
-                updates=[("running", 1, "up\0", None, None, None, first_id(1))],
-                finishes=[("failed", 1, 5, "done\0", None, "live\0x", None, first_id(1) + 1)],
+                updates=[("running", 1, "up\0", None, None, None, worker, None, first_id(1))],
+                finishes=[
+                    (
+                        "failed",
+                        1,
+                        5,
+                        "done\0",
+                        None,
+                        "live\0x",
+                        None,
+                        None,
+                        attempts,
+                        first_id(1) + 1,
+                    )
+                ],
+                pools=[("po\0ol", True)],
             )
         )
-        (got, live) = (await store.load()).tasks
+        stored = await store.load()
+        (got, live) = stored.tasks
         assert got[COLUMN["message"]] == "up\ufffd"
+        assert json.loads(got[COLUMN["worker"]]) == ["w\ufffd", 3]
         assert (live[COLUMN["message"]], live[COLUMN["key"]]) == ("done\ufffd", "live\ufffdx")
+        assert json.loads(live[COLUMN["attempts"]]) == [
+            [1, 5, 6, "failed", "m\ufffd", ["w\ufffd", 2]]
+        ]
+        assert stored.paused == ["po\ufffdol"]
         # A schedule is replaced and removed by its name as given.
         await store.commit_nowait(Batch(schedules=[("sch\0ed", "{}", None, 1, None)]))
         assert (await store.load()).schedules == [("sch\ufffded", "{}", None, 1, None)]
@@ -576,8 +609,8 @@ async def test_prune_deletes_1000_rows_per_statement_and_keeps_parents_of_live_t
         await store.commit_nowait(
             Batch(
                 finishes=[
-                    ("succeeded", 1, old, None, None, None, None, first_id(1) + 6),
-                    ("succeeded", 1, old, None, None, None, None, first_id(1) + 7),
+                    ("succeeded", 1, old, None, None, None, None, None, None, first_id(1) + 6),
+                    ("succeeded", 1, old, None, None, None, None, None, None, first_id(1) + 7),
                 ]
             )
         )

@@ -90,8 +90,9 @@ def row(
 def finish(
     tid: int, status: str, *, updated: int = 5, output: bytes | None = None
 ) -> tuple[Any, ...]:
-    """A Batch.finishes row: (status, attempt, updated, message, output, key, started, id)."""
-    return (status, 1, updated, f"{status} message", output, None, 3, tid)
+    """A Batch.finishes row: (status, attempt, updated, message, output, key, started, worker,
+    attempts, id)."""
+    return (status, 1, updated, f"{status} message", output, None, 3, None, None, tid)
 
 
 class Opener:
@@ -207,7 +208,9 @@ async def test_commit_load_and_look_up_finished_tasks(opener: Opener) -> None:
     assert isinstance(found, Finished)
     assert (found.id, found.status, found.output) == (two, "succeeded", b'"ok"')
     # A live update, then the task ends: only then is it found, with its row's new columns.
-    await store.commit_nowait(Batch(updates=[("running", 1, None, None, None, 2, one)], max_id=two))
+    await store.commit_nowait(
+        Batch(updates=[("running", 1, None, None, None, 2, None, None, one)], max_id=two)
+    )
     await store.commit_nowait(Batch(finishes=[finish(one, "failed", updated=77)], max_id=two))
     ended = await store.finished(one)
     assert ended is not None

@@ -1,10 +1,10 @@
 """The store seam: what the durable driver (`cronoq._durable`) asks of any store, and the
 store-neutral values it exchanges with one (docs/durability.md, "Stores").
 
-A store keeps the task rows, the recurring schedules and one leader record (epoch, holder,
-lease expiry, highest task id issued). `SqliteStore`, `PostgresStore` and `MemoryStore`
-implement `Store`, each reusing `Batch`, `Stored`, `Finished`, `LeadershipLost`, the column order
-`TASK_COLUMNS` and the time helpers below.
+A store keeps the task rows, the recurring schedules, the pools an operator paused and one
+leader record (epoch, holder, lease expiry, highest task id issued). `SqliteStore`,
+`PostgresStore` and `MemoryStore` implement `Store`, each reusing `Batch`, `Stored`, `Finished`,
+`LeadershipLost`, the column order `TASK_COLUMNS` and the time helpers below.
 
 The rows are tuples whose order is `TASK_COLUMNS` (built by `store.rows`): a store moves them,
 it never interprets a payload or an output (bytes the scheduler's codec made).
@@ -49,14 +49,35 @@ FENCED = "fenced: leadership lost"
 TASK_COLUMNS = (
     "id, seq, arrival, pool, kind, priority, key, payload, deadline, fixed_start, tolerance, "
     "on_miss, duration_hint, timeout, retry, deps, resources, tags, labels, tenant, status, "
-    "terminal, attempt, updated, message, output, eligible, not_before, started"
+    "terminal, attempt, updated, message, output, eligible, not_before, started, worker, attempts"
 )
 # column name -> its index in a task row
 COLUMN: dict[str, int] = {name: i for i, name in enumerate(TASK_COLUMNS.split(", "))}
 # The columns a change row of Batch.updates (a live task) and of Batch.finishes (a task that
-# ended: its row becomes terminal) sets, in order; the task id follows them.
-LIVE_CHANGE = ("status", "attempt", "message", "eligible", "not_before", "started")
-DONE_CHANGE = ("status", "attempt", "updated", "message", "output", "key", "started")
+# ended: its row becomes terminal) sets, in order; the task id follows them. `worker` (the
+# latest attempt's, JSON [name, id]) and `attempts` (the earlier ones, JSON) are NULL for a
+# task no remote worker ran that never retried.
+LIVE_CHANGE = (
+    "status",
+    "attempt",
+    "message",
+    "eligible",
+    "not_before",
+    "started",
+    "worker",
+    "attempts",
+)
+DONE_CHANGE = (
+    "status",
+    "attempt",
+    "updated",
+    "message",
+    "output",
+    "key",
+    "started",
+    "worker",
+    "attempts",
+)
 
 
 class LeadershipLost(SchedulerError):
@@ -74,14 +95,18 @@ class Batch:
     (the LIVE_CHANGE columns, then the id); `finishes` are tasks that became terminal (the
     DONE_CHANGE columns, then the id; see rows.update_row);
     `schedules` are recurring rows `(name, spec, template_payload, next_unix_ns, last_task_id)`
-    to insert or replace by name; `removed_schedules` names to delete; `max_id` the highest task
-    id issued so far (the store keeps the high-water mark: max of what it has and this)."""
+    to insert or replace by name; `removed_schedules` names to delete; `pools` are
+    `(name, paused)` pairs to insert or replace by name; `deletes` ids of ended tasks to forget
+    (deleted after everything else of the batch, a live task's row never); `max_id` the highest
+    task id issued so far (the store keeps the high-water mark: max of what it has and this)."""
 
     inserts: list[tuple[Any, ...]] = field(default_factory=list)
     updates: list[tuple[Any, ...]] = field(default_factory=list)
     finishes: list[tuple[Any, ...]] = field(default_factory=list)
     schedules: list[tuple[Any, ...]] = field(default_factory=list)
     removed_schedules: list[str] = field(default_factory=list)
+    pools: list[tuple[str, bool]] = field(default_factory=list)
+    deletes: list[int] = field(default_factory=list)
     max_id: int = 0
 
     def __bool__(self) -> bool:
@@ -91,16 +116,20 @@ class Batch:
             or self.finishes
             or self.schedules
             or self.removed_schedules
+            or self.pools
+            or self.deletes
         )
 
 
 @dataclass
 class Stored:
-    """What `load()` returns: task rows (TASK_COLUMNS order, by id) and schedule rows."""
+    """What `load()` returns: task rows (TASK_COLUMNS order, by id), schedule rows, the highest
+    id issued and the names of the pools paused (in no particular order)."""
 
     tasks: list[tuple[Any, ...]]
     schedules: list[tuple[Any, ...]]
     max_id: int
+    paused: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

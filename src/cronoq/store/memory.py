@@ -1,10 +1,10 @@
 """MemoryStore: a `Store` that keeps its committed state in memory, for tests.
 
-A `MemoryState` plays the database: the task rows, the schedules and the leader record (epoch,
-holder, lease expiry, highest id issued). Each `MemoryStore` is one process's handle on it, so
-two handles on one state behave like two processes on one SQLite file: one leads, the other
-waits in `lead()` until the lease is released or runs out, and a deposed leader's commits fail
-with `LeadershipLost` without writing anything.
+A `MemoryState` plays the database: the task rows, the schedules, the paused pools and the
+leader record (epoch, holder, lease expiry, highest id issued). Each `MemoryStore` is one
+process's handle on it, so two handles on one state behave like two processes on one SQLite
+file: one leads, the other waits in `lead()` until the lease is released or runs out, and a
+deposed leader's commits fail with `LeadershipLost` without writing anything.
 
 Nothing is written synchronously: like `SqliteStore`, which writes on its own thread, every call
 is queued and carried out, in order, on a later turn of the event loop. That makes what is
@@ -68,6 +68,7 @@ class MemoryState:
         self.clock = clock  # Unix seconds, for the leader's lease
         self.tasks: dict[int, tuple[Any, ...]] = {}  # id -> row (TASK_COLUMNS order)
         self.schedules: dict[str, tuple[Any, ...]] = {}  # name -> recurring row
+        self.pools: dict[str, bool] = {}  # name -> paused
         self.epoch = 0
         self.holder: str | None = None
         self.expires = 0.0  # the holder's lease expiry (Unix seconds)
@@ -209,7 +210,10 @@ class MemoryStore(QueuedStore):
     def _load(self) -> Stored:
         st = self.state
         return Stored(
-            [st.tasks[i] for i in sorted(st.tasks)], list(st.schedules.values()), st.max_id
+            [st.tasks[i] for i in sorted(st.tasks)],
+            list(st.schedules.values()),
+            st.max_id,
+            [name for name, paused in st.pools.items() if paused],
         )
 
     def _fence(self, now: float) -> None:
@@ -258,6 +262,10 @@ class MemoryStore(QueuedStore):
             st.schedules[sched[0]] = tuple(sched)
         for name in batch.removed_schedules:
             st.schedules.pop(name, None)
+        st.pools.update(batch.pools)
+        for tid in batch.deletes:  # last: a task may end and be deleted in one batch
+            if tid in tasks and tasks[tid][_TERMINAL] == 1:
+                del tasks[tid]
         st.max_id = max(st.max_id, batch.max_id)
         st.expires = self._expires = now + self.lease_ttl
         st.commits += 1

@@ -34,13 +34,21 @@ SECONDS_AT = tuple(COLUMN[n] for n in ("tolerance", "duration_hint", "timeout"))
 TEXT_AT = tuple(
     COLUMN[n] for n in ("pool", "kind", "key", "on_miss", "tenant", "status", "message")
 )
-JSON_AT = tuple(COLUMN[n] for n in ("retry", "deps", "resources", "tags", "labels"))
-# The text columns of Batch.updates and Batch.finishes rows, by place.
+JSON_AT = tuple(
+    COLUMN[n] for n in ("retry", "deps", "resources", "tags", "labels", "worker", "attempts")
+)
+# The text and JSON columns of Batch.updates and Batch.finishes rows, by place.
 LIVE_TEXT = tuple(i for i, c in enumerate(LIVE_CHANGE) if c in ("status", "message"))
 DONE_TEXT = tuple(i for i, c in enumerate(DONE_CHANGE) if c in ("status", "message", "key"))
+LIVE_JSON = tuple(i for i, c in enumerate(LIVE_CHANGE) if c in ("worker", "attempts"))
+DONE_JSON = tuple(i for i, c in enumerate(DONE_CHANGE) if c in ("worker", "attempts"))
 ID_AT = COLUMN["id"]
 TERMINAL_AT = COLUMN["terminal"]
 
+# Pools an operator paused (a resumed one stays, paused = false).
+POOLS_TABLE = "CREATE TABLE cronoq_pools (name text PRIMARY KEY, paused bool NOT NULL)"
+
+# The tables of the current version (SCHEMA_VERSION in store/postgres.py).
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS cronoq_schema_version (
         id smallint PRIMARY KEY CHECK (id = 1),
@@ -79,7 +87,9 @@ SCHEMA = (
         output bytea,
         eligible_unix_ns bigint,
         not_before_unix_ns bigint,
-        started_unix_ns bigint)""",
+        started_unix_ns bigint,
+        worker jsonb,
+        attempts jsonb)""",
     "CREATE UNIQUE INDEX cronoq_tasks_live_key ON cronoq_tasks (key) "
     "WHERE key IS NOT NULL AND NOT terminal",
     "CREATE INDEX cronoq_tasks_key_id ON cronoq_tasks (key, id) WHERE key IS NOT NULL",
@@ -91,7 +101,19 @@ SCHEMA = (
         template_payload bytea,
         next_unix_ns bigint,
         last_task_id bigint)""",
+    POOLS_TABLE,
 )
+
+# MIGRATIONS[v] takes a schema from version v to v + 1 (then the commit function of this
+# version replaces the old one: REPLACE_COMMIT_FUNCTION and COMMIT_FUNCTION).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 6: the worker of a task's latest attempt and its earlier attempts, and the paused pools.
+    5: (
+        "ALTER TABLE cronoq_tasks ADD COLUMN worker jsonb, ADD COLUMN attempts jsonb",
+        POOLS_TABLE,
+    ),
+}
+REPLACE_COMMIT_FUNCTION = "DROP FUNCTION cronoq_commit"
 
 # Each column's type, in TASK_COLUMNS order (as in the CREATE TABLE above).
 _TYPES = (
@@ -124,6 +146,8 @@ _TYPES = (
     "bigint",
     "bigint",
     "bigint",
+    "jsonb",
+    "jsonb",
 )
 _LIVE = (
     ("status", "text"),
@@ -132,6 +156,8 @@ _LIVE = (
     ("eligible_unix_ns", "bigint"),
     ("not_before_unix_ns", "bigint"),
     ("started_unix_ns", "bigint"),
+    ("worker", "jsonb"),
+    ("attempts", "jsonb"),
 )
 _DONE = (
     ("status", "text"),
@@ -141,6 +167,8 @@ _DONE = (
     ("output", "bytea"),
     ("key", "text"),
     ("started_unix_ns", "bigint"),
+    ("worker", "jsonb"),
+    ("attempts", "jsonb"),
 )
 SCHEDULE = (
     ("name", "text"),
@@ -164,11 +192,13 @@ def _unnest(prefix: str, columns: Sequence[tuple[str, str]]) -> str:
 LIVE_IDS = (*_LIVE, ("id", "bigint"))
 DONE_IDS = (*_DONE, ("id", "bigint"))
 INSERTED = tuple(zip(_PG_NAMES, _TYPES, strict=True))
+POOLS = (("name", "text"), ("paused", "bool"))
 # One commit is one call of this function, in one round trip (its own transaction): the fence
 # first (it locks the leader row; another epoch raises "fenced", rolling everything back), then
 # status changes, inserts (a key freed by the batch may be reused in it; ids already written by
-# a retried commit are skipped), the outputs with the finishes, then the schedules. The arrays
-# are the batch's columns; NULL where the batch has none.
+# a retried commit are skipped), the outputs with the finishes, the schedules, the pools, and
+# last the deletions (a task may end and be deleted in one batch). The arrays are the batch's
+# columns; NULL where the batch has none.
 COMMIT_FUNCTION = f"""
 CREATE FUNCTION cronoq_commit(
     p_epoch int, p_max_id bigint,
@@ -176,7 +206,9 @@ CREATE FUNCTION cronoq_commit(
     {_arrays("d_", DONE_IDS)},
     {_arrays("i_", INSERTED)},
     {_arrays("s_", SCHEDULE)},
-    r_names text[]
+    r_names text[],
+    {_arrays("pl_", POOLS)},
+    x_ids bigint[]
 ) RETURNS void LANGUAGE plpgsql SET search_path FROM CURRENT
 SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off AS $fn$
 DECLARE
@@ -221,10 +253,19 @@ BEGIN
     IF r_names IS NOT NULL THEN
         DELETE FROM cronoq_recurring WHERE name = ANY (r_names);
     END IF;
+    IF pl_name IS NOT NULL THEN
+        INSERT INTO cronoq_pools (name, paused) SELECT * FROM {_unnest("pl_", POOLS)}
+        ON CONFLICT (name) DO UPDATE SET paused = excluded.paused;
+    END IF;
+    IF x_ids IS NOT NULL THEN
+        DELETE FROM cronoq_tasks WHERE id = ANY (x_ids) AND terminal;
+    END IF;
 END
 $fn$
 """
-_COMMIT_ARITY = 2 + len(LIVE_IDS) + len(DONE_IDS) + len(INSERTED) + len(SCHEDULE) + 1
+_COMMIT_ARITY = (
+    2 + len(LIVE_IDS) + len(DONE_IDS) + len(INSERTED) + len(SCHEDULE) + 1 + len(POOLS) + 1
+)
 COMMIT = f"SELECT cronoq_commit({', '.join(f'${i + 1}' for i in range(_COMMIT_ARITY))})"
 FENCE = "SELECT epoch FROM cronoq_leader WHERE id = 1 FOR SHARE"
 # A finished task's id as its dependents name it in `deps` (JSON: the unsigned value).

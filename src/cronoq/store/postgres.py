@@ -57,6 +57,7 @@ from .pg_sql import (
     COMMIT,
     COMMIT_FUNCTION,
     DONE_IDS,
+    DONE_JSON,
     DONE_TEXT,
     FENCE,
     FENCED_STATE,
@@ -64,10 +65,14 @@ from .pg_sql import (
     INSERTED,
     JSON_AT,
     LIVE_IDS,
+    LIVE_JSON,
     LIVE_TEXT,
     LOAD,
+    MIGRATIONS,
+    POOLS,
     PRUNE,
     PRUNE_ROWS,
+    REPLACE_COMMIT_FUNCTION,
     SCHEDULE,
     SCHEMA,
     SECONDS_AT,
@@ -85,7 +90,7 @@ __all__ = ["SCHEMA_VERSION", "PostgresStore", "redact"]
 
 log = logging.getLogger("cronoq")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 LOCK_CLASS = 1668444017  # "croq": the leadership lock (with the schema's OID)
 MIGRATION_CLASS = 1668444013  # "crom": migrations (with hashtext(schema))
 MAX_EPOCH = 32767  # then 1 again (ids keep the epoch below 2^15)
@@ -383,7 +388,15 @@ class PostgresStore:
                     if version is not None
                     else "cronoq_schema_version has no row"
                 )
-            # (version 5 is the first PostgreSQL schema: there is nothing older to migrate)
+            if version < SCHEMA_VERSION:  # (version 5 is the first PostgreSQL schema)
+                for v in range(version, SCHEMA_VERSION):
+                    for stmt in MIGRATIONS[v]:
+                        await conn.execute(stmt)
+                for stmt in (REPLACE_COMMIT_FUNCTION, COMMIT_FUNCTION):
+                    await conn.execute(stmt)
+                await conn.execute(
+                    "UPDATE cronoq_schema_version SET version = $1 WHERE id = 1", SCHEMA_VERSION
+                )
 
     async def _check_owners(self, conn: asyncpg.Connection) -> None:
         """Refuse tables that a role other than ours (or a superuser) owns: it could have
@@ -520,6 +533,7 @@ class PostgresStore:
                 "FROM cronoq_recurring"
             )
             max_id = await conn.fetchval("SELECT max_id FROM cronoq_leader WHERE id = 1")
+            paused = await conn.fetch("SELECT name FROM cronoq_pools WHERE paused")
             top = await conn.fetchval(
                 "SELECT coalesce((SELECT max(id) FROM cronoq_tasks WHERE id < 0), "
                 "(SELECT max(id) FROM cronoq_tasks))"
@@ -530,7 +544,7 @@ class PostgresStore:
             for name, spec, payload, next_ns, last in schedules
         ]
         highest = max(unsigned(max_id or 0), 0 if top is None else unsigned(top))
-        return Stored(tasks, rows, highest)
+        return Stored(tasks, rows, highest, [r[0] for r in paused])
 
     async def finished(self, task_id: int) -> Finished | None:
         """The stored row of a finished task, output included (None: unknown, live, pruned)."""
@@ -618,8 +632,10 @@ class PostgresStore:
     async def _write(self, batch: Batch) -> None:
         """One call of cronoq_commit: one round trip, one transaction."""
         asyncpg = _asyncpg()
-        updates = _columns([_change(r, LIVE_TEXT) for r in batch.updates], len(LIVE_IDS))
-        finishes = _columns([_change(r, DONE_TEXT) for r in batch.finishes], len(DONE_IDS))
+        updates = _columns([_change(r, LIVE_TEXT, LIVE_JSON) for r in batch.updates], len(LIVE_IDS))
+        finishes = _columns(
+            [_change(r, DONE_TEXT, DONE_JSON) for r in batch.finishes], len(DONE_IDS)
+        )
         inserts = _columns([_to_pg(r) for r in batch.inserts], len(INSERTED))
         schedules = _columns(
             [
@@ -630,6 +646,8 @@ class PostgresStore:
         )
         # (a name with NUL was stored with U+FFFD: removed by that name)
         removed = [_clean_text(n) for n in batch.removed_schedules] or None
+        pools = _columns([(_clean_text(n), paused) for n, paused in batch.pools], len(POOLS))
+        deletes = [signed(i) for i in batch.deletes] or None
         max_id = signed(batch.max_id) if batch.inserts else None
         pool = self._pool_or_fail()
         conn = self._writer
@@ -637,7 +655,16 @@ class PostgresStore:
             conn = self._writer = await pool.acquire()
         try:
             await conn.execute(
-                COMMIT, self.epoch, max_id, *updates, *finishes, *inserts, *schedules, removed
+                COMMIT,
+                self.epoch,
+                max_id,
+                *updates,
+                *finishes,
+                *inserts,
+                *schedules,
+                removed,
+                *pools,
+                deletes,
             )
         except asyncpg.PostgresError as e:  # the server's answer: the connection is fine
             if e.sqlstate == FENCED_STATE:
@@ -689,12 +716,14 @@ def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any] | None
     return [list(column) for column in zip(*rows, strict=True)]
 
 
-def _change(row: tuple[Any, ...], text: tuple[int, ...]) -> tuple[Any, ...]:
+def _change(row: tuple[Any, ...], text: tuple[int, ...], jsons: tuple[int, ...]) -> tuple[Any, ...]:
     """A Batch change row (LIVE_CHANGE or DONE_CHANGE columns, then the id) for the table: its
-    text columns (`text`: their places) without NUL, the id signed."""
+    text and JSON columns (`text`, `jsons`: their places) without NUL, the id signed."""
     out = list(row)
     for i in text:
         out[i] = _clean_text(out[i])
+    for i in jsons:
+        out[i] = _clean_json(out[i])
     out[-1] = signed(out[-1])
     return tuple(out)
 

@@ -1,8 +1,9 @@
 """Task records and schedules to store rows and back: the one place where the engine's types
-meet the file's columns (see `sqlite.TASK_COLUMNS`; times are Unix nanoseconds, options JSON)."""
+meet the file's columns (see `base.TASK_COLUMNS`; times are Unix nanoseconds, options JSON)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -10,7 +11,9 @@ from ..core.model import (
     FIRST_TERMINAL,
     RETRYING,
     STATUS_NAMES,
+    SUCCEEDED,
     Extras,
+    PastAttempt,
     RetryPolicy,
     TaskRecord,
 )
@@ -69,6 +72,35 @@ def _not_before(rec: TaskRecord) -> int | None:
     return to_ns(rec.ready_at) if rec.status == RETRYING else None
 
 
+def _attempts(rec: TaskRecord) -> str | None:
+    """The earlier attempts (Extras.history) as JSON [[number, started_ns, ended_ns, outcome,
+    message, worker], ...]; None (no JSON work) for a task that never retried."""
+    extra = rec.extra
+    if extra is None or not extra.history:
+        return None
+    return _dumps(
+        [
+            [a.number, to_ns(a.started_at), to_ns(a.ended_at), a.outcome, a.message, a.worker]
+            for a in extra.history
+        ]
+    )
+
+
+def _history(text: str) -> list[PastAttempt]:
+    return [
+        PastAttempt(n, from_ns(started), from_ns(ended), outcome, message, _worker(worker))
+        for n, started, ended, outcome, message, worker in json.loads(text)
+    ]
+
+
+def _worker(value: list[Any] | None) -> tuple[str, int] | None:
+    """A worker as JSON decoded it ([name, id]) back as the (name, id) the engine keeps."""
+    if value is None:
+        return None
+    name, wid = value
+    return name, wid
+
+
 _NO_EXTRAS = Extras()  # read only: what a plain task's extras read as
 
 
@@ -110,6 +142,8 @@ def insert_row(
         _eligible(rec),
         _not_before(rec),
         _started(rec),
+        _json(rec.worker),
+        _attempts(rec),
     )
 
 
@@ -125,6 +159,8 @@ def update_row(rec: TaskRecord, output: bytes | None) -> tuple[tuple[Any, ...], 
             output,
             rec.key,  # None once freed (a removed schedule's cancelled occurrence)
             _started(rec),
+            _json(rec.worker),
+            _attempts(rec),
             rec.id,
         )
         return done, True
@@ -135,13 +171,17 @@ def update_row(rec: TaskRecord, output: bytes | None) -> tuple[tuple[Any, ...], 
         _eligible(rec),
         _not_before(rec),
         _started(rec),
+        _json(rec.worker),
+        _attempts(rec),
+        rec.id,
     )
-    return (*live, rec.id), False
+    return live, False
 
 
 def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str | None]:
     """The engine record of a stored task, and why it cannot run (a payload the codec cannot
-    decode) or None. Results of finished tasks are decoded too; one that cannot be is None."""
+    decode) or None. Results of finished tasks are decoded too, and the payloads of those that
+    did not succeed (to submit them again); one that cannot be is None."""
     (
         tid,
         seq,
@@ -172,9 +212,11 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
         eligible,
         not_before,
         started,
+        worker,
+        attempts,
     ) = row
     extra = None
-    if fixed_start is not None or deps or resources:
+    if fixed_start is not None or deps or resources or attempts:
         extra = Extras(
             deps=[tuple(d) for d in json.loads(deps)] if deps else None,
             resources=json.loads(resources) if resources else None,
@@ -182,6 +224,8 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
         if fixed_start is not None:
             extra.start_at = from_ns(fixed_start)
             extra.tolerance, extra.on_miss = tolerance, on_miss
+        if attempts:
+            extra.history = _history(attempts)
     rec = TaskRecord(
         None,
         pool,
@@ -205,6 +249,7 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
     rec.message = message
     rec.eligible_at = 0.0 if eligible is None else from_ns(eligible)
     rec.started_at = 0.0 if started is None else from_ns(started)
+    rec.worker = None if worker is None else _worker(json.loads(worker))
     problem = None
     if rec.status >= FIRST_TERMINAL:
         rec.finished_at = from_ns(updated)
@@ -213,6 +258,10 @@ def record_from_row(row: tuple[Any, ...], codec: Codec) -> tuple[TaskRecord, str
                 rec.output = codec.decode(output)
             except Exception:  # an undecodable result reads as unavailable
                 rec.output = None
+        if rec.status != SUCCEEDED and payload is not None:
+            # kept whole so that it can be submitted again; unreadable, it reads as None
+            with contextlib.suppress(Exception):
+                rec.payload = codec.decode(payload)
     else:
         if not_before is not None:
             rec.ready_at = from_ns(not_before)

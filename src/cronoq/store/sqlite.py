@@ -69,7 +69,7 @@ from .base import (
 if sys.platform != "win32":
     import fcntl
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION = "cronoq"
 LOCK_SUFFIX = "-leader"  # the lock file: the database's path with this appended
 # The free space a store that ran out of it waits for before it leads again: leading with a
@@ -144,6 +144,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE cronoq_leader ADD COLUMN pid INTEGER",
         "ALTER TABLE cronoq_leader ADD COLUMN lock_holder TEXT",
     ),
+    # 5: the worker of a task's latest attempt and its earlier attempts (JSON, NULL for none),
+    # and the pools an operator paused.
+    4: (
+        "ALTER TABLE cronoq_tasks ADD COLUMN worker TEXT",
+        "ALTER TABLE cronoq_tasks ADD COLUMN attempts TEXT",
+        "CREATE TABLE cronoq_pools (name TEXT PRIMARY KEY, paused INTEGER NOT NULL)",
+    ),
 }
 
 _INSERT_TASK = f"INSERT INTO cronoq_tasks ({TASK_COLUMNS}) VALUES ({', '.join('?' * len(COLUMN))})"
@@ -164,6 +171,11 @@ DELETE FROM cronoq_tasks WHERE terminal = 1 AND updated < ?1 AND NOT EXISTS (
     WHERE child.status = 'blocked'
       AND (edge.value -> 0 = printf('%u', cronoq_tasks.id) OR edge.value ->> 0 = cronoq_tasks.key))
 """
+_UPSERT_POOL = (
+    "INSERT INTO cronoq_pools (name, paused) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET paused = excluded.paused"
+)
+_DELETE_DONE = "DELETE FROM cronoq_tasks WHERE id = ? AND terminal = 1"
 _UPSERT_RECURRING = (
     "INSERT INTO cronoq_recurring (name, spec, template_payload, next_unix_ns, last_task_id) "
     "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
@@ -536,7 +548,10 @@ class SqliteStore(QueuedStore):
             "SELECT name, spec, template_payload, next_unix_ns, last_task_id FROM cronoq_recurring"
         ).fetchall()
         max_id = db.execute("SELECT max_id FROM cronoq_leader WHERE id = 1").fetchone()[0]
-        return Stored(_ids(tasks, 0, unsigned), _ids(schedules, 4, unsigned), unsigned(int(max_id)))
+        paused = [n for (n,) in db.execute("SELECT name FROM cronoq_pools WHERE paused = 1")]
+        return Stored(
+            _ids(tasks, 0, unsigned), _ids(schedules, 4, unsigned), unsigned(int(max_id)), paused
+        )
 
     def _commit(self, batch: Batch) -> None:
         db = self._conn()
@@ -582,6 +597,10 @@ class SqliteStore(QueuedStore):
                     "DELETE FROM cronoq_recurring WHERE name = ?",
                     [(n,) for n in batch.removed_schedules],
                 )
+            if batch.pools:
+                db.executemany(_UPSERT_POOL, batch.pools)
+            if batch.deletes:  # last: a task may end and be deleted in one batch
+                db.executemany(_DELETE_DONE, [(signed(i),) for i in batch.deletes])
             db.execute("COMMIT")
         except BaseException:
             _rollback(db)
