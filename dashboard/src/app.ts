@@ -29,10 +29,38 @@ async function api(path: string, init: RequestInit = {}): Promise<J> {
   return body;
 }
 
+// A write: JSON body; the browser adds the page's Origin, which the API's writes require.
+function post(path: string, body: J): Promise<J> {
+  return api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+}
+
+const aborted = (e: unknown) => e instanceof DOMException && e.name === "AbortError";
+
+function errorText(e: unknown, what: string): string {
+  return e instanceof ApiError && e.status === 403 ? `this token's role does not allow ${what}` : String((e as Error).message ?? e);
+}
+
 function showError(where: HTMLElement, e: unknown, view: string): void {
-  if (e instanceof DOMException && e.name === "AbortError") return;
-  const msg = e instanceof ApiError && e.status === 403 ? `this token's role does not allow ${view}` : String((e as Error).message ?? e);
-  where.replaceChildren(h("p", { class: "error", role: "alert" }, msg));
+  if (!aborted(e)) where.replaceChildren(h("p", { class: "error", role: "alert" }, errorText(e, view)));
+}
+
+function say(notice: HTMLElement, text: string, bad = false): void {
+  notice.textContent = text;
+  notice.classList.toggle("error", bad);
+}
+
+// A modal question: true only when `yes` is pressed (Escape, Back or leaving the view: false).
+function confirmDialog(title: string, body: (Node | string)[], yes: string, allowed = true): Promise<boolean> {
+  const ok = h("button", { type: "button", class: "primary" }, yes) as HTMLButtonElement;
+  const back = h("button", { type: "button" }, "Back");
+  ok.disabled = !allowed;
+  const dialog = h("dialog", { "aria-labelledby": "dlg-title" }, h("h2", { id: "dlg-title" }, title), h("p", { id: "dlg-text" }, ...body), h("div", { class: "actions" }, back, ok)) as HTMLDialogElement;
+  let answer = false;
+  ok.addEventListener("click", () => { answer = true; dialog.close(); });
+  back.addEventListener("click", () => dialog.close());
+  document.body.append(dialog);
+  dialog.showModal();
+  return new Promise((done) => dialog.addEventListener("close", () => { dialog.remove(); done(answer); }));
 }
 
 function nsDate(ns: string | number | undefined): string {
@@ -41,6 +69,13 @@ function nsDate(ns: string | number | undefined): string {
   const age = Math.round((Date.now() - ms) / 1000);
   const rel = Math.abs(age) < 60 ? `${Math.abs(age)} s` : Math.abs(age) < 3600 ? `${Math.round(Math.abs(age) / 60)} min` : `${Math.round(Math.abs(age) / 3600)} h`;
   return `${new Date(ms).toLocaleString()} (${age >= 0 ? rel + " ago" : "in " + rel})`;
+}
+
+// A time in a table: the clock time (the date too unless today), the full date on hover.
+function when(ns?: string): Node | string {
+  if (!ns || ns === "0") return "";
+  const d = new Date(Number(BigInt(ns) / 1000000n));
+  return h("time", { datetime: d.toISOString(), title: d.toLocaleString() }, d.toDateString() === new Date().toDateString() ? d.toLocaleTimeString() : d.toLocaleString());
 }
 
 function seconds(from: string, to: string): string {
@@ -67,36 +102,124 @@ function askToken(msg = ""): void {
 }
 
 // --- overview ---
-const series = new Map<string, { t: number; busy: number; capacity: number; pending: number }[]>();
 let lastTotals: { t: number; v: J } | undefined;
-const WINDOW_MS = 10 * 60 * 1000;
-// The chart spans what the page has seen, at least this much, so a page just opened shows a line.
-const MIN_SPAN_MS = 60 * 1000;
+// The charts show the server's history (so they are full when the page opens): the last hour,
+// or less while the server has not led that long, but at least MIN_SPAN_S. The page then asks
+// only for the steps since the last it holds.
+const HOUR_S = 3600;
+const MIN_SPAN_S = 120;
+const TICKS_S = [10, 15, 30, 60, 120, 300, 600, 900, 1800];
+const past = { step: 10, now: 0, fetched: 0, pools: new Map<string, J[]>() };
+type ChartSpec = { id: string; title: string; unit: string; rate: boolean; lines: [string, string, string][] };
+// Counts per step become rates per second (`rate`); each line: its field, its name, its colour.
+const CHARTS: ChartSpec[] = [
+  { id: "throughput", title: "Throughput", unit: "tasks/s", rate: true, lines: [["started", "started", "c-blue"], ["succeeded", "succeeded", "c-green"]] },
+  { id: "failures", title: "Failures", unit: "tasks/s", rate: true, lines: [["failed", "failed", "c-orange"], ["dead_lettered", "dead-lettered", "c-red"]] },
+  { id: "queue", title: "Queue depth", unit: "tasks", rate: false, lines: [["pending", "pending", "c-blue"], ["busy", "busy", "c-green"], ["capacity", "capacity", "c-grey"]] },
+  { id: "latency", title: "Submit to start", unit: "s", rate: false, lines: [["wait_p50", "p50", "c-green"], ["wait_p90", "p90", "c-orange"], ["wait_p99", "p99", "c-red"]] },
+];
+const SVG_NS = "http://www.w3.org/2000/svg";
+const CW = 560, CH = 180, PAD = { l: 48, r: 12, t: 10, b: 22 };
 
-function chart(points: { t: number; [k: string]: number }[], keys: string[], label: string): SVGElement {
-  const ns = "http://www.w3.org/2000/svg";
-  const W = 300, H = 80;
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", label);
-  svg.setAttribute("class", "chart");
-  svg.setAttribute("preserveAspectRatio", "none");
-  const now = Date.now();
-  const span = Math.min(WINDOW_MS, Math.max(MIN_SPAN_MS, points.length ? now - points[0].t : 0));
-  const max = Math.max(1, ...points.flatMap((p) => keys.map((k) => p[k])));
-  keys.forEach((k, i) => {
-    const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("points", points.map((p) => `${(W * (1 - (now - p.t) / span)).toFixed(1)},${(H - 2 - (H - 4) * p[k] / max).toFixed(1)}`).join(" "));
-    line.setAttribute("class", `s${i}`);
-    svg.append(line);
-  });
-  return svg;
+function svg(tag: string, attrs: Record<string, string | number>, ...kids: (Node | string)[]): SVGElement {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  for (const c of kids) el.append(c);
+  return el;
+}
+
+// The y axis's top: the smallest of 1, 2, 2.5 or 5 times a power of ten at or above `v`.
+function niceMax(v: number): number {
+  if (!(v > 0)) return 1;
+  const e = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 2.5, 5, 10].map((m) => m * e).find((m) => m >= v * (1 - 1e-9))!;
+}
+
+function number(v: number): string {
+  return v >= 1000 ? `${+(v / 1000).toPrecision(3)}k` : String(+v.toPrecision(3));
+}
+
+function clock(t: number, seconds: boolean): string {
+  return new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23", ...(seconds ? { second: "2-digit" } : {}) });
+}
+
+// One chart from `from` to `to` (Unix s): labelled axes, and each line broken where a step is
+// missing or has no value, so that a gap shows as a gap; a lone point is drawn as a dot.
+function chart(spec: ChartSpec, pool: string, points: J[], step: number, from: number, to: number): SVGElement {
+  const value = (p: J, k: string): number | null => (typeof p[k] === "number" ? (spec.rate ? p[k] / step : p[k]) : null);
+  const max = niceMax(Math.max(0, ...points.flatMap((p) => spec.lines.map(([k]) => value(p, k) ?? 0))));
+  const x = (t: number) => (PAD.l + ((CW - PAD.l - PAD.r) * (t - from)) / (to - from)).toFixed(1);
+  const y = (v: number) => (PAD.t + (CH - PAD.t - PAD.b) * (1 - v / max)).toFixed(1);
+  const g = svg("svg", { viewBox: `0 0 ${CW} ${CH}`, class: "chart", role: "img", "data-chart": spec.id, "aria-label": `${spec.title} (${spec.unit}) in pool ${pool} from ${clock(from, true)} to ${clock(to, true)}` });
+  for (const v of [0, max / 2, max]) {
+    g.append(svg("line", { x1: PAD.l, x2: CW - PAD.r, y1: y(v), y2: y(v), class: v ? "grid" : "axis" }),
+      svg("text", { x: PAD.l - 5, y: Number(y(v)) + 4, "text-anchor": "end", class: "tick y" }, number(v)));
+  }
+  const every = TICKS_S.find((s) => (to - from) / s <= 5) ?? HOUR_S;
+  for (let t = Math.ceil(from / every) * every; t <= to; t += every) {
+    g.append(svg("line", { x1: x(t), x2: x(t), y1: CH - PAD.b, y2: CH - PAD.b + 4, class: "axis" }),
+      svg("text", { x: x(t), y: CH - 5, "text-anchor": "middle", class: "tick x" }, clock(t, every < 60)));
+  }
+  g.append(svg("line", { x1: PAD.l, x2: PAD.l, y1: PAD.t, y2: CH - PAD.b, class: "axis" }));
+  for (const [k, name, colour] of spec.lines) {
+    const runs: string[][] = [];
+    let prev: number | undefined;
+    for (const p of points) {
+      const v = value(p, k);
+      if (v === null || p.t < from) { prev = undefined; continue; }
+      if (prev === undefined || p.t - prev > step * 1.5) runs.push([]);
+      runs[runs.length - 1].push(`${x(p.t)},${y(v)}`);
+      prev = p.t;
+    }
+    const d = runs.map((r) => `M${r.join(" L")}${r.length === 1 ? " h0" : ""}`).join(" ");
+    g.append(svg("path", { d, class: `line ${colour}`, "data-line": k }, svg("title", {}, name)));
+  }
+  if (!points.length) g.append(svg("text", { x: (CW + PAD.l) / 2, y: CH / 2, "text-anchor": "middle", class: "tick" }, "no data yet"));
+  return g;
+}
+
+async function loadHistory(): Promise<void> {
+  // Ask again for the last step held: the server's latest step may have grown since.
+  const held = [...past.pools.values()].map((pts) => (pts.length ? pts[pts.length - 1].t : 0));
+  const since = past.now && held.length ? Math.min(...held) : Date.now() / 1000 - HOUR_S;
+  const r = await api(`/ui/api/history?since=${since}`);
+  past.step = r.step; past.now = r.now; past.fetched = Date.now();
+  for (const [name, pts] of Object.entries(r.pools as Record<string, J[]>)) {
+    const first = pts.length ? pts[0].t : Infinity;
+    past.pools.set(name, (past.pools.get(name) ?? []).filter((p) => p.t < first && p.t >= r.now - HOUR_S).concat(pts));
+  }
+}
+
+function charts(): HTMLElement[] {
+  const first = Math.min(...[...past.pools.values()].map((pts) => pts[0]?.t ?? Infinity));
+  const from = past.now - Math.min(HOUR_S, Math.max(MIN_SPAN_S, past.now - first));
+  if (!past.pools.size) return [h("p", { class: "meta" }, `No history yet: the server records a point every ${past.step} s while it leads.`)];
+  return [...past.pools.entries()].map(([name, pts]) => h("article", { class: "pool-charts", "data-pool": name }, h("h3", {}, name),
+    h("div", { class: "charts" }, ...CHARTS.map((c) => h("figure", { "data-figure": c.id },
+      h("figcaption", {}, `${c.title} (${c.unit})`), chart(c, name, pts, past.step, from, past.now),
+      h("p", { class: "legend" }, ...c.lines.map(([, label, colour]) => h("span", { class: `key ${colour}` }, label))))))));
+}
+
+function unserved(pending: number): HTMLElement {
+  return h("p", { class: "warning" }, `no worker serves this pool: ${pending} tasks waiting`);
 }
 
 async function overview(): Promise<void> {
   const box = h("section", { "aria-labelledby": "h-ov" });
-  main.replaceChildren(h("h1", { id: "h-ov" }, "Overview"), box);
+  const notice = h("p", { class: "notice", role: "status" });
+  const graphs = h("div", {});
+  const totalsBox = h("section", {});
+  main.replaceChildren(h("h1", { id: "h-ov" }, "Overview"), notice, box, graphs, totalsBox);
+  const control = async (pool: string, pause: boolean) => {
+    const verb = pause ? "Pause" : "Resume";
+    const why = pause ? "Nothing new starts in it until it is resumed: running attempts finish, and tasks submitted meanwhile wait." : "Its waiting tasks start again as its slots allow.";
+    if (!(await confirmDialog(`${verb} pool ${pool}?`, [why], verb))) return;
+    try {
+      const r = await post(`/v1/pools/${encodeURIComponent(pool)}/${pause ? "pause" : "resume"}`, {});
+      say(notice, r.changed ? `${r.paused ? "Paused" : "Resumed"} pool ${pool}.` : `Pool ${pool} was already ${r.paused ? "paused" : "running"}.`);
+      await tick();
+    } catch (e) { if (!aborted(e)) say(notice, errorText(e, "pausing or resuming pools: that needs the admin role"), true); }
+  };
   const tick = async () => {
     try {
       const s = await api("/v1/snapshot");
@@ -109,14 +232,12 @@ async function overview(): Promise<void> {
       const totals = Object.keys(s.totals);
       const pools: HTMLElement[] = [];
       for (const p of s.pools) {
-        const pts = series.get(p.name) ?? [];
-        pts.push({ t, busy: p.busy, capacity: p.capacity, pending: p.pending });
-        while (pts.length && t - pts[0].t > WINDOW_MS) pts.shift();
-        series.set(p.name, pts);
         const pc = p.pending_by_class;
-        pools.push(h("article", { class: "pool", "data-pool": p.name }, h("h3", {}, p.name),
-          chart(pts, ["busy", "capacity", "pending"], `busy, capacity and pending in ${p.name} while this page has been open (at most the last 10 minutes)`),
-          h("p", { class: "legend" }, h("span", { class: "k0" }, "busy"), " ", h("span", { class: "k1" }, "capacity"), " ", h("span", { class: "k2" }, "pending")),
+        const toggle = h("button", { type: "button", id: `toggle-${p.name}`, "aria-label": `${p.paused ? "Resume" : "Pause"} pool ${p.name}` }, p.paused ? "Resume" : "Pause");
+        toggle.addEventListener("click", () => control(p.name, !p.paused));
+        pools.push(h("article", { class: "pool", "data-pool": p.name },
+          h("div", { class: "pool-head" }, h("h3", {}, p.name), p.paused ? h("span", { class: "badge", "data-badge": "paused" }, "paused") : "", toggle),
+          p.unserved ? unserved(p.pending) : "",
           h("dl", {}, ...[["capacity", p.capacity], ["busy", p.busy], ["desired", p.desired], ["held", p.held], ["workers", p.workers_connected],
             ["pending", `${p.pending} (critical ${pc[0]}, high ${pc[1]}, normal ${pc[2]}, low ${pc[3]})`],
             ["utilization", `${(p.utilization * 100).toFixed(0)}%`], ["priority adherence", `${(p.priority_adherence * 100).toFixed(0)}%`],
@@ -124,34 +245,102 @@ async function overview(): Promise<void> {
             ["wait p50/p90/p99", `${p.wait_p50_s.toFixed(3)} / ${p.wait_p90_s.toFixed(3)} / ${p.wait_p99_s.toFixed(3)} s`]]
             .flatMap(([k, v]) => [h("dt", {}, String(k)), h("dd", { "data-field": String(k) }, String(v))]))));
       }
+      // The cards are drawn anew each time: keep the keyboard focus on the button it was on.
+      const focused = document.activeElement?.id;
       box.replaceChildren(
         h("dl", { class: "summary" }, ...([["live tasks", "live_tasks"], ["running", "running"], ["pending", "pending"], ["workers", "workers_connected"]] as const)
           .flatMap(([label, k]) => [h("dt", {}, label), h("dd", { "data-summary": k }, String(s[k]))])),
         s.unavailable_shards.length ? h("p", { class: "error", role: "alert" }, `unavailable shards: ${s.unavailable_shards.join(", ")}`) : "",
-        h("h2", {}, "Pools"), h("div", { class: "pools" }, ...pools),
-        h("h2", {}, "Totals"),
+        h("h2", {}, "Pools"), h("div", { class: "pools" }, ...pools));
+      totalsBox.replaceChildren(h("h2", {}, "Totals"),
         h("div", { class: "totals" }, table(["counter", "total", "per second"], totals.map((k) => [k.split("_").join(" "), h("span", { "data-total": k }, String(s.totals[k])), rates[k]]), "totals")));
+      if (focused?.startsWith("toggle-")) document.getElementById(focused)?.focus();
+      if (t - past.fetched >= past.step * 1000) {
+        await loadHistory();
+        graphs.replaceChildren(h("h2", {}, "History"), ...charts());
+      }
     } catch (e) { showError(box, e, "the overview"); }
   };
+  if (past.fetched) graphs.replaceChildren(h("h2", {}, "History"), ...charts());
   await tick();
   timer = window.setInterval(tick, 2000);
 }
 
 // --- tasks ---
 const STATUSES = ["", "blocked", "scheduled", "ready", "running", "retrying", "succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"];
+// The search form's fields as the hash keeps them: name, label, input type.
+const SEARCH: [string, string, string][] = [
+  ["key", "Key", "text"], ["prefix", "Key prefix", "text"], ["tag", "Tags (k=v, ...)", "text"], ["kind", "Kind", "text"],
+  ["status", "Status", "select"], ["pool", "Pool", "text"], ["from", "Submitted from", "datetime-local"], ["to", "Submitted before", "datetime-local"],
+];
+// The list's columns: label, the search's sort key (null: not sortable), the cell.
+const TASK_COLS: [string, string | null, (t: J) => Node | string][] = [
+  ["id", "id", (t) => taskLink(t.id)],
+  ["key", null, (t) => t.key ?? ""],
+  ["pool", "pool", (t) => t.pool],
+  ["kind", "kind", (t) => t.kind ?? ""],
+  ["priority", "priority", (t) => t.priority ?? ""],
+  ["status", "status", (t) => h("span", { class: `status st-${t.status}` }, t.status)],
+  ["attempt", "attempt", (t) => String(t.attempt)],
+  ["worker", null, (t) => worker(t.worker_name, t.worker_id)],
+  ["submitted", "submitted", (t) => when(t.created_unix_ns)],
+  ["started", "started", (t) => when(t.started_unix_ns)],
+  ["finished", "finished", (t) => when(t.finished_unix_ns)],
+];
+// Each bulk action: its button, the dry run's count explained, what was done.
+const BULK: Record<string, [string, string, string]> = {
+  cancel: ["Cancel", "have not ended: they will be cancelled.", "Cancelled"],
+  retry: ["Retry", "failed, were dead-lettered or were cancelled: each is submitted again as a new task (same spec and payload, no key).", "Submitted again"],
+  delete: ["Delete from history", "have ended: they will be forgotten, in memory and in the store. This cannot be undone.", "Deleted from history"],
+};
+
+function worker(name?: string, id?: string | number): string {
+  return name ? `${name} (${id})` : "";
+}
+
+// The search's TaskFilter from the hash: lists are comma-separated, times local.
+function filterOf(q: URLSearchParams): J {
+  const list = (k: string) => (q.get(k) ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+  const f: J = {};
+  for (const [k, name] of [["pool", "pools"], ["status", "statuses"], ["kind", "kinds"]]) if (list(k).length) f[name] = list(k);
+  if (list("tag").length) f.tags = Object.fromEntries(list("tag").map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+  if (q.get("key")) f.key = q.get("key");
+  if (q.get("prefix")) f.key_prefix = q.get("prefix");
+  if (q.get("from")) f.submitted_after = new Date(q.get("from")!).getTime() / 1000;
+  if (q.get("to")) f.submitted_before = new Date(q.get("to")!).getTime() / 1000;
+  return f;
+}
+
+// The selection outlives a page change but not a change of the filter it was made under.
+let picked = new Set<string>();
+let pickedUnder = "";
+let allMatching = false;
 
 async function tasks(q: URLSearchParams): Promise<void> {
   const field = (name: string, label: string, el: HTMLElement) => { el.id = `f-${name}`; el.setAttribute("name", name); return h("div", { class: "field" }, h("label", { for: `f-${name}` }, label), el); };
-  const sel = h("select", {}, ...STATUSES.map((s) => h("option", { value: s }, s || "any"))) as HTMLSelectElement;
-  const pool = h("input", { type: "text" }) as HTMLInputElement;
-  const kind = h("input", { type: "text" }) as HTMLInputElement;
-  pool.value = q.get("pool") ?? ""; kind.value = q.get("kind") ?? ""; sel.value = q.get("status") ?? "";
-  const filter = h("form", { class: "filters", role: "search", "aria-label": "filter tasks" }, field("pool", "Pool", pool), field("status", "Status", sel), field("kind", "Kind", kind), h("button", { type: "submit" }, "Filter"));
-  filter.addEventListener("submit", (ev) => { ev.preventDefault(); const n = new URLSearchParams(); for (const [k, v] of [["pool", pool.value], ["status", sel.value], ["kind", kind.value], ["limit", q.get("limit") ?? ""]]) if (v) n.set(k, v); location.hash = `#/tasks?${n}`; });
+  const inputs = new Map<string, HTMLInputElement | HTMLSelectElement>();
+  const search = h("form", { class: "filters", role: "search", "aria-label": "search tasks" }, ...SEARCH.map(([name, label, type]) => {
+    // (a list of statuses the hash names, as a link may, is kept as one more choice)
+    const given = q.get(name) ?? "";
+    const el = type === "select" ? h("select", {}, ...[...STATUSES, ...(STATUSES.includes(given) ? [] : [given])].map((s) => h("option", { value: s }, s || "any"))) as HTMLSelectElement
+      : h("input", { type, ...(type === "datetime-local" ? { step: "1" } : {}), ...(name === "tag" ? { pattern: "\\s*[^=,]+=[^,]*(,\\s*[^=,]+=[^,]*)*", title: "key=value pairs, comma-separated" } : {}) }) as HTMLInputElement;
+    el.value = given;
+    inputs.set(name, el);
+    return field(name, label, el);
+  }), h("button", { type: "submit" }, "Search"), h("a", { href: "#/tasks", class: "button" }, "Clear"));
+  search.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const n = new URLSearchParams();
+    for (const [k, el] of inputs) if (el.value) n.set(k, el.value);
+    for (const k of ["sort", "dir", "limit"]) if (q.get(k)) n.set(k, q.get(k)!);
+    location.hash = `#/tasks?${n}`;
+  });
   const findIn = h("input", { type: "text" }) as HTMLInputElement;
   const by = h("select", {}, h("option", { value: "id" }, "id"), h("option", { value: "key" }, "key")) as HTMLSelectElement;
   const find = h("form", { class: "filters", role: "search", "aria-label": "find a task" }, field("by", "Find by", by), field("find", "Id or key", findIn), h("button", { type: "submit" }, "Find"));
   const box = h("div", { "aria-live": "polite" });
+  const notice = h("p", { class: "notice", role: "status" });
+  const bar = h("div", { class: "bulk", role: "group", "aria-label": "bulk actions" });
   find.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     try {
@@ -159,28 +348,95 @@ async function tasks(q: URLSearchParams): Promise<void> {
       location.hash = `#/tasks/${t.id}`;
     } catch (e) { showError(box, e, "tasks"); }
   });
-  main.replaceChildren(h("h1", {}, "Tasks"), filter, find, box);
-  const cursors = (q.get("stack") ?? "").split(",").filter(Boolean);
-  const params = new URLSearchParams();
-  for (const k of ["pool", "status", "kind"]) if (q.get(k)) params.set(k, q.get(k)!);
-  params.set("limit", q.get("limit") ?? "50");
-  if (q.get("after")) params.set("after", q.get("after")!);
-  try {
-    const r = await api(`/ui/api/tasks?${params}`);
-    const rows = r.tasks.map((t: J) => [taskLink(t.id), t.key ?? "", t.pool, t.kind ?? "", h("span", { class: `status st-${t.status}` }, t.status), String(t.attempt), nsDate(t.created_unix_ns)]);
-    const nav = h("nav", { class: "pager", "aria-label": "pages" });
-    const base = new URLSearchParams(params); base.delete("after");
-    if (q.get("after")) {
-      const prev = new URLSearchParams(base); const st = [...cursors]; const back = st.pop();
-      if (back && back !== "0") prev.set("after", back); if (st.length) prev.set("stack", st.join(","));
-      nav.append(h("a", { href: `#/tasks?${prev}`, class: "button" }, "Previous"));
-    }
-    if (r.next_after && r.next_after !== "0") {
-      const next = new URLSearchParams(base); next.set("after", String(r.next_after)); next.set("stack", [...cursors, q.get("after") ?? "0"].join(","));
-      nav.append(h("a", { href: `#/tasks?${next}`, class: "button" }, "Next"));
-    }
-    box.replaceChildren(r.tasks.length ? table(["id", "key", "pool", "kind", "status", "attempt", "created"], rows, "tasks") : h("p", {}, "No tasks match."), nav);
-  } catch (e) { showError(box, e, "tasks"); }
+  main.replaceChildren(h("h1", {}, "Tasks"), search, find, bar, notice, box);
+
+  const filter = filterOf(q);
+  if (JSON.stringify(filter) !== pickedUnder) { picked = new Set(); allMatching = false; pickedUnder = JSON.stringify(filter); }
+  const sort = q.get("sort") ?? "id";
+  const ascending = q.get("dir") === "asc";
+  const limit = Math.max(1, Number(q.get("limit")) || 50);
+  const page = Math.max(1, Number(q.get("page")) || 1);
+  const here = (changes: Record<string, string | null>) => {
+    const n = new URLSearchParams(q);
+    for (const [k, v] of Object.entries(changes)) if (v === null) n.delete(k); else n.set(k, v);
+    return `#/tasks?${n}`;
+  };
+
+  const act = async (action: string) => {
+    const [label, meaning, done] = BULK[action];
+    const target = allMatching ? filter : { ids: [...picked] };
+    try {
+      const dry = await post("/v1/tasks/bulk", { action, filter: target, dry_run: true });
+      const sure = await confirmDialog(`${label}?`, [h("strong", { id: "dlg-count" }, String(dry.affected)), ` of the ${dry.matched} selected tasks ${meaning}`],
+        dry.affected ? `${label}: ${dry.affected} tasks` : "Nothing to do", dry.affected > 0);
+      if (!sure) return;
+      const r = await post("/v1/tasks/bulk", { action, filter: target, dry_run: false });
+      picked = new Set(); allMatching = false;
+      say(notice, `${done}: ${r.affected} of ${r.matched} tasks.`);
+      notice.dataset.affected = String(r.affected);
+      await load();
+    } catch (e) { if (!aborted(e)) say(notice, errorText(e, "bulk actions: they need the admin role"), true); }
+  };
+
+  const load = async () => {
+    try {
+      const r = await post("/v1/tasks/search", { filter, sort, ascending, limit, offset: (page - 1) * limit });
+      const ids: string[] = r.tasks.map((t: J) => String(t.id));
+      const boxes: HTMLInputElement[] = [];
+      const pageBox = h("input", { type: "checkbox", id: "pick-page" }) as HTMLInputElement;
+      const drawBar = () => {
+        const n = allMatching ? r.total : picked.size;
+        const onPage = ids.filter((id) => allMatching || picked.has(id)).length;
+        pageBox.checked = ids.length > 0 && onPage === ids.length;
+        pageBox.indeterminate = onPage > 0 && onPage < ids.length;
+        for (const b of boxes) b.checked = allMatching || picked.has(b.value);
+        const all = h("button", { type: "button", id: "pick-all" }, `Select all ${r.total} matching`);
+        all.addEventListener("click", () => { allMatching = true; drawBar(); });
+        const clear = h("button", { type: "button" }, "Clear selection");
+        clear.addEventListener("click", () => { picked = new Set(); allMatching = false; drawBar(); });
+        const buttons = Object.entries(BULK).map(([action, [label]]) => {
+          const b = h("button", { type: "button", "data-action": action }, `${label}...`) as HTMLButtonElement;
+          b.disabled = n === 0;
+          b.addEventListener("click", () => act(action));
+          return b;
+        });
+        bar.replaceChildren(h("label", { class: "pick-page" }, pageBox, " this page"), h("span", { id: "picked", "data-count": String(n) }, allMatching ? `all ${n} matching tasks selected` : `${n} selected`),
+          pageBox.checked && !allMatching && r.total > ids.length ? all : "", n ? clear : "", ...buttons);
+      };
+      pageBox.addEventListener("change", () => {
+        if (!pageBox.checked && allMatching) { allMatching = false; picked = new Set(); }
+        for (const id of ids) if (pageBox.checked) picked.add(id); else picked.delete(id);
+        drawBar();
+      });
+      const head = TASK_COLS.map(([label, key]) => {
+        if (!key) return h("th", { scope: "col" }, label);
+        const on = sort === key;
+        return h("th", { scope: "col", "aria-sort": on ? (ascending ? "ascending" : "descending") : "none" },
+          h("a", { href: here({ sort: key, dir: on && !ascending ? "asc" : "desc", page: null }), class: "sort", "data-sort": key }, label, on ? (ascending ? " \u25B2" : " \u25BC") : ""));
+      });
+      const rows = r.tasks.map((t: J) => {
+        const b = h("input", { type: "checkbox", value: String(t.id), "aria-label": `select task ${t.id}` }) as HTMLInputElement;
+        b.addEventListener("change", () => {
+          if (allMatching) { allMatching = false; picked = new Set(ids); }
+          if (b.checked) picked.add(b.value); else picked.delete(b.value);
+          drawBar();
+        });
+        boxes.push(b);
+        return h("tr", { "data-id": String(t.id) }, h("td", { class: "pick", "data-label": "select" }, b), ...TASK_COLS.map(([label, , cell]) => h("td", { "data-label": label }, cell(t))));
+      });
+      const pages = Math.max(1, Math.ceil(r.total / limit));
+      const nav = h("nav", { class: "pager", "aria-label": "pages" });
+      if (page > 1) nav.append(h("a", { href: here({ page: String(page - 1) }), class: "button" }, "Previous"));
+      nav.append(h("span", { class: "meta" }, `page ${page} of ${pages}`));
+      if (page < pages) nav.append(h("a", { href: here({ page: String(page + 1) }), class: "button" }, "Next"));
+      box.replaceChildren(h("p", { id: "total", "data-total": String(r.total) }, `${r.total} ${r.total === 1 ? "task matches" : "tasks match"}`),
+        (r.unavailable_shards ?? []).length ? h("p", { class: "error", role: "alert" }, `unavailable shards: ${r.unavailable_shards.join(", ")}`) : "",
+        r.tasks.length ? h("div", { class: "scroll" }, h("table", { "aria-label": "tasks", class: "tasks" },
+          h("thead", {}, h("tr", {}, h("th", { scope: "col", class: "pick" }, "select"), ...head)), h("tbody", {}, ...rows))) : h("p", {}, "No tasks match."), nav);
+      drawBar();
+    } catch (e) { bar.replaceChildren(); showError(box, e, "tasks"); }
+  };
+  await load();
 }
 
 function preview(p: J | null): HTMLElement {
@@ -190,6 +446,7 @@ function preview(p: J | null): HTMLElement {
 }
 
 const TERMINAL = new Set(["succeeded", "failed", "dead_lettered", "cancelled", "skipped", "missed", "shed"]);
+const ATTEMPT_COLS = ["attempt", "status", "started", "ended", "duration", "worker", "worker id", "message"];
 
 async function taskPage(id: string, notice = ""): Promise<void> {
   const box = h("div", {});
@@ -206,16 +463,17 @@ async function taskPage(id: string, notice = ""): Promise<void> {
     }
     if ((t.status === "failed" || t.status === "dead_lettered") && r.resubmit) {
       const b = h("button", { type: "button" }, "Submit again");
-      b.addEventListener("click", async () => { try { const a = await api("/v1/tasks", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(r.resubmit) }); location.hash = `#/tasks/${a.id}?from=${encodeURIComponent(id)}`; } catch (e) { msg.textContent = (e as Error).message; } });
+      b.addEventListener("click", async () => { try { const a = await post("/v1/tasks", r.resubmit); location.hash = `#/tasks/${a.id}?from=${encodeURIComponent(id)}`; } catch (e) { msg.textContent = (e as Error).message; } });
       actions.append(b);
     }
-    const facts: [string, string | Node][] = [["status", h("span", { class: `status st-${t.status}`, "data-field": "status" }, t.status)], ["pool", t.pool], ["key", t.key ?? ""], ["kind", t.kind ?? ""], ["priority", t.priority ?? ""], ["attempt", `${t.attempt}${t.max_attempts ? " of " + t.max_attempts : ""}`], ["created", nsDate(t.created_unix_ns)], ["started", nsDate(t.started_unix_ns)], ["finished", nsDate(t.finished_unix_ns)], ["message", t.message ?? ""]];
+    const waiting = !TERMINAL.has(t.status) ? [r.pool.paused ? h("p", { class: "warning" }, `pool ${t.pool} is paused: nothing new starts in it until it is resumed`) : "", r.pool.unserved ? unserved(r.pool.pending) : ""] : [];
+    const facts: [string, string | Node][] = [["status", h("span", { class: `status st-${t.status}`, "data-field": "status" }, t.status)], ["pool", t.pool], ["key", t.key ?? ""], ["kind", t.kind ?? ""], ["priority", t.priority ?? ""], ["attempt", `${t.attempt}${t.max_attempts ? " of " + t.max_attempts : ""}`], ["worker", worker(t.worker_name, t.worker_id)], ["created", nsDate(t.created_unix_ns)], ["started", nsDate(t.started_unix_ns)], ["finished", nsDate(t.finished_unix_ns)], ["message", t.message ?? ""]];
     const deps = (list: J[], label: string) => list.length ? table(["id", "key", "condition", "status"], list.map((d) => [d.id ? taskLink(String(d.id)) : "", d.key ?? "", d.condition ?? "", d.status ?? ""]), label) : h("p", {}, "none");
-    box.replaceChildren(actions,
+    const attempts: J[] = r.attempts ?? [];
+    box.replaceChildren(...waiting, actions,
       h("dl", { class: "facts" }, ...facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
-      h("h2", {}, "Attempts"), (r.attempts ?? []).length ? h("ol", { class: "timeline" }, ...r.attempts.map((a: J) => h("li", { class: `st-${a.status}`, "data-attempt": String(a.attempt) },
-        h("strong", {}, `attempt ${a.attempt}: ${a.status}`), h("span", { class: "meta" }, ` started ${nsDate(a.started_unix_ns)}${a.started_unix_ns && a.finished_unix_ns ? `, ended ${nsDate(a.finished_unix_ns)} after ${seconds(a.started_unix_ns, a.finished_unix_ns)}` : ""}`),
-        a.message ? h("pre", { class: "error" }, a.message) : ""))) : h("p", {}, "none yet"),
+      h("h2", {}, "Attempts"), attempts.length ? table(ATTEMPT_COLS, attempts.map((a) => [String(a.attempt), h("span", { class: `status st-${a.status}` }, a.status), when(a.started_unix_ns), when(a.finished_unix_ns),
+        a.started_unix_ns && a.finished_unix_ns ? seconds(a.started_unix_ns, a.finished_unix_ns) : "", a.worker_name ?? "", a.worker_id ?? "", a.message]), "attempts") : h("p", {}, "none yet"),
       h("h2", {}, "Payload"), h("div", { class: "payload" }, preview(r.payload)),
       h("h2", {}, "Output"), h("div", { class: "output" }, preview(r.output)),
       h("h2", {}, "Parents"), deps(r.parents ?? [], "parents"),
@@ -284,7 +542,13 @@ const recurring = () => simple("Recurring", "/v1/recurring", "recurring schedule
 const shardsView = () => simple("Shards", "/ui/api/shards", "shards", (r) => !r.shards.length ? h("p", {}, "This server is not sharded.") : table(["name", "endpoint", "up", "this server"], r.shards.map((s: J) => [s.name, s.endpoint, s.up ? "up" : "down", s.own ? "yes" : ""]), "shards"));
 
 // --- routing ---
-function stop(): void { if (timer !== undefined) clearInterval(timer); timer = undefined; abort?.abort(); abort = new AbortController(); }
+function stop(): void {
+  if (timer !== undefined) clearInterval(timer);
+  timer = undefined;
+  abort?.abort();
+  abort = new AbortController();
+  for (const d of document.querySelectorAll("dialog")) (d as HTMLDialogElement).close();
+}
 
 async function route(): Promise<void> {
   stop();

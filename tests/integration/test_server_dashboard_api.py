@@ -18,6 +18,8 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server import app as app_module
 from cronoq.server.config import ConfigError, load_config
 from cronoq.server.fronts import dashboard
+from cronoq.server.history import Reading
+from cronoq.server.metrics import BUCKETS
 from cronoq.server.wiring import build
 from helpers.auth import CONFIG as AUTH_CONFIG
 from helpers.auth import token
@@ -287,6 +289,118 @@ async def test_resubmit_creates_a_task_with_the_same_spec() -> None:
         same = ("kind", "pool", "priority", "tenant", "max_attempts")
         assert {k: copy["task"][k] for k in same} == {k: detail["task"][k] for k in same}
         assert "key" not in copy["task"]
+
+
+async def test_detail_names_each_attempts_worker_and_why_its_pool_waits() -> None:
+    """Every attempt carries the worker that ran it (name and the id it registered with); the
+    pool of the task is given paused and unserved, as its snapshot has them."""
+    config = PORTS0 + '[[pools]]\nname = "default"\n[[pools]]\nname = "idle"\nautoscale = false\n'
+    app = build(load_config(config))
+    async with running(app) as c, grpc.aio.insecure_channel(str(app.grpc_address)) as channel:
+        retry = {"max_attempts": 2, "initial_backoff_s": 0.001, "max_backoff_s": 0.001}
+        _, sent = await c.post("/v1/tasks", {"payload": 1, "retry": retry})
+        _, fresh = await c.get(f"/ui/api/tasks/{sent['id']}")
+        assert fresh["attempts"] == []
+        worker = Worker(channel)
+        registered = await worker.register("default")
+        lease = await worker.lease()
+        worker.send(fail=pb.Fail(lease=lease.lease, message="once"))
+        lease = await worker.lease()
+        _, running_now = await c.get(f"/ui/api/tasks/{sent['id']}")
+        assert running_now["attempts"][-1]["worker_name"] == "w"
+        assert running_now["attempts"][-1]["finished_unix_ns"] is None
+        worker.send(complete=pb.Complete(lease=lease.lease))
+        assert (await c.get(f"/v1/tasks/{sent['id']}/wait"))[0] == 200
+        _, done = await c.get(f"/ui/api/tasks/{sent['id']}")
+        who = str(registered.worker_id)
+        assert [
+            (a["attempt"], a["status"], a["worker_name"], a["worker_id"]) for a in done["attempts"]
+        ] == [
+            (1, "failed", "w", who),
+            (2, "succeeded", "w", who),
+        ]
+        assert done["task"]["worker_name"] == "w"
+        assert done["pool"] == {"paused": False, "unserved": False, "pending": 0}
+        worker.close()
+
+        _, waiting = await c.post("/v1/tasks", {"payload": 2, "pool": "idle"})
+        _, idle = await c.get(f"/ui/api/tasks/{waiting['id']}")
+        assert idle["pool"] == {"paused": False, "unserved": True, "pending": 1}
+        assert idle["attempts"] == []
+        assert (await c.post("/v1/pools/idle/pause", {}))[0] == 200
+        _, paused = await c.get(f"/ui/api/tasks/{waiting['id']}")
+        assert paused["pool"] == {"paused": True, "unserved": True, "pending": 1}
+
+
+# --- history ------------------------------------------------------------------------------------
+
+
+def _reading(pool: str, started: int, pending: int) -> Reading:
+    waits = (started,) + (0,) * len(BUCKETS)  # every start waited less than the first bound
+    return Reading(pool, pending, 1, 2, 1, False, started, started, 0, 0, waits)
+
+
+async def test_history_answers_each_pools_points_since_a_time() -> None:
+    """The route answers `ServerApp.history` (the sampler's own steps are an hour apart here,
+    so the points are those sampled below): a session's first reading is a baseline, and the
+    steps a new session skipped have no point, which the page draws as a gap."""
+    app = build(load_config(PORTS0 + '[[pools]]\nname = "default"\n[[pools]]\nname = "b"\n'))
+    app.history.step = 3600.0
+    async with running(app) as c:
+        history = app.history
+        history.gap()
+        for t, started in ((100.0, 0), (110.0, 4), (120.0, 10)):
+            history.sample(t, [_reading("default", started, 3), _reading("b", 0, 0)])
+        history.gap()  # a new leader's session: the next reading is a baseline again
+        for t, started in ((150.0, 0), (160.0, 7)):
+            history.sample(t, [_reading("default", started, 1), _reading("b", 0, 0)])
+        status, body = await c.get("/ui/api/history")
+        assert status == 200 and body["step"] == 3600.0 and body["now"] > 160
+        points = body["pools"]["default"]
+        assert [(p["t"], p["started"], p["pending"]) for p in points] == [
+            (110.0, 4, 3),
+            (120.0, 6, 3),
+            (160.0, 7, 1),
+        ]
+        assert set(points[0]) == {
+            "t", "started", "succeeded", "failed", "dead_lettered", "pending", "busy",
+            "capacity", "workers", "paused", "wait_p50", "wait_p90", "wait_p99",
+        }  # fmt: skip
+        assert points[0]["wait_p50"] is not None and set(body["pools"]) == {"default", "b"}
+        status, since = await c.get("/ui/api/history?pool=default&since=110")
+        assert status == 200 and [p["t"] for p in since["pools"]["default"]] == [120.0, 160.0]
+        assert set(since["pools"]) == {"default"}
+        for query, code in (
+            ("pool=nope", 404),
+            ("since=soon", 400),
+            ("since=nan", 400),
+            ("x=1", 400),
+        ):
+            assert (await c.get(f"/ui/api/history?{query}"))[0] == code, query
+
+
+async def test_history_needs_the_roles_of_snapshot_and_keeps_to_the_callers_pools() -> None:
+    app = build(load_config(AUTH_CONFIG))
+    app.history.step = 3600.0
+    async with running(app) as c:
+        app.history.gap()
+        for t in (1.0, 2.0):
+            app.history.sample(t, [_reading("a", 0, 0), _reading("b", 0, 0)])
+
+        async def get(who: str | None, query: str = "") -> tuple[int, Any]:
+            headers = {} if who is None else {"Authorization": f"Bearer {token(who)}"}
+            return await c.get(f"/ui/api/history{query}", headers=headers)
+
+        assert (await get(None))[0] == 401
+        for who in ("client", "worker"):
+            assert (await get(who))[0] == 403, who
+        for who in ("admin", "metrics"):
+            status, body = await get(who)
+            assert status == 200 and set(body["pools"]) == {"a", "b"}, who
+        status, body = await get("metrics_a")
+        assert status == 200 and set(body["pools"]) == {"a"}
+        assert (await get("metrics_a", "?pool=b"))[0] == 403
+        assert set((await get("admin_a", "?pool=a"))[1]["pools"]) == {"a"}
 
 
 # --- the event stream ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import AsyncGenerator
 from importlib import resources
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 from multidict import MultiDict
@@ -25,8 +25,12 @@ from ...core.engine import Engine
 from ...core.model import FIRST_TERMINAL, STATUS_NAMES, SUCCEEDED, Priority, TaskRecord
 from ...errors import SchedulerError
 from ...proto.cronoq.v1 import cronoq_pb2 as pb
+from ..auth import current_principal
 from ..convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
+from ..errors import Refused
+from ..history import History
 from ..services.sharding.plan import ShardPlan
+from ..services.tasks import known_pools, pool_filter
 from . import json_messages
 from .calls import Aborted, Call
 from .routes import Gateway, HttpError, Route, json_answer
@@ -284,10 +288,16 @@ def _edge(rec: TaskRecord | None, target: int | str | None, on: str) -> dict[str
     return {"id": str(rec.id), "key": rec.key, "condition": _cond(on), "status": rec.status_name}
 
 
+def _worker(worker: tuple[str, int] | None) -> dict[str, str | None]:
+    """The remote worker of an attempt (null without one: library mode, not yet known)."""
+    name, number = (None, None) if worker is None else worker
+    return {"worker_name": name, "worker_id": None if number is None else str(number)}
+
+
 def _attempts(rec: TaskRecord) -> list[dict[str, Any]]:
     """Oldest first: the attempts the task retried after (`TaskRecord.past_attempts`, with
     their outcome as `status`), then the latest one as the record holds it, unless that is
-    already the last of them (a retrying task's)."""
+    already the last of them (a retrying task's); each with the worker that ran it."""
     out = [
         {
             "attempt": past.number,
@@ -295,6 +305,7 @@ def _attempts(rec: TaskRecord) -> list[dict[str, Any]]:
             "finished_unix_ns": _ns(past.ended_at),
             "status": past.outcome,
             "message": past.message,
+            **_worker(past.worker),
         }
         for past in rec.past_attempts
     ]
@@ -307,9 +318,20 @@ def _attempts(rec: TaskRecord) -> list[dict[str, Any]]:
                 "finished_unix_ns": _ns(rec.finished_at) if ended else None,
                 "status": rec.status_name,
                 "message": rec.message or "",
+                **_worker(rec.worker),
             }
         )
     return out
+
+
+def _pool(gw: Gateway, engine: Engine, name: str) -> dict[str, Any] | None:
+    """The task's pool as its snapshot has it now: paused, and unserved (tasks wait and no
+    slot can take them), so the page can say why a task does not start."""
+    pool = engine.pools.get(name)
+    if pool is None:
+        return None
+    snap = pool.snapshot(gw.app.scheduler.clock())
+    return {"paused": snap.paused, "unserved": snap.unserved, "pending": snap.pending}
 
 
 def _engine(gw: Gateway) -> Engine:
@@ -366,8 +388,49 @@ async def task_detail(gw: Gateway, request: web.Request) -> web.Response:
             "children": [_edge(child, None, on) for child, on in engine.dependents(rec)],
             "attempts": _attempts(rec),
             "resubmit": None if payload is None else _resubmit(rec, spec, payload),
+            "pool": _pool(gw, engine, rec.pool),
         }
     )
+
+
+# --- history ------------------------------------------------------------------------------------
+
+
+def _since(text: str) -> float:
+    try:
+        since = float(text)
+    except ValueError:
+        raise HttpError(400, f"since: {text!r} is not Unix seconds") from None
+    if since != since:  # NaN
+        raise HttpError(400, "since: NaN is not Unix seconds")
+    return since
+
+
+class _Charted(Protocol):
+    """The app's part the charts read (`ServerApp.history`), which `HttpHost` does not list."""
+
+    @property
+    def history(self) -> History: ...
+
+
+async def history(gw: Gateway, request: web.Request) -> web.Response:
+    """Each pool's last hour (`ServerApp.history`, sampled every `step` s while this server
+    leads) for the charts, limited to the pools the caller may see, as Snapshot is."""
+    query = request.query
+    for name in query:
+        if name not in ("pool", "since"):
+            raise HttpError(400, f"unknown query parameter {name!r}")
+    pool = query.get("pool") or None
+    since = _since(query["since"]) if query.get("since") else None
+    try:
+        seen = pool_filter(set() if pool is None else {pool}, current_principal())
+        known_pools(set() if pool is None else {pool}, gw.app.scheduler.pools)
+    except Refused as e:
+        raise HttpError.of_grpc(e.code, e.message) from None
+    out = cast(_Charted, gw.app).history.series(pool, since)
+    if seen is not None:
+        out["pools"] = {name: pts for name, pts in out["pools"].items() if name in seen}
+    return json_answer(out)
 
 
 # --- the event stream ----------------------------------------------------------------------------
@@ -461,5 +524,6 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/ui/api/tasks", tasks, _T + "ListTasks"),
     Route("GET", "/ui/api/tasks/{id}", task_detail, _T + "Get"),
     Route("GET", "/ui/api/events", events, _T + "Watch"),
+    Route("GET", "/ui/api/history", history, _A + "Snapshot"),
     Route("GET", "/ui/{name}", static, None, api=False),
 )
