@@ -1,5 +1,6 @@
-"""bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py, app.py and
-tracing.py --quick run to the end and print every figure (targets are not checked)."""
+"""bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py, app.py,
+tracing.py and operations.py --quick run to the end and print every figure (targets are not
+checked)."""
 
 from __future__ import annotations
 
@@ -217,3 +218,23 @@ TRACING_FIGURES = {
 
 def test_quick_tracing_benchmark_prints_every_figure() -> None:
     _run(TRACING_BENCH, ["--quick"], TRACING_FIGURES)
+
+
+OPERATIONS_BENCH = BENCH.parent / "operations.py"
+_LATENCY = r"p50 +[\d.]+ ms  p99 +[\d.]+ ms  max +[\d.]+ ms"
+OPERATIONS_FIGURES = {
+    "o1-base": r"^\[o1\] live, no bulk action +[\d,]+ tasks: " + _LATENCY,
+    "o1-bulk": r"^\[o1\] live, bulk retry of [\d,]+ +[\d,]+ tasks: " + _LATENCY,
+    "o1-ratio": r"^\[o1\] p99 bulk / no bulk = [\d.]+x  target <= 2x  (PASS|MISS)",
+    "o1-during": r"^     submitted while the bulk action ran: ([\d,]+ tasks, p50|none)",
+    "o1-rate": r"^\[o1\] bulk retry of [\d,]+ dead letters: [\d.]+ s = [\d,]+ tasks/s",
+    "o2-floor": r"^     floor: Client\.get of one task [\d.]+ ms",
+    "o2": r"(^\[o2\] +[\w ,]+: +[\d,]+ matches +[\d.]+ ms  target <= 200 ms  (PASS|MISS)\n){9}",
+    "header-python": r"^python: ",
+    "header-cpus": r"^cpus: .*load average",
+    "summary": r"^targets:  \d/2 met",
+}
+
+
+def test_quick_operations_benchmark_prints_every_figure() -> None:
+    _run(OPERATIONS_BENCH, ["--quick"], OPERATIONS_FIGURES)
