@@ -1,5 +1,5 @@
 """`cronoq.v1.Operations` across shards: pool controls go to the pool's shard, searches and bulk
-actions ask every shard with a pool the filter covers and add up (docs/sharding.md,
+actions ask every shard with a pool the filter covers and add up (docs/server-api.md,
 "Operations")."""
 
 from __future__ import annotations
