@@ -41,11 +41,11 @@ from cronoq.errors import SchedulerError
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from .fronts.calls import Aborted, Call
-from .fronts.http_api import UnaryHandler
 from .metrics import BUCKETS, TaskObserver
 
 if TYPE_CHECKING:
     from .app import ServerApp
+    from .fronts.http_api import UnaryHandler
 
 __all__ = [
     "POINTS",
@@ -260,7 +260,7 @@ class HistorySampler:
         handler = self._app.methods.get(SNAPSHOT)
         if handler is None or handler.unary_unary is None:
             return None
-        run = cast(UnaryHandler, handler.unary_unary)
+        run = cast("UnaryHandler", handler.unary_unary)
         try:
             answer = await run(pb.Empty(), Call((), None, own_shard=True))
         except Aborted:  # (the session is ending: the engine no longer serves)
