@@ -35,11 +35,11 @@ from typing import Any
 import grpc
 import pytest
 
-from cronoq import SqliteStore
+from cronoq import Pool, Scheduler, SqliteStore
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.store import Batch
-from cronoq.store.sqlite import _SCHEMA_V1, LOCK_SUFFIX, MIGRATIONS
+from cronoq.store.sqlite import _SCHEMA_V1, LOCK_SUFFIX, MIGRATIONS, SCHEMA_VERSION
 from helpers.servers import PORT0, Server, leader_and_standby, write
 from helpers.workers import EchoWorker
 
@@ -606,7 +606,7 @@ async def test_older_files_are_migrated_and_a_lease_they_hold_is_waited_out(
     assert (row["host"], row["pid"], row["lock_holder"]) == (None, None, None)
     with contextlib.closing(sqlite3.connect(db)) as conn:
         meta = dict(conn.execute("SELECT key, value FROM cronoq_meta").fetchall())
-    assert meta["schema_version"] == "4"
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert await asyncio.wait_for(store.lead(), 5.0) == 6
     assert time.time() >= expiry
     assert (await store.load()).max_id == 5 << 48 | 9
@@ -647,3 +647,38 @@ async def test_a_fenced_leader_gives_its_lock_up(tmp_path: Path) -> None:
     assert leader_row(db)["lock_holder"] == new.holder
     await old.close()
     await new.close()
+
+
+async def test_a_pool_the_leader_paused_stays_paused_when_a_standby_takes_over(
+    tmp_path: Path,
+) -> None:
+    """The pause is on disk once pause() returns: the leader's file handle then closes as
+    at a death (the lease stays in the row, the lock file's lock is freed), and the standby
+    that takes over finds the pool paused, with the task the leader left waiting in it."""
+    db = tmp_path / "cronoq.sqlite"
+
+    def scheduler(store: SqliteStore) -> Scheduler:
+        pool = Pool("default", lambda ctx, payload: payload, max=2, initial=2, autoscale=False)
+        return Scheduler([pool], store=store, shutdown_grace=0.0)
+
+    first_store = await opened(db)
+    first = scheduler(first_store)
+    await first.start()
+    standby = scheduler(await opened(db))
+    taking_over = asyncio.create_task(standby.start())
+    try:
+        assert await first.pause("default")
+        waiting = await first.submit("after the pause", key="waits")
+        await first_store.close(release=False)
+        await asyncio.wait_for(taking_over, TAKEOVER)
+        pool = (await standby.snapshot()).pool("default")
+        assert pool is not None and pool.paused
+        assert await standby.status("waits") == "ready"
+        await standby.resume("default")
+        handle = await standby.handle(waiting.id)
+        assert handle is not None
+        assert await asyncio.wait_for(handle.result(), LONG) == "after the pause"
+    finally:
+        taking_over.cancel()
+        await first.shutdown()
+        await standby.shutdown()

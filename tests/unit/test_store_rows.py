@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -18,13 +18,17 @@ from cronoq._durable import _schedule
 from cronoq.core.cron import parse_cron, zone
 from cronoq.core.model import (
     BLOCKED,
+    CANCELLED,
+    DEAD_LETTERED,
     FAILED,
     READY,
     RETRYING,
     SUCCEEDED,
     Extras,
+    PastAttempt,
     RetryPolicy,
     TaskRecord,
+    resubmission,
 )
 from cronoq.core.recurring import Recurring
 from cronoq.store.base import TASK_COLUMNS, first_id, from_ns, to_ns
@@ -35,10 +39,13 @@ from cronoq.store.rows import (
     retry_from,
     retry_json,
     schedule_row,
+    update_row,
 )
 from cronoq.store.sqlite import (
     _INSERT_TASK,
     _SCHEMA_V1,
+    _UPDATE_DONE,
+    _UPDATE_LIVE,
     _UPSERT_RECURRING,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -136,8 +143,10 @@ def test_full_ready_task_round_trip(db: sqlite3.Connection) -> None:
 def test_plain_task_has_no_extra_and_null_columns(db: sqlite3.Connection) -> None:
     rec = task(BLOCKED, payload=None)
     write(db, rec)
-    row = db.execute("SELECT payload, fixed_start, deps, retry, tags FROM cronoq_tasks").fetchone()
-    assert row == (None, None, None, None, None)
+    row = db.execute(
+        "SELECT payload, fixed_start, deps, retry, tags, worker, attempts FROM cronoq_tasks"
+    ).fetchone()
+    assert row == (None, None, None, None, None, None, None)
     back, problem = read(db, rec.id)
     assert problem is None
     assert back.extra is None and back.payload is None and back.retry is None
@@ -185,6 +194,104 @@ def test_finished_task_row_round_trip(db: sqlite3.Connection) -> None:
     assert problem is None
     assert back.status == SUCCEEDED and back.output == {"r": 1}
     assert back.finished_at == pytest.approx(T0 + 3, abs=US)
+    # The payload its row still holds is not read back: nothing submits a success again.
+    db.execute("UPDATE cronoq_tasks SET payload = ?", (b'{"p":1}',))
+    assert read(db, rec.id)[0].payload is None
+
+
+@pytest.mark.parametrize("status", [FAILED, DEAD_LETTERED, CANCELLED])
+def test_a_task_that_ended_without_succeeding_reads_back_whole(
+    db: sqlite3.Connection, status: int
+) -> None:
+    extra = Extras(start_at=T0 + 10, tolerance=2.0, on_miss="skip", deps=[(5, "success")])
+    extra.resources = {"db": 2}
+    rec = task(status, cls=0, kind="report", key="k", tenant="acme", deadline=T0 + 60, extra=extra)
+    rec.duration_hint, rec.timeout, rec.retry = 0.25, 30.0, RetryPolicy(4, 0.5, 3.0, 9.0)
+    rec.tags, rec.labels = {"a": "b"}, {"gpu": "yes"}
+    rec.attempt, rec.finished_at, rec.message = 1, T0 + 3, "ended"
+    write(db, rec)
+    back, problem = read(db, rec.id)
+    assert problem is None
+    assert (back.status, back.payload, back.message) == (status, {"p": [1, 2]}, "ended")
+    copy = resubmission(back)
+    assert (copy.payload, copy.pool, copy.cls, copy.kind, copy.key, copy.tenant) == (
+        {"p": [1, 2]},
+        "default",
+        0,
+        "report",
+        None,
+        "acme",
+    )
+    assert copy.deadline == pytest.approx(T0 + 60, abs=US)
+    assert (copy.duration_hint, copy.timeout, copy.tags, copy.labels) == (
+        0.25,
+        30.0,
+        {"a": "b"},
+        {"gpu": "yes"},
+    )
+    assert copy.retry is not None and retry_json(copy.retry) == retry_json(rec.retry)
+    assert copy.extra is not None
+    assert copy.extra.spec() == {
+        "start_at": pytest.approx(T0 + 10, abs=US),
+        "tolerance": 2.0,
+        "on_miss": "skip",
+        "deps": [(5, "success")],
+        "resources": {"db": 2},
+    }
+
+
+def test_an_undecodable_payload_of_an_ended_task_reads_as_none(db: sqlite3.Connection) -> None:
+    rec = task(FAILED)
+    rec.finished_at = T0 + 1
+    write(db, rec)
+    db.execute("UPDATE cronoq_tasks SET payload = ?", (b"{oops",))
+    back, problem = read(db, rec.id)
+    assert problem is None  # it ended already: nothing fails it
+    assert (back.status, back.payload) == (FAILED, None)
+
+
+def same_attempts(got: Sequence[PastAttempt], want: Sequence[PastAttempt]) -> None:
+    """Equal, the times within what a nanosecond round trip may lose."""
+    assert [(a.number, a.outcome, a.message, a.worker) for a in got] == [
+        (a.number, a.outcome, a.message, a.worker) for a in want
+    ]
+    for a, b in zip(got, want, strict=True):
+        assert a.started_at == pytest.approx(b.started_at, abs=US)
+        assert a.ended_at == pytest.approx(b.ended_at, abs=US)
+
+
+def test_the_workers_of_the_attempts_round_trip_through_each_change(
+    db: sqlite3.Connection,
+) -> None:
+    """Written by the insert, a live change and an end (the store's own statements)."""
+    rec = task(READY)
+    write(db, rec)
+    first = PastAttempt(1, T0 + 1, T0 + 2.5, "failed", "boom", ("w1", 7))
+    rec.status, rec.attempt, rec.worker, rec.ready_at = RETRYING, 1, ("w1", 7), T0 + 4
+    rec.extra = Extras()
+    rec.extra.history = [first]
+    change, done = update_row(rec, None)
+    assert not done
+    db.execute(_UPDATE_LIVE, change)
+    row = db.execute("SELECT worker, attempts FROM cronoq_tasks").fetchone()
+    assert row == (
+        '["w1",7]',
+        f'[[1,{to_ns(T0 + 1)},{to_ns(T0 + 2.5)},"failed","boom",["w1",7]]]',
+    )
+    back, _ = read(db, rec.id)
+    assert back.worker == ("w1", 7)
+    same_attempts(back.past_attempts, [first])
+    # Attempt 2 in library mode (no worker) timed out; attempt 3 ends the task on w2.
+    second = PastAttempt(2, T0 + 5, T0 + 6, "timed_out", "timed out", None)
+    rec.extra.history.append(second)
+    rec.status, rec.attempt, rec.worker, rec.finished_at = FAILED, 3, ("w2", 9), T0 + 8
+    change, done = update_row(rec, None)
+    assert done
+    db.execute(_UPDATE_DONE, change)
+    back, _ = read(db, rec.id)
+    assert (back.status, back.attempt, back.worker) == (FAILED, 3, ("w2", 9))
+    same_attempts(back.past_attempts, [first, second])
+    assert back.extra is not None and back.extra.spec() == {}  # only the history
 
 
 def test_live_row_updated_time_is_now(db: sqlite3.Connection) -> None:
