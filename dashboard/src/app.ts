@@ -107,7 +107,7 @@ let lastTotals: { t: number; v: J } | undefined;
 // or less while the server has not led that long, but at least MIN_SPAN_S. The page then asks
 // only for the steps since the last it holds.
 const HOUR_S = 3600;
-const MIN_SPAN_S = 120;
+const MIN_SPAN_S = 60;
 const TICKS_S = [10, 15, 30, 60, 120, 300, 600, 900, 1800];
 const past = { step: 10, now: 0, fetched: 0, pools: new Map<string, J[]>() };
 type ChartSpec = { id: string; title: string; unit: string; rate: boolean; lines: [string, string, string][] };
@@ -167,12 +167,14 @@ function chart(spec: ChartSpec, pool: string, points: J[], step: number, from: n
     for (const p of points) {
       const v = value(p, k);
       if (v === null || p.t < from) { prev = undefined; continue; }
-      if (prev === undefined || p.t - prev > step * 1.5) runs.push([]);
+      // A late sample stretches a step; one missing shows as a gap of about two.
+      if (prev === undefined || p.t - prev > step * 1.75) runs.push([]);
       runs[runs.length - 1].push(`${x(p.t)},${y(v)}`);
       prev = p.t;
     }
-    const d = runs.map((r) => `M${r.join(" L")}${r.length === 1 ? " h0" : ""}`).join(" ");
-    g.append(svg("path", { d, class: `line ${colour}`, "data-line": k }, svg("title", {}, name)));
+    const d = runs.filter((r) => r.length > 1).map((r) => `M${r.join(" L")}`).join(" ");
+    g.append(svg("path", { d, class: `line ${colour}`, "data-line": k }, svg("title", {}, name)),
+      ...runs.filter((r) => r.length === 1).map(([xy]) => svg("circle", { cx: xy.split(",")[0], cy: xy.split(",")[1], r: 1.5, class: `dot ${colour}`, "data-line": k })));
   }
   if (!points.length) g.append(svg("text", { x: (CW + PAD.l) / 2, y: CH / 2, "text-anchor": "middle", class: "tick" }, "no data yet"));
   return g;
@@ -201,7 +203,7 @@ function charts(): HTMLElement[] {
 }
 
 function unserved(pending: number): HTMLElement {
-  return h("p", { class: "warning" }, `no worker serves this pool: ${pending} tasks waiting`);
+  return h("p", { class: "warning", "data-warning": "unserved" }, `no worker serves this pool: ${pending} ${pending === 1 ? "task" : "tasks"} waiting`);
 }
 
 async function overview(): Promise<void> {
@@ -466,7 +468,7 @@ async function taskPage(id: string, notice = ""): Promise<void> {
       b.addEventListener("click", async () => { try { const a = await post("/v1/tasks", r.resubmit); location.hash = `#/tasks/${a.id}?from=${encodeURIComponent(id)}`; } catch (e) { msg.textContent = (e as Error).message; } });
       actions.append(b);
     }
-    const waiting = !TERMINAL.has(t.status) ? [r.pool.paused ? h("p", { class: "warning" }, `pool ${t.pool} is paused: nothing new starts in it until it is resumed`) : "", r.pool.unserved ? unserved(r.pool.pending) : ""] : [];
+    const waiting = !TERMINAL.has(t.status) && r.pool ? [r.pool.paused ? h("p", { class: "warning", "data-warning": "paused" }, `pool ${t.pool} is paused: nothing new starts in it until it is resumed`) : "", r.pool.unserved ? unserved(r.pool.pending) : ""] : [];
     const facts: [string, string | Node][] = [["status", h("span", { class: `status st-${t.status}`, "data-field": "status" }, t.status)], ["pool", t.pool], ["key", t.key ?? ""], ["kind", t.kind ?? ""], ["priority", t.priority ?? ""], ["attempt", `${t.attempt}${t.max_attempts ? " of " + t.max_attempts : ""}`], ["worker", worker(t.worker_name, t.worker_id)], ["created", nsDate(t.created_unix_ns)], ["started", nsDate(t.started_unix_ns)], ["finished", nsDate(t.finished_unix_ns)], ["message", t.message ?? ""]];
     const deps = (list: J[], label: string) => list.length ? table(["id", "key", "condition", "status"], list.map((d) => [d.id ? taskLink(String(d.id)) : "", d.key ?? "", d.condition ?? "", d.status ?? ""]), label) : h("p", {}, "none");
     const attempts: J[] = r.attempts ?? [];

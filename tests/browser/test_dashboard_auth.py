@@ -59,18 +59,22 @@ def test_asks_for_a_token_until_one_is_accepted(api: Api, page: Page) -> None:
 @pytest.mark.parametrize(
     ("token", "route", "path", "view"),
     [
-        (METRICS, "#/tasks", "/ui/api/tasks", "tasks"),
-        (METRICS, "#/events", "/ui/api/events", "live events"),
-        (CLIENT, "#/overview", "/v1/snapshot", "the overview"),
-        (CLIENT, "#/workers", "/v1/workers", "workers"),
-        (CLIENT, "#/recurring", "/v1/recurring", "recurring schedules"),
+        (METRICS, "#/tasks", "POST /v1/tasks/search", "tasks"),
+        (METRICS, "#/events", "GET /ui/api/events", "live events"),
+        (CLIENT, "#/overview", "GET /v1/snapshot", "the overview"),
+        (CLIENT, "#/workers", "GET /v1/workers", "workers"),
+        (CLIENT, "#/recurring", "GET /v1/recurring", "recurring schedules"),
     ],
 )
 def test_a_role_without_the_view_gets_a_plain_403(
     api: Api, page: Page, token: str, route: str, path: str, view: str
 ) -> None:
     """The route the view reads refuses the token's role, and the page says so plainly."""
-    assert http_error(lambda: Api(api.address, token)("GET", path)) == 403
+    verb, path = path.split()
+    assert (
+        http_error(lambda: Api(api.address, token)(verb, path, {} if verb == "POST" else None))
+        == 403
+    )
     page.goto(api.url(route))
     _sign_in(page, token)
     expect(page.locator("main p.error")).to_have_text(f"this token's role does not allow {view}")
@@ -92,3 +96,36 @@ def test_a_role_with_the_view_sees_it(api: Api, browser: Browser) -> None:
         expect(page.locator('td[data-label="id"]').first).to_have_text("1")
     finally:
         context.close()
+
+
+def test_bulk_actions_and_pausing_need_the_admin_role(api: Api, page: Page) -> None:
+    """A client token lists and selects tasks, but its bulk cancel is refused (nothing is
+    cancelled, and the page says it needs the admin role); a metrics token sees the overview
+    but may not pause a pool."""
+    waiting = api("POST", "/v1/tasks", {"payload": {"to": "bob"}, "kind": "refused"})["id"]
+    bulk = {"action": "cancel", "filter": {"ids": [waiting]}, "dry_run": True}
+    assert http_error(lambda: Api(api.address, CLIENT)("POST", "/v1/tasks/bulk", bulk)) == 403
+    page.goto(api.url("#/tasks?kind=refused"))
+    _sign_in(page, CLIENT)
+    page.get_by_label(f"select task {waiting}").check()
+    expect(page.locator("#picked")).to_have_text("1 selected")
+    page.get_by_role("button", name="Cancel...").click()
+    expect(page.locator("p.notice")).to_have_text(
+        "this token's role does not allow bulk actions: they need the admin role"
+    )
+    expect(page.locator("dialog")).to_have_count(0)
+    assert api("GET", f"/v1/tasks/{waiting}")["status"] == "ready"
+
+    page.evaluate("sessionStorage.clear()")
+    page.goto(api.url("#/overview"))
+    _sign_in(page, METRICS)
+    assert (
+        http_error(lambda: Api(api.address, METRICS)("POST", "/v1/pools/default/pause", {})) == 403
+    )
+    page.get_by_role("button", name="Pause pool default").click()
+    page.get_by_role("dialog").get_by_role("button", name="Pause").click()
+    expect(page.locator("p.notice")).to_have_text(
+        "this token's role does not allow pausing or resuming pools: that needs the admin role"
+    )
+    assert not api("GET", "/v1/snapshot")["pools"][0]["paused"]
+    page.screenshot(path=str(SHOTS / "pause-refused.png"))
