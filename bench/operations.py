@@ -48,12 +48,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -107,7 +108,7 @@ ONE_ATTEMPT = "retry = { max_attempts = 1 }"
 
 
 @contextlib.contextmanager
-def serving(tmp: str, name: str, store: str, pools: Mapping[str, str]) -> Any:
+def serving(tmp: str, name: str, store: str, pools: Mapping[str, str]) -> Iterator[str]:
     """A server on a fresh configuration (and store file) in `tmp`; its gRPC address."""
     body = 'kind = "memory"'
     if store == "sqlite":
@@ -141,13 +142,13 @@ async def outcome(lease: Lease) -> None:
 
 async def worker_main(target: str, pool: str) -> None:
     worker = Worker(target, pool, outcome, slots=SLOTS, name="bench", reconnect=False)
-    serving = asyncio.create_task(worker.run())
+    running = asyncio.create_task(worker.run())
     asyncio.get_running_loop().add_signal_handler(
         signal.SIGTERM, lambda: asyncio.ensure_future(worker.stop())
     )
     await worker.wait_registered(30)
     print("registered", flush=True)
-    await serving
+    await running
 
 
 @contextlib.asynccontextmanager
@@ -157,7 +158,7 @@ async def client(target: str) -> AsyncIterator[Client]:
         yield c
 
 
-async def until(check: Any, what: str, timeout: float = 300.0) -> None:
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 300.0) -> None:
     """Poll the coroutine function `check` until it answers true."""
     deadline = time.monotonic() + timeout
     while not await check():
@@ -259,7 +260,7 @@ async def phase_bulk(target: str, sz: Sizes) -> tuple[list[Window], list[Window]
     dead = start_worker(target, "dead")
     live = Live()
     worker = Worker(target, "live", live.handle, slots=SLOTS, name="live", reconnect=False)
-    serving = asyncio.create_task(worker.run())
+    running = asyncio.create_task(worker.run())
     try:
         await worker.wait_registered(30)
         async with client(target) as producer, client(target) as operator:
@@ -280,7 +281,7 @@ async def phase_bulk(target: str, sz: Sizes) -> tuple[list[Window], list[Window]
             return base, with_bulk
     finally:
         await worker.stop()
-        await serving
+        await running
         dead.stop()
 
 
@@ -360,7 +361,7 @@ def searches(n: int, times: list[tuple[float, float]]) -> dict[str, dict[str, An
     }
 
 
-async def best_ms(call: Any, runs: int) -> float:
+async def best_ms(call: Callable[[], Awaitable[object]], runs: int) -> float:
     best = float("inf")
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -388,7 +389,7 @@ async def phase_search(target: str, sz: Sizes) -> bool:
             lines = searches(sz.held, times)
             for name, kw in lines.items():
                 total = (await c.search_tasks(limit=PAGE, **kw)).total
-                ms = await best_ms(lambda kw=kw: c.search_tasks(limit=PAGE, **kw), sz.runs)
+                ms = await best_ms(functools.partial(c.search_tasks, limit=PAGE, **kw), sz.runs)
                 ok = ms <= TARGET_SEARCH_MS
                 met += ok
                 print(
