@@ -624,6 +624,7 @@ async def test_a_stalled_body_gets_the_408_and_the_close_at_the_timeout_on_every
 
         async def stall(route: Route) -> tuple[Route, float, float, bytes]:
             path = route.path.replace("{id}", "1").replace("{key}", "k").replace("{name}", "n")
+            path = path.replace("{pool}", "p")
             async with connection(app.http_address) as (reader, writer):
                 sent = loop.time()
                 writer.write(raw_request(route.verb, path, b'{"key": "stall', length=100))

@@ -1050,7 +1050,7 @@ async def test_every_documented_route_answers(target: Target) -> None:
     never 404 or 405: the document names no route the server lacks."""
     async with client(target) as h:
         task = await h.post("/v1/tasks", {"pool": "keys", "key": "doc-1"})
-        values = {"id": task["id"], "key": "doc-1", "name": "none"}
+        values = {"id": task["id"], "key": "doc-1", "name": "none", "pool": "keys"}
         bodies = {
             "/v1/tasks": {"pool": "keys"},
             "/v1/tasks:batch": {"tasks": [{"pool": "keys"}]},
