@@ -259,16 +259,24 @@ class Engine:
     def live_tasks(self) -> Iterable[TaskRecord]:
         return (r for r in self.tasks.values() if r.status < FIRST_TERMINAL)
 
+    def id_index(self) -> list[int]:
+        """The ids of the held tasks, ascending, for readers that walk them in order (pages,
+        searches): built at the first call and kept up to date from then on, it may still name
+        forgotten tasks (look each one up), at most about as many as it holds."""
+        ids = self._st.ids
+        tasks = self.tasks
+        if ids is None or len(ids) > 2 * len(tasks) + 1024:  # drop the ids of forgotten tasks
+            ids = self._st.ids = sorted(tasks)
+        return ids
+
     def page(
         self, after: int, limit: int, match: Callable[[TaskRecord], bool] | None = None
     ) -> tuple[list[TaskRecord], bool]:
         """Up to `limit` live or retained tasks with ids above `after` that `match` accepts, in
         id order, and whether more follow. O(log n + tasks looked at): the id index is built
         at the first call and kept from then on (a driver that never pages pays nothing)."""
-        ids = self._st.ids
+        ids = self.id_index()
         tasks = self.tasks
-        if ids is None or len(ids) > 2 * len(tasks) + 1024:  # drop the ids of forgotten tasks
-            ids = self._st.ids = sorted(tasks)
         out: list[TaskRecord] = []
         for i in range(bisect_right(ids, after), len(ids)):
             rec = tasks.get(ids[i])

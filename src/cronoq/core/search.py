@@ -150,15 +150,6 @@ def _all(tests: list[Match]) -> Match | None:
     return lambda r: head(r) and rest(r)
 
 
-def _id_index(engine: Engine) -> list[int]:
-    """The engine's ascending id index (Engine.page builds and keeps it; asking for no task
-    brings it up to date), which may still hold ids of forgotten tasks."""
-    engine.page(0, 0)
-    ids = engine._st.ids
-    assert ids is not None
-    return ids
-
-
 def search(
     engine: Engine,
     flt: TaskFilter,
@@ -189,7 +180,7 @@ def _by_id(
 ) -> tuple[list[TaskRecord], int]:
     """Walk the id index in the order asked, keep matches `offset` to `want`, count them all."""
     tasks = engine.tasks
-    ids = _id_index(engine)
+    ids = engine.id_index()
     order = iter(ids) if ascending else reversed(ids)
     page: list[TaskRecord] = []
     seen = 0

@@ -27,7 +27,15 @@ from cronoq.server import convert
 from cronoq.server.auth import Principal, current_principal
 from cronoq.server.logs import event
 
-from .tasks import DEFAULT_PAGE, Context, _Base, _rpc, check_pool, known_pools, pool_filter
+from .tasks import (
+    DEFAULT_PAGE,
+    Context,
+    ServiceBase,
+    check_pool,
+    known_pools,
+    pool_filter,
+    rpc_errors,
+)
 
 __all__ = ["BULK_CHUNK", "OperationsService", "info_key"]
 
@@ -111,7 +119,7 @@ def _describe(flt: TaskFilter) -> str:
     return " ".join(parts) or "all"
 
 
-class OperationsService(_Base, cronoq_pb2_grpc.OperationsServicer):
+class OperationsService(ServiceBase, cronoq_pb2_grpc.OperationsServicer):
     """`cronoq.v1.Operations`. Its roles are in auth.py: admin, SearchTasks also client."""
 
     def _filter(self, engine: Engine, msg: pb.TaskFilter) -> TaskFilter:
@@ -138,15 +146,15 @@ class OperationsService(_Base, cronoq_pb2_grpc.OperationsServicer):
         event(log, logging.INFO, f"pool_{action}", pool=pool, changed=changed, **_who(caller))
         return pb.PoolControlResponse(pool=pool, paused=pause, changed=changed)
 
-    @_rpc
+    @rpc_errors
     async def PausePool(self, request: pb.PoolRequest, context: Context) -> pb.PoolControlResponse:
         return await self._control(request, pause=True)
 
-    @_rpc
+    @rpc_errors
     async def ResumePool(self, request: pb.PoolRequest, context: Context) -> pb.PoolControlResponse:
         return await self._control(request, pause=False)
 
-    @_rpc
+    @rpc_errors
     async def SearchTasks(
         self, request: pb.SearchTasksRequest, context: Context
     ) -> pb.SearchTasksResponse:
@@ -160,7 +168,7 @@ class OperationsService(_Base, cronoq_pb2_grpc.OperationsServicer):
             tasks=[convert.task_info(rec, retry.get(rec.pool)) for rec in page], total=total
         )
 
-    @_rpc
+    @rpc_errors
     async def BulkTasks(self, request: pb.BulkRequest, context: Context) -> pb.BulkResponse:
         engine = self._engine()
         action = _ACTIONS.get(request.action)

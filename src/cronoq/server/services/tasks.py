@@ -92,7 +92,7 @@ def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
 
 
-def _rpc(
+def rpc_errors(
     fn: Callable[[_S, _Req, Context], Awaitable[_Resp]],
 ) -> Callable[[_S, _Req, Context], Awaitable[_Resp]]:
     """End a unary call that raised with the status code of `_status`."""
@@ -108,7 +108,7 @@ def _rpc(
     return call
 
 
-class _Base:
+class ServiceBase:
     """What both services share: the scheduler, the limits and access to the engine."""
 
     def __init__(
@@ -226,7 +226,7 @@ async def _settle(handle: TaskHandle) -> None:
         await handle
 
 
-class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
+class TasksService(ServiceBase, cronoq_pb2_grpc.TasksServicer):
     """`cronoq.v1.Tasks` (docs/server-api.md, "Tasks")."""
 
     # --- helpers ---------------------------------------------------------------------------
@@ -343,7 +343,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
 
     # --- RPCs ------------------------------------------------------------------------------
 
-    @_rpc
+    @rpc_errors
     async def Submit(self, request: pb.SubmitRequest, context: Context) -> pb.SubmitResponse:
         engine = self._engine()
         if not request.HasField("task"):
@@ -368,7 +368,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
                 resp.result.CopyFrom(await self._wait(rec, budget))
         return resp
 
-    @_rpc
+    @rpc_errors
     async def SubmitBatch(
         self, request: pb.SubmitBatchRequest, context: Context
     ) -> pb.SubmitBatchResponse:
@@ -390,7 +390,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             tasks=[pb.SubmitResponse(id=h.id, duplicate=h.duplicate) for h in handles]
         )
 
-    @_rpc
+    @rpc_errors
     async def Cancel(self, request: pb.CancelRequest, context: Context) -> pb.CancelResponse:
         """An unknown task is `cancelled = false`, as one that had ended; only a
         pool-restricted caller gets NOT_FOUND for it, as for another pool's task, so that
@@ -403,14 +403,14 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             return pb.CancelResponse(cancelled=False)
         return pb.CancelResponse(cancelled=await self._sched.cancel(rec.id))
 
-    @_rpc
+    @rpc_errors
     async def Get(self, request: pb.GetRequest, context: Context) -> pb.TaskInfo:
         engine = self._engine()
         rec = await self._find(engine, request.task)
         config = engine.configs.get(rec.pool)
         return convert.task_info(rec, None if config is None else config.retry)
 
-    @_rpc
+    @rpc_errors
     async def ListTasks(
         self, request: pb.ListTasksRequest, context: Context
     ) -> pb.ListTasksResponse:
@@ -436,7 +436,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
             next_after=page[-1].id if more else 0,
         )
 
-    @_rpc
+    @rpc_errors
     async def Wait(self, request: pb.WaitRequest, context: Context) -> pb.TaskResult:
         engine = self._engine()
         requested = request.timeout_s if request.HasField("timeout_s") else None
@@ -484,7 +484,7 @@ class TasksService(_Base, cronoq_pb2_grpc.TasksServicer):
         await context.abort(grpc.StatusCode.UNAVAILABLE, "scheduler stopped")
 
 
-class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
+class AdminService(ServiceBase, cronoq_pb2_grpc.AdminServicer):
     """`cronoq.v1.Admin` (docs/server-api.md, "Admin"). `workers` lists the connected remote
     workers; the worker layer supplies it (snapshots derive per-pool worker counts and groups from
     it).
@@ -503,7 +503,7 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
         super().__init__(sched, limits)
         self._workers = workers
 
-    @_rpc
+    @rpc_errors
     async def Snapshot(self, request: pb.Empty, context: Context) -> pb.SnapshotResponse:
         engine = self._engine()
         caller = current_principal()
@@ -520,7 +520,7 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
         workers = [w for w in self._workers() if caller.sees(w.pool)]
         return convert.snapshot_to_pb(snap, workers)
 
-    @_rpc
+    @rpc_errors
     async def AddRecurring(self, request: pb.RecurringRequest, context: Context) -> pb.Empty:
         """A template for a pool the server does not have is an invalid template
         (INVALID_ARGUMENT), not a missing pool."""
@@ -544,7 +544,7 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
             ) from None
         return pb.Empty()
 
-    @_rpc
+    @rpc_errors
     async def RemoveRecurring(
         self, request: pb.RemoveRecurringRequest, context: Context
     ) -> pb.RemoveRecurringResponse:
@@ -555,13 +555,13 @@ class AdminService(_Base, cronoq_pb2_grpc.AdminServicer):
             return pb.RemoveRecurringResponse(removed=False)
         return pb.RemoveRecurringResponse(removed=await self._sched.remove_recurring(name))
 
-    @_rpc
+    @rpc_errors
     async def ListWorkers(self, request: pb.Empty, context: Context) -> pb.ListWorkersResponse:
         self._engine()
         caller = current_principal()
         return pb.ListWorkersResponse(workers=[w for w in self._workers() if caller.sees(w.pool)])
 
-    @_rpc
+    @rpc_errors
     async def ListRecurring(self, request: pb.Empty, context: Context) -> pb.ListRecurringResponse:
         engine = self._engine()
         caller = current_principal()
