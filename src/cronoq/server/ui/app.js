@@ -283,7 +283,7 @@ const TASK_COLS = [
 // Each bulk action: its button, the dry run's count explained, what was done.
 const BULK = {
     cancel: ["Cancel", "have not ended: they will be cancelled.", "Cancelled"],
-    retry: ["Retry", "failed, were dead-lettered or were cancelled: each is submitted again as a new task (same spec and payload, no key).", "Submitted again"],
+    retry: ["Retry", "ended without succeeding (failed, dead-lettered, cancelled, skipped, missed or shed): each is submitted again as a new task (same spec and payload, no key).", "Submitted again"],
     delete: ["Delete from history", "have ended: they will be forgotten, in memory and in the store. This cannot be undone.", "Deleted from history"],
 };
 function worker(name, id) {
