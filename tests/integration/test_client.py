@@ -672,3 +672,109 @@ async def test_watch_stream_endings() -> None:
         await asyncio.wait_for(rec.watch_cancelled.wait(), 3)
         assert rec.calls[-1][1] == pb.WatchRequest(pools=["p"], ids=[1, 2], all_transitions=True)
         assert rec.calls[0][1] == pb.WatchRequest(keys=["unavailable"])
+
+
+# --- Operations (this server's additions) -------------------------------------------------------
+
+
+async def test_search_tasks_filters_sorts_and_pages(plain: Plain) -> None:
+    async with Client(plain.address) as client:
+        specs = [
+            task(n, pool="idle", kind=kind, key=f"find-{n}", tags={"run": "f1", "n": n})
+            for n, kind in enumerate("abab")
+        ]
+        ids = [s.id for s in await client.submit_batch(specs)]
+        run: dict[str, Any] = {"tags": {"run": "f1"}}
+        newest = await client.search_tasks(**run)
+        assert ([t.id for t in newest.tasks], newest.total) == (ids[::-1], 4)
+        assert newest.unavailable_shards == ()
+        kind_a = await client.search_tasks(kinds=["a"], ascending=True, **run)
+        assert [t.id for t in kind_a.tasks] == [ids[0], ids[2]]
+        by_kind = await client.search_tasks(sort="KIND", ascending=True, **run)
+        assert [t.id for t in by_kind.tasks] == [ids[0], ids[2], ids[1], ids[3]]
+        assert [t.id for t in (await client.search_tasks(key="find-1")).tasks] == [ids[1]]
+        prefixed = await client.search_tasks(key_prefix="find-", tags={"n": "3"})
+        assert [t.id for t in prefixed.tasks] == [ids[3]]
+        only = await client.search_tasks(ids=[ids[2], ids[0]], pools=["idle"], statuses=["ready"])
+        assert [t.id for t in only.tasks] == [ids[2], ids[0]]
+        now = time.time()
+        recent = await client.search_tasks(submitted_after=now - 3600, **run)
+        assert recent.total == 4
+        assert (await client.search_tasks(submitted_before=now - 3600, **run)).total == 0
+        page = await client.search_tasks(limit=2, offset=1, **run)
+        assert ([t.id for t in page.tasks], page.total) == ([ids[2], ids[1]], 4)
+        await raises("not_found", client.search_tasks(pools=["nope"]))
+        for i in ids:
+            await client.cancel(i)
+
+
+async def test_bulk_dry_run_cancel_retry_and_delete(plain: Plain) -> None:
+    async with Client(plain.address) as client:
+        ids = [s.id for s in await client.submit_batch([task(n, pool="idle", tags={"run": "k1"})
+                                                         for n in range(3)])]  # fmt: skip
+        run: dict[str, Any] = {"tags": {"run": "k1"}}
+        dry = await client.bulk("cancel", dry_run=True, **run)
+        assert (dry.matched, dry.affected, dry.unavailable_shards) == (3, 3, ())
+        assert {(await client.get(i)).status for i in ids} == {"ready"}
+        assert (await client.bulk("retry", dry_run=True, **run)).affected == 0  # none ended
+        cancelled = await client.bulk("cancel", pools=["idle"], ids=ids[:2], **run)
+        assert (cancelled.matched, cancelled.affected) == (2, 2)
+        assert [(await client.get(i)).status for i in ids] == ["cancelled", "cancelled", "ready"]
+        retried = await client.bulk("retry", statuses=["cancelled"], **run)
+        assert (retried.matched, retried.affected) == (2, 2)
+        copies = await client.search_tasks(statuses=["ready"], ascending=True, **run)
+        assert copies.total == 3 and copies.tasks[0].id == ids[2]
+        assert all(t.id > ids[2] for t in copies.tasks[1:])
+        deleted = await client.bulk("delete", **run)
+        assert (deleted.matched, deleted.affected) == (5, 2)
+        for gone in ids[:2]:
+            await raises("not_found", client.get(gone))
+        assert (await client.bulk("cancel", **run)).affected == 3
+
+
+async def test_pause_resume_and_drain_a_pool(plain: Plain) -> None:
+    async with Client(plain.address) as client:
+        held = await client.submit(b"hold-drain", pool="default")
+
+        async def leased() -> bool:
+            return held.id in plain.worker.leases
+
+        await until(leased)
+        try:
+            seen: list[int] = []
+            assert not await client.drain_pool("default", 0.3, poll=0.05, on_wait=seen.append)
+            assert seen and set(seen) == {1}  # the held attempt, every look
+            snap = (await client.snapshot()).pool("default")
+            assert snap is not None and (snap.paused, snap.busy) == (True, 1)
+            assert await client.pause_pool("default") == cronoq.client.PoolControl(
+                "default", True, False
+            )
+            queued = await client.submit(b"after", pool="default")
+            lease = plain.worker.leases[held.id]
+            done = pb.Complete(lease=lease.lease, output=b"ok")
+            plain.worker.outbox.put(pb.WorkerMessage(complete=done))
+            assert await client.drain_pool("default", 10, poll=0.05)
+            assert (await client.get(queued.id)).status == "ready"  # paused: not started
+        finally:
+            resumed = await client.resume_pool("default")
+        assert resumed == cronoq.client.PoolControl("default", False, True)
+        result = await client.wait(queued.id, timeout=10)
+        assert result.output == b"retfa"
+        info = await client.get(queued.id)
+        (worker,) = [w for w in await client.list_workers() if w.pool == "default"]
+        assert (info.worker_name, info.worker_id) == ("lease-worker", worker.id)
+        assert (await client.resume_pool("default")).changed is False
+        await raises("not_found", client.pause_pool("nope"))
+
+
+async def test_operations_need_an_admin_token_except_search(secure: Secure) -> None:
+    async with secure.client("client") as client:
+        await raises("permission_denied", client.pause_pool("default"))
+        await raises("permission_denied", client.resume_pool("default"))
+        await raises("permission_denied", client.bulk("cancel", dry_run=True))
+        await raises("permission_denied", client.drain_pool("default", 1))
+        assert (await client.search_tasks(limit=1)).total >= 0
+    async with secure.client("admin") as admin:
+        assert (await admin.bulk("delete", dry_run=True, pools=["default"])).matched >= 0
+        assert (await admin.pause_pool("default")).paused
+        assert (await admin.resume_pool("default")).changed

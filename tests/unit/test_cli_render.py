@@ -72,6 +72,9 @@ def test_times_need_a_zone() -> None:
         parse_time("2030-01-02T09:00:00")
     with pytest.raises(ValueError, match="RFC 3339"):
         parse_time("tomorrow")
+    assert parse_time("2262-04-11T00:00:00Z").year == 2262
+    with pytest.raises(ValueError, match="the protocol carries times before 2262-04-11"):
+        parse_time("2262-04-12T00:00:00Z")  # past a signed 64-bit count of nanoseconds
 
 
 def test_moments_are_times_or_durations_back_from_now() -> None:

@@ -701,8 +701,10 @@ def _pool_control(settings: Settings, pool: str, paused: bool) -> int:
 
     async def work(c: Client) -> int:
         state: PoolControl = await (c.pause_pool(pool) if paused else c.resume_pool(pool))
-        word = "paused" if state.paused else "resumed"
-        text = f"{word} pool {pool}" if state.changed else f"pool {pool} was {word} already"
+        if state.changed:
+            text = f"{'paused' if state.paused else 'resumed'} pool {pool}"
+        else:
+            text = f"pool {pool} was {'paused already' if state.paused else 'not paused'}"
         settings.show(state, text)
         return EXIT_OK
 

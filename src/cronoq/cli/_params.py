@@ -32,6 +32,8 @@ __all__ = [
     "tls_options",
 ]
 
+# The end of the wire's times: Unix nanoseconds in a signed 64-bit integer.
+_LAST = datetime.fromtimestamp((2**63 - 1) // 10**9, UTC)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?")
 
@@ -60,6 +62,8 @@ def parse_time(text: str) -> datetime:
         raise ValueError(f"bad time {text!r}: use RFC 3339, e.g. 2030-01-02T09:00:00Z") from None
     if when.tzinfo is None:
         raise ValueError(f"bad time {text!r}: add a zone offset, e.g. Z or +02:00")
+    if when >= _LAST:
+        raise ValueError(f"bad time {text!r}: the protocol carries times before {_LAST:%Y-%m-%d}")
     return when
 
 
