@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import AsyncGenerator
 from importlib import resources
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from aiohttp import web
 from multidict import MultiDict
@@ -28,7 +28,6 @@ from ...proto.cronoq.v1 import cronoq_pb2 as pb
 from ..auth import current_principal
 from ..convert import CONTENT_TYPE_TAG, RESERVED_PREFIX, output_bytes, to_ns
 from ..errors import Refused
-from ..history import History
 from ..services.sharding.plan import ShardPlan
 from ..services.tasks import known_pools, pool_filter
 from . import json_messages
@@ -406,13 +405,6 @@ def _since(text: str) -> float:
     return since
 
 
-class _Charted(Protocol):
-    """The app's part the charts read (`ServerApp.history`), which `HttpHost` does not list."""
-
-    @property
-    def history(self) -> History: ...
-
-
 async def history(gw: Gateway, request: web.Request) -> web.Response:
     """Each pool's last hour (`ServerApp.history`, sampled every `step` s while this server
     leads) for the charts, limited to the pools the caller may see, as Snapshot is."""
@@ -427,7 +419,7 @@ async def history(gw: Gateway, request: web.Request) -> web.Response:
         known_pools(set() if pool is None else {pool}, gw.app.scheduler.pools)
     except Refused as e:
         raise HttpError.of_grpc(e.code, e.message) from None
-    out = cast(_Charted, gw.app).history.series(pool, since)
+    out = gw.app.history.series(pool, since)
     if seen is not None:
         out["pools"] = {name: pts for name, pts in out["pools"].items() if name in seen}
     return json_answer(out)

@@ -4,13 +4,16 @@ on `app.ServerApp`, which builds them (so the app can import the fronts, and no 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
 from cronoq.runtime import Scheduler
 
 from ..config import ServerConfig, SocketAddress
+
+if TYPE_CHECKING:
+    from ..history import History
 
 
 class Host(Protocol):
@@ -40,3 +43,6 @@ class HttpHost(Host, Protocol):
 
     @property
     def scheduler(self) -> Scheduler: ...
+
+    @property
+    def history(self) -> History: ...
