@@ -448,6 +448,8 @@ async def _warn_if_stuck(c: Client, ref: int | str) -> None:
     with contextlib.suppress(ClientError):
         while True:
             info = await c.get(ref)
+            if info.done:
+                return
             if info.status != "running":
                 pool = (await c.snapshot()).pool(info.pool)
                 if pool is not None and pool.unserved:
@@ -670,7 +672,6 @@ def bulk(settings: Settings, /, action: str, dry_run: bool, yes: bool, **options
     or cancelled one. delete: the ended ones. Without --yes, the count of a dry run is shown
     and confirmed first; with no filter, every task the server holds matches.
     """
-    action = action.lower()
     filters = _task_filter(options)
     ask = not (dry_run or yes)
     if ask and not sys.stdin.isatty():
@@ -683,8 +684,11 @@ def bulk(settings: Settings, /, action: str, dry_run: bool, yes: bool, **options
         if ask:
             preview = await c.bulk(action, dry_run=True, **filters)
             _warn_missing(preview.unavailable_shards)
-            question = f"{bulk_text(action, preview, dry_run=True)}. Go ahead?"
-            if not preview.affected or not click.confirm(question, err=True):
+            counted = bulk_text(action, preview, dry_run=True)
+            if not preview.affected:
+                click.echo(f"cronoq: {counted}: nothing changed", err=True)
+                return EXIT_OK
+            if not click.confirm(f"{counted}. Go ahead?", err=True):
                 click.echo("cronoq: nothing changed", err=True)
                 return EXIT_OK
         done = await c.bulk(action, dry_run=dry_run, **filters)
@@ -745,17 +749,17 @@ def drain(settings: Settings, pool: str, timeout: float | None, interval: float)
         raise click.BadParameter("must be more than 0", param_hint="--interval")
 
     async def work(c: Client) -> int:
-        running: list[int] = []
+        running = 0
 
         def progress(busy: int) -> None:
-            if not running or running[-1] != busy:
+            nonlocal running
+            if busy != running:
                 click.echo(f"cronoq: pool {pool} paused; {busy} attempt(s) still running", err=True)
-            running.append(busy)
+            running = busy
 
         if not await c.drain_pool(pool, timeout, poll=interval, on_wait=progress):
             raise TimeoutError(
-                f"pool {pool} still runs {running[-1]} attempt(s) after {timeout:g}s; "
-                "it stays paused"
+                f"pool {pool} still runs {running} attempt(s) after {timeout:g}s; it stays paused"
             )
         text = f"drained pool {pool}: paused, nothing running"
         settings.show({"pool": pool, "paused": True, "drained": True}, text)
