@@ -22,6 +22,7 @@ import pytest
 from cronoq.client import Client, task
 from cronoq.store import SqliteStore
 from cronoq.store.base import COLUMN
+from cronoq.store.sqlite import SCHEMA_VERSION
 from helpers.servers import COMMAND, PORT0, Server, server_command, write
 
 PRELOAD = 2000  # tasks in the store before the backup starts (a few MiB: many backup steps)
@@ -156,7 +157,7 @@ def test_backup_while_a_server_commits(tmp_path: Path) -> None:
     assert len(lines) == 1, lines
     match = re.fullmatch(
         rf"backed up {re.escape(str(db))} to {re.escape(str(out))}: (\d+) tasks, (\d+) bytes, "
-        r"schema version 4",
+        rf"schema version {SCHEMA_VERSION}",
         lines[0],
     )
     assert match, lines[0]
@@ -328,7 +329,10 @@ def test_existing_out_is_refused_unless_force(tmp_path: Path) -> None:
     result = _run("backup", "--store", str(db), "--force", str(out))
     assert result.returncode == 0, result
     size = out.stat().st_size
-    assert result.stdout == f"backed up {db} to {out}: 0 tasks, {size} bytes, schema version 4\n"
+    assert (
+        result.stdout
+        == f"backed up {db} to {out}: 0 tasks, {size} bytes, schema version {SCHEMA_VERSION}\n"
+    )
     assert _integrity(out) == ["ok"]
     assert _stored(out)[0] == {}
 
