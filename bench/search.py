@@ -38,6 +38,8 @@ LIMIT = 50
 
 
 def populate(n: int) -> Engine:
+    """`n` tasks over pools a and b, kinds, keys, tags, priorities and submit times varied;
+    some run and succeed or fail, some are cancelled, the rest wait."""
     engine = Engine(
         [
             PoolConfig("a", capacity=n, min=0, max=n, retry=RetryPolicy(max_attempts=1)),
@@ -61,13 +63,13 @@ def populate(n: int) -> Engine:
     engine.dispatch(now)
     for j, att in enumerate(list(engine.running.values())):
         if j % 4 == 0:
-            engine.complete(att, now)
+            engine.complete(att, now + 1)
         elif j % 4 == 1:
-            engine.fail(att, now, "boom")
+            engine.fail(att, now + 2, "boom")
         elif j % 4 == 2:
-            engine.fail(att, now, "bad input", permanent=True)
+            engine.fail(att, now + 2, "bad input", permanent=True)
     for rec in recs[::11]:
-        engine.cancel(rec.id, now)
+        engine.cancel(rec.id, now + 3)
     engine.take()
     return engine
 

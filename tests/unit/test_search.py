@@ -1,10 +1,13 @@
 """core/search.py against a plain reference: every filter field, every order both ways, pages
-and totals, over an engine holding tasks in many states; and the figures on 100k tasks."""
+and totals, over an engine holding tasks in many states (bench/search.py's, which times the
+search on 100k tasks)."""
 
 from __future__ import annotations
 
-import time
+import importlib.util
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,14 +21,11 @@ from cronoq.core.model import (
     READY,
     RUNNING,
     SUCCEEDED,
-    PoolConfig,
-    RetryPolicy,
     TaskRecord,
 )
 from cronoq.core.search import SORTS, TaskFilter, matching_ids, search
-from helpers.engine import engine_of
 
-ONE_TRY = RetryPolicy(max_attempts=1)
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _reference_key(sort: str) -> Callable[[TaskRecord], tuple[Any, int]]:
@@ -63,36 +63,16 @@ def _matches(r: TaskRecord, f: TaskFilter) -> bool:
 
 
 def _populate(n: int) -> Engine:
-    """`n` tasks over pools a and b, kinds, keys, tags, priorities and submit times varied;
-    some run and succeed or fail, some are cancelled, the rest wait."""
-    engine = engine_of(
-        PoolConfig("a", capacity=n, min=0, max=n, retry=ONE_TRY),
-        PoolConfig("b", capacity=0, min=0, max=0),
-        elastic=False,
-    )
-    recs = []
-    for i in range(n):
-        rec = TaskRecord(
-            i,
-            "a" if i % 3 else "b",
-            cls=i % 4,
-            kind="push" if i % 3 == 0 else ("mail", "sms")[i % 2],
-            key=None if i % 5 == 0 else f"{'order' if i % 2 else 'user'}-{i}",
-            tags={"tenant": f"t{i % 7}", "region": "eu" if i % 2 else "us"},
-        )
-        recs.append(engine.submit(rec, float(i // 10))[0])
-    now = float(n // 10 + 1)
-    engine.dispatch(now)
-    for j, att in enumerate(list(engine.running.values())):
-        if j % 4 == 0:
-            engine.complete(att, now + 1)
-        elif j % 4 == 1:
-            engine.fail(att, now + 2, "boom")
-        elif j % 4 == 2:
-            engine.fail(att, now + 2, "bad input", permanent=True)
-    for rec in recs[::11]:
-        engine.cancel(rec.id, now + 3)
-    engine.take()
+    """bench/search.py's engine of `n` tasks in many states (one population for both)."""
+    spec = importlib.util.spec_from_file_location("bench_search", BENCH / "search.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH))  # for its `_common`
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    engine: Engine = module.populate(n)
     return engine
 
 
@@ -170,23 +150,3 @@ def test_bad_arguments_are_refused(engine: Engine) -> None:
         search(engine, TaskFilter(), "size")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="negative"):
         search(engine, TaskFilter(), limit=-1)
-
-
-def test_first_pages_on_100k_tasks() -> None:
-    """The first page of each filter over 100k held tasks, newest first and in another order,
-    with its time printed (bench/search.py measures it properly); only correctness is
-    asserted."""
-    engine = _populate(100_000)
-    for name, flt in FILTERS.items():
-        start = time.perf_counter()
-        page, total = search(engine, flt, limit=50)
-        by_id_ms = (time.perf_counter() - start) * 1e3
-        start = time.perf_counter()
-        other, other_total = search(engine, flt, "submitted", limit=50)
-        sorted_ms = (time.perf_counter() - start) * 1e3
-        print(
-            f"{name:>16}: {total:>6} matches, by id {by_id_ms:6.1f} ms, sorted {sorted_ms:6.1f} ms"
-        )
-        assert total == other_total == sum(1 for r in engine.tasks.values() if _matches(r, flt))
-        assert all(_matches(r, flt) for r in page + other)
-        assert [r.id for r in page] == sorted((r.id for r in page), reverse=True)
