@@ -29,7 +29,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from cronoq.core.engine import Engine
 from cronoq.core.model import (
     OUTCOME_FAILED,
     OUTCOME_LEASE_EXPIRED,
@@ -37,10 +36,10 @@ from cronoq.core.model import (
     OUTCOME_TIMED_OUT,
     ReadyView,
 )
-from cronoq.errors import SchedulerError
 
 from ..proto.cronoq.v1 import cronoq_pb2 as pb
 from .fronts.calls import Aborted, Call
+from .leading import LeaderTask
 from .metrics import BUCKETS, TaskObserver
 
 if TYPE_CHECKING:
@@ -225,35 +224,14 @@ class History:
         return {"step": self.step, "now": self._clock(), "pools": out}
 
 
-class HistorySampler:
+class HistorySampler(LeaderTask):
     """Samples `app`'s serving engine into `history` every `history.step` seconds of the
     event loop's clock while the app leads (see the module's docstring)."""
 
     def __init__(self, app: ServerApp, history: History, observer: TaskObserver) -> None:
-        self._app = app
+        super().__init__(app)
         self._history = history
         self._observer = observer
-        self._session: asyncio.Task[None] | None = None
-
-    def lead(self) -> None:
-        """Start sampling the engine that serves now (the app just became ready)."""
-        if self._session is not None:
-            self._session.cancel()  # (it ends by itself once its engine no longer serves)
-        self._session = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            session.cancel()
-            await asyncio.gather(session, return_exceptions=True)
-
-    def _serving(self) -> Engine | None:
-        if not self._app.ready:
-            return None
-        try:
-            return self._app.scheduler.serving()
-        except (RuntimeError, SchedulerError):
-            return None
 
     async def _snapshot(self) -> pb.SnapshotResponse | None:
         """The Admin snapshot of this server's own pools, as /metrics takes it."""

@@ -29,10 +29,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from cronoq.core.engine import Engine
-from cronoq.errors import SchedulerError
-
 from .config import PoolSettings
+from .leading import LeaderTask
 from .logs import event
 
 if TYPE_CHECKING:
@@ -54,7 +52,7 @@ def display_url(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}"
 
 
-class WebhookScaler:
+class WebhookScaler(LeaderTask):
     """The posters of every pool whose `scaler.kind` is "webhook"."""
 
     def __init__(
@@ -67,36 +65,17 @@ class WebhookScaler:
         backoff: tuple[float, float] = BACKOFF_S,
         rng: random.Random | None = None,
     ) -> None:
-        self._app = app
+        super().__init__(app)
         self._pools = [p for p in pools if p.scaler.kind == "webhook" and p.scaler.url]
         self._poll_s = poll_s
         self._timeout_s = timeout_s
         self._backoff = backoff
         self._rng = rng or random.Random()
-        self._session: asyncio.Task[None] | None = None
 
     def lead(self) -> None:
         """Start posting for the engine that serves now (the app just became ready)."""
-        if not self._pools:
-            return
-        if self._session is not None:
-            self._session.cancel()  # (it ends by itself once its engine no longer serves)
-        self._session = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        """End the session, its posts in flight included."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.cancel()
-            await asyncio.gather(session, return_exceptions=True)
-
-    def _serving(self) -> Engine | None:
-        if not self._app.ready:
-            return None
-        try:
-            return self._app.scheduler.serving()
-        except (RuntimeError, SchedulerError):
-            return None
+        if self._pools:
+            super().lead()
 
     async def _run(self) -> None:
         engine = self._serving()

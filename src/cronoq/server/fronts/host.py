@@ -4,16 +4,13 @@ on `app.ServerApp`, which builds them (so the app can import the fronts, and no 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import grpc
 
 from cronoq.runtime import Scheduler
 
 from ..config import ServerConfig, SocketAddress
-
-if TYPE_CHECKING:
-    from ..history import History
 
 
 class Host(Protocol):
@@ -24,6 +21,12 @@ class Host(Protocol):
 
     @property
     def methods(self) -> Mapping[str, grpc.RpcMethodHandler[Any, Any]]: ...
+
+
+class Charted(Protocol):
+    """The per-pool history the dashboard's charts read (`history.History`, a layer above)."""
+
+    def series(self, pool: str | None, since: float | None) -> dict[str, Any]: ...
 
 
 class HttpHost(Host, Protocol):
@@ -45,4 +48,4 @@ class HttpHost(Host, Protocol):
     def scheduler(self) -> Scheduler: ...
 
     @property
-    def history(self) -> History: ...
+    def history(self) -> Charted: ...
