@@ -17,7 +17,6 @@ from cronoq.core.engine import EVENTS_NONE
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.server import app as app_module
 from cronoq.server.config import ConfigError, load_config
-from cronoq.server.fronts import dashboard
 from cronoq.server.history import Reading
 from cronoq.server.metrics import BUCKETS
 from cronoq.server.wiring import build
@@ -63,56 +62,6 @@ def test_dashboard_must_be_a_boolean() -> None:
     bad = PORTS0.replace("[server]\n", '[server]\ndashboard = "yes"\n')
     with pytest.raises(ConfigError, match="dashboard"):
         load_config(bad)
-
-
-async def test_tasks_filter_by_kind_and_page_past_the_scan_budget(monkeypatch: Any) -> None:
-    monkeypatch.setattr(dashboard, "MAX_PAGE", 10)
-    async with running(build(load_config(PORTS0))) as c:
-        for i in range(300):
-            status, _ = await c.post(
-                "/v1/tasks",
-                {"pool": "default", "kind": "b" if i % 150 == 149 else "a", "payload": {}},
-            )
-            assert status == 200
-        kinds: list[str] = []
-        answers: list[dict[str, Any]] = []
-        query = "/ui/api/tasks?kind=b&limit=5"
-        while True:
-            status, body = await c.get(query)
-            assert status == 200
-            answers.append(body)
-            kinds += [t["kind"] for t in body["tasks"]]
-            if "next_after" not in body:
-                break
-            query = f"/ui/api/tasks?kind=b&limit=5&after={body['next_after']}"
-        # 300 rows at 100 scanned per request: the first answer is empty but continues
-        assert kinds == ["b", "b"]
-        assert answers[0] == {"tasks": [], "next_after": "100"}
-        status, plain = await c.get("/ui/api/tasks?limit=3")
-        assert status == 200 and len(plain["tasks"]) == 3
-
-
-async def test_tasks_by_kind_end_on_a_full_last_page(monkeypatch: Any) -> None:
-    """A page that holds exactly the last matches has no next_after (docs/dashboard.md, "The
-    dashboard's API"), however the matches fall across the scanned pages."""
-    monkeypatch.setattr(dashboard, "MAX_PAGE", 3)
-    async with running(build(load_config(PORTS0))) as c:
-        ids = []
-        for i in range(12):
-            status, body = await c.post(
-                "/v1/tasks", {"pool": "default", "kind": "b" if i % 3 == 0 else "a", "payload": {}}
-            )
-            assert status == 200
-            if i % 3 == 0:
-                ids.append(body["id"])
-        status, first = await c.get("/ui/api/tasks?kind=b&limit=2")
-        assert status == 200
-        assert [t["id"] for t in first["tasks"]] == ids[:2]
-        assert first["next_after"] == ids[1]
-        status, last = await c.get(f"/ui/api/tasks?kind=b&limit=2&after={ids[1]}")
-        assert status == 200
-        assert [t["id"] for t in last["tasks"]] == ids[2:]
-        assert "next_after" not in last
 
 
 # --- task detail --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""The dashboard's routes on a sharded server (docs/dashboard.md, "The dashboard's API"), with
-real `cronoq-server` processes: shard a (number 1: pools default, pa) and shard b (2: pb), no
-credentials, memory stores. `pair` is shared by the tests, each with kinds and keys of its own;
-`stopping` is one test's own pair, whose shard b it kills."""
+"""The dashboard's routes on a sharded server (docs/dashboard.md, "The dashboard's API"), and
+the search its tasks view lists with, with real `cronoq-server` processes: shard a (number 1:
+pools default, pa) and shard b (2: pb), no credentials, memory stores. `pair` is shared by the
+tests, each with kinds and keys of its own; `stopping` is one test's own pair, whose shard b it
+kills."""
 
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ async def get(h: Http, at: str, path: str) -> Any:
     return await h.ok(at, "GET", path, who=None)
 
 
+async def search(h: Http, at: str, **body: Any) -> Any:
+    return await h.ok(at, "POST", "/v1/tasks/search", body, who=None)
+
+
 async def submit(h: Http, at: str, pool: str, kind: str, key: str | None = None) -> str:
     body: dict[str, Any] = {"pool": pool, "kind": kind, "payload": {"k": kind}}
     if key is not None:
@@ -82,15 +87,13 @@ async def test_a_stopped_shard_is_listed_down(stopping: Cluster) -> None:
             "shard": "a",
             "shards": _entries(stopping, "a", down="b"),
         }
-        listed = await get(h, "a", "/ui/api/tasks")
-        assert [t["kind"] for t in listed["tasks"]] == ["here"]
-        assert listed["unavailable_shards"] == ["b"]
-        by_kind = await get(h, "a", "/ui/api/tasks?kind=here,there")
-        assert [t["kind"] for t in by_kind["tasks"]] == ["here"]
-        assert by_kind["unavailable_shards"] == ["b"]
+        found = await search(h, "a", filter={"kinds": ["here", "there"]})
+        assert [t["kind"] for t in found["tasks"]] == ["here"]
+        assert (found["total"], found["unavailable_shards"]) == (1, ["b"])
 
 
-async def test_tasks_lists_and_filters_by_kind_across_shards(pair: Cluster) -> None:
+async def test_search_by_kind_answers_alike_through_either_shard(pair: Cluster) -> None:
+    """A kind filter is asked of both shards, a pool filter of the pool's shard alone."""
     async with http(pair) as h:
         ids = [
             await submit(h, "a", "pa", "list-x"),
@@ -99,14 +102,11 @@ async def test_tasks_lists_and_filters_by_kind_across_shards(pair: Cluster) -> N
             await submit(h, "a", "pb", "list-y"),  # forwarded to b
         ]
         for at in ("a", "b"):
-            both = await get(h, at, "/ui/api/tasks?pool=pa,pb&limit=1000")
-            mine = [t for t in both["tasks"] if t["kind"].startswith("list-")]
-            assert [t["id"] for t in mine] == sorted(ids, key=int)
-            assert "unavailable_shards" not in both
-            xs = await get(h, at, "/ui/api/tasks?kind=list-x")
+            xs = await search(h, at, filter={"kinds": ["list-x"]}, sort="id", ascending=True)
             assert [(t["id"], t["pool"]) for t in xs["tasks"]] == [(ids[0], "pa"), (ids[1], "pb")]
-            ys = await get(h, at, "/ui/api/tasks?kind=list-y&pool=pb")
-            assert [t["id"] for t in ys["tasks"]] == [ids[3]]
+            assert xs["total"] == 2 and "unavailable_shards" not in xs
+            ys = await search(h, at, filter={"kinds": ["list-y"], "pools": ["pb"]})
+            assert [t["id"] for t in ys["tasks"]] == [ids[3]] and ys["total"] == 1
 
 
 async def test_the_detail_of_another_shards_task_names_that_shard(pair: Cluster) -> None:

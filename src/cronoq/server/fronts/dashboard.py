@@ -54,11 +54,6 @@ _HEADERS = {
     ),
     "Referrer-Policy": "no-referrer",
 }
-# /ui/api/tasks scans at most this many pages of MAX_PAGE rows per request when filtering by
-# kind, then answers `next_after` = the last id scanned, so a rare kind cannot pin the server.
-# A full page looks one match further, so `next_after` is there only when more may follow.
-SCAN_PAGES = 10
-MAX_PAGE = 1000
 # A payload or output preview shows at most this many bytes as hex.
 PREVIEW_BYTES = 512
 # /ui/api/events: a comment this often keeps proxies from closing an idle stream.
@@ -116,47 +111,6 @@ async def shards(gw: Gateway, request: web.Request) -> web.Response:
         for s in cfg.shards
     ]
     return json_answer({"shard": None if own is None else own.name, "shards": listed})
-
-
-async def tasks(gw: Gateway, request: web.Request) -> web.Response:
-    """`GET /v1/tasks` plus a `kind` filter, scanning at most SCAN_PAGES pages."""
-    query: MultiDict[str] = MultiDict(request.query)
-    kinds = {k for v in query.getall("kind", []) for k in v.split(",") if k}
-    query.popall("kind", None)
-    message = json_messages.list_request(query)
-    if not kinds:
-        return await gw.answer(
-            request, "/cronoq.v1.Tasks/ListTasks", message, json_messages.list_answer
-        )
-    want = message.limit or 100
-    found: list[dict[str, Any]] = []
-    unavailable: set[str] = set()
-    next_after: int | None = None
-    last_id = 0
-    for _ in range(SCAN_PAGES):
-        message.limit = MAX_PAGE
-        page = await gw.call(request, "/cronoq.v1.Tasks/ListTasks", message)
-        resp = cast(pb.ListTasksResponse, page)
-        unavailable.update(resp.unavailable_shards)
-        next_after = resp.next_after or None
-        for t in resp.tasks:
-            if t.kind in kinds:
-                if len(found) == want:  # one match past the page: a next page exists
-                    next_after = last_id
-                    break
-                found.append(json_messages.task_info(t))
-                last_id = t.id
-        else:
-            if next_after is not None:
-                message.after = next_after
-                continue
-        break
-    out: dict[str, Any] = {"tasks": found}
-    if next_after is not None:
-        out["next_after"] = str(next_after)
-    if unavailable:
-        out["unavailable_shards"] = sorted(unavailable)
-    return json_answer(out)
 
 
 # --- task detail -------------------------------------------------------------------------------
@@ -513,7 +467,6 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/", index, None, api=False),
     Route("GET", "/ui/api/info", info, None, api=False),
     Route("GET", "/ui/api/shards", shards, _A + "Snapshot"),
-    Route("GET", "/ui/api/tasks", tasks, _T + "ListTasks"),
     Route("GET", "/ui/api/tasks/{id}", task_detail, _T + "Get"),
     Route("GET", "/ui/api/events", events, _T + "Watch"),
     Route("GET", "/ui/api/history", history, _A + "Snapshot"),
