@@ -850,7 +850,7 @@ async def test_other_statuses_of_the_table() -> None:
     async def broken(self: Any, request: Any, context: Any) -> Any:
         raise RuntimeError("a bug")
 
-    tasks_module.TasksService.Get = tasks_module._rpc(broken)  # type: ignore[method-assign]
+    tasks_module.TasksService.Get = tasks_module.rpc_errors(broken)  # type: ignore[method-assign]
     try:
         async with running(PORTS0) as (app, h):  # the services bind Get as they register
             answer = await h.call("GET", "/v1/tasks/1")
