@@ -3,16 +3,21 @@ the header lines saying so), and child processes whose output lines are awaited 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import cronoq
 
@@ -114,3 +119,46 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+
+
+def proc_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) a process has used so far: the whole thread group's, as
+    /proc/<pid>/stat counts it (every thread, a runtime's helper threads included)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+NATIVE_TARGET = "/tmp/cronoq-bench-native-target"  # cargo's cache for the builds of revisions
+
+
+@contextlib.contextmanager
+def revision_tree(root: Path, rev: str) -> Iterator[Path]:
+    """A temporary git worktree of `rev` whose `src/` runs with this venv (PYTHONPATH), with a
+    `cronoq._native` that matches its own `native/`: this tree's built module copied in when
+    `native/` is the same in both, else `rev`'s crate built with cargo (release, a target
+    directory kept in /tmp between runs, so a second build of a revision is quick). A worktree
+    with its own venv would rebuild every dependency; only the extension differs by revision."""
+    with tempfile.TemporaryDirectory(prefix="cronoq-rev-") as tmp:
+        tree = Path(tmp) / "rev"
+        git = ["git", "-C", str(root)]
+        subprocess.run([*git, "worktree", "add", "-q", "--detach", str(tree), rev], check=True)
+        try:
+            built = sorted((root / "src" / "cronoq").glob("_native*.so"))
+            same = subprocess.run([*git, "diff", "--quiet", rev, "--", "native"]).returncode == 0
+            if same or not built:
+                for so in built:
+                    shutil.copy2(so, tree / "src" / "cronoq" / so.name)
+                how = "this tree's build copied" if built else "none built here"
+            else:
+                manifest = tree / "native" / "Cargo.toml"
+                cargo = ["cargo", "build", "--release", "--locked", "--manifest-path"]
+                env = dict(os.environ, CARGO_TARGET_DIR=NATIVE_TARGET)
+                subprocess.run([*cargo, str(manifest)], env=env, check=True)
+                lib = Path(NATIVE_TARGET) / "release" / "lib_native.so"
+                shutil.copy2(lib, tree / "src" / "cronoq" / built[0].name)
+                how = f"built from {rev}'s native/"
+            print(f"revision: {rev} in {tree} (PYTHONPATH), cronoq._native {how}")
+            yield tree
+        finally:
+            subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True)

@@ -1,0 +1,80 @@
+// Command submit is the load of bench/fleet.py's and bench/peers.py's latency phases against
+// cronoq-server: one Tasks.Submit per task at a fixed rate, each call on a goroutine of its
+// own so that a slow answer never delays the next submission, over a few connections in turn.
+// Each task's payload is the wall-clock time (CLOCK_REALTIME, seconds) taken just before its
+// call: the worker that starts it subtracts it from its own clock. A Python submitter cannot
+// keep a fixed rate of thousands of calls a second on the machine's spare CPU; this one can.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"strconv"
+	"sync"
+	"time"
+
+	pb "github.com/synaptiai/cronoq/sdks/go/cronoqpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func main() {
+	target := flag.String("target", "", "the server's host:port")
+	rate := flag.Float64("rate", 200, "tasks per second")
+	seconds := flag.Float64("seconds", 5, "how long to submit")
+	kind := flag.String("kind", "", "the tasks' kind")
+	envelope := flag.Bool("envelope", false, `payload {"t": T} as JSON (a task function's envelope) instead of T`)
+	conns := flag.Int("conns", 4, "connections, used in turn")
+	flag.Parse()
+	clients := make([]pb.TasksClient, *conns)
+	for i := range clients {
+		conn, err := grpc.NewClient(*target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer conn.Close()
+		clients[i] = pb.NewTasksClient(conn)
+		// Connect before the clock starts (the answer, NOT_FOUND or not, does not matter): the
+		// first call of each connection would pay for it.
+		_, _ = clients[i].Get(context.Background(), &pb.GetRequest{Task: &pb.TaskRef{Target: &pb.TaskRef_Id{Id: 1}}})
+	}
+	n := int(*rate**seconds + 0.5)
+	contentType := ""
+	if *envelope {
+		contentType = "application/json"
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		due := t0.Add(time.Duration(float64(i) / *rate * float64(time.Second)))
+		if wait := time.Until(due); wait > 0 {
+			time.Sleep(wait)
+		}
+		stamp := strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 6, 64)
+		payload := stamp
+		if *envelope {
+			payload = `{"t": ` + stamp + `}`
+		}
+		req := &pb.SubmitRequest{Task: &pb.TaskSpec{
+			Kind: *kind, Payload: []byte(payload), ContentType: contentType,
+		}}
+		wg.Add(1)
+		go func(c pb.TasksClient) {
+			defer wg.Done()
+			if _, err := c.Submit(context.Background(), req); err != nil {
+				mu.Lock()
+				failed = err
+				mu.Unlock()
+			}
+		}(clients[i%len(clients)])
+	}
+	wg.Wait()
+	if failed != nil {
+		log.Fatal(failed)
+	}
+	fmt.Printf("submitted=%d seconds=%.6f\n", n, time.Since(t0).Seconds())
+}
