@@ -22,6 +22,7 @@
 //!   `send` (later ones while armed add none); none after Gone, and none once the call's task
 //!   has seen `finish` (one may still precede it in the queue: ignore unknown calls).
 
+mod client;
 mod codec;
 mod otlp;
 mod server;
@@ -389,6 +390,7 @@ fn event_tuple<'py>(py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTupl
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Transport>()?;
+    m.add_class::<client::ClientCall>()?;
     m.add_function(wrap_pyfunction!(otlp::otlp_encode, m)?)?;
     m.add("CALL", CALL)?;
     m.add("MESSAGE", MESSAGE)?;

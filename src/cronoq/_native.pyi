@@ -52,3 +52,39 @@ class Transport:
 def otlp_encode(
     resource: dict[str, str], scope: str, scope_version: str, spans: Sequence[Any]
 ) -> bytes: ...
+
+# native/src/client.rs: one gRPC bidirectional call on an HTTP/2 connection of its own.
+# (code, message percent-decoded, initial metadata, trailing metadata): how the call ended.
+CallEnd = tuple[int, str, Metadata, Metadata]
+
+class ClientCall:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        path: str,
+        metadata: Metadata,
+        *,
+        authority: str,
+        user_agent: str,
+        max_receive_bytes: int,
+        tls: bool = False,
+        server_name: str | None = None,
+        root_certificates: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        private_key: bytes | None = None,
+        keepalive_time_s: float = 0.0,
+        keepalive_timeout_s: float = 20.0,
+    ) -> None:
+        """Connects (TCP, TLS when `tls`: the system's roots unless `root_certificates`, a
+        client certificate for mTLS) and starts the call at once, on a thread of its own."""
+    def fileno(self) -> int: ...
+    def send(self, messages: list[bytes], *, end: bool = False) -> bool:
+        """Queue serialized messages, framed and written together; `end` half-closes after
+        them. False (nothing queued) once the call has ended."""
+    def drain(self) -> tuple[list[bytes], CallEnd | None, bool]:
+        """(messages read since the last drain, the end once known, the thread is done)."""
+    def cancel(self) -> None:
+        """RST_STREAM CANCEL and close the connection (no-op once ended); does not wait."""
+    def close(self) -> None:
+        """Cancel, wait for the thread to end, close the wake socket; idempotent."""

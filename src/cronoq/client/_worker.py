@@ -5,27 +5,36 @@ first, runs every leased attempt as its own asyncio task and reports exactly one
 attempt it finishes. Sessions repeat with backoff until `stop()` or a fatal error; a shard
 redirect is followed only when it is safe to send the worker's credential there.
 
+The stream runs on one of two transports (docs/worker.md, "Transports"): the native one, a Rust
+HTTP/2 client of `cronoq._native` that hands over the messages read once per wake of the event
+loop and takes each loop turn's outgoing messages in one batch, or grpcio. Only `_GrpcioWork`
+and `_NativeWork` differ: the session logic (`_dispatch`, leases, outcomes, redirects, stop) is
+one for both.
+
 The per-lease path is kept lean on purpose (one task per attempt, a timer handle instead of a
-task for heartbeats, a deque for the outbox): a worker must cost about what a hand-written
-stub loop costs per lease.
+task for heartbeats, one batch of outgoing messages per loop turn): a worker must cost about
+what a hand-written stub loop costs per lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit
 
 import grpc
 import grpc.aio
 
+from cronoq import __version__
 from cronoq._attempt import AttemptMembers, CancellationToken
 from cronoq._lifecycle import Lifecycle, table
 from cronoq._net import loopback
@@ -57,9 +66,13 @@ from ._common import (
     metadata,
     open_channel,
     priority_name,
+    strip_target,
 )
 
-__all__ = ["MAX_REDIRECTS", "PROTOCOL_VERSION", "Handler", "Lease", "Worker"]
+if TYPE_CHECKING:
+    from cronoq import _native
+
+__all__ = ["MAX_REDIRECTS", "PROTOCOL_VERSION", "TRANSPORT_ENV", "Handler", "Lease", "Worker"]
 
 log = logging.getLogger("cronoq.client")
 
@@ -86,6 +99,23 @@ _FATAL = frozenset(
     }
 )
 _WORK = "/cronoq.v1.Workers/Work"
+TRANSPORT_ENV = "CRONOQ_WORKER_TRANSPORT"  # the transport of a Worker not given one
+_TRANSPORTS = ("auto", "native", "grpcio")
+# The grpcio options the native transport implements; any other keeps a worker on grpcio.
+_NATIVE_OPTIONS = frozenset(
+    {
+        *_SERVER_NAME_OPTIONS,
+        "grpc.max_receive_message_length",
+        "grpc.keepalive_time_ms",
+        "grpc.keepalive_timeout_ms",
+        "grpc.primary_user_agent",
+    }
+)
+_MAX_RECEIVE = 4 << 20  # grpcio's default receive limit
+_KEEPALIVE_TIMEOUT_MS = 20_000  # grpcio's default wait for a keepalive ping's answer
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
+_USER_AGENT = f"cronoq-python/{__version__} (native)"
 # By wire value; a value newer than these stubs reads as no priority rather than failing.
 _PRIORITIES = {value: priority_name(value) for value in pb.Priority.values()}
 
@@ -136,7 +166,7 @@ class Lease(AttemptMembers):
 
 
 class _Outbox:
-    """What a session sends, in order; `None` half-closes the request stream.
+    """What a grpcio session sends, in order; `None` half-closes the request stream.
 
     A deque and one waiter future: cheaper than an asyncio.Queue for a message per lease.
     """
@@ -175,17 +205,212 @@ class _Outbox:
             yield msg
 
 
+class _NativeOutbox:
+    """What a native session sends, in order; `None` half-closes the request stream.
+
+    Each loop turn's messages go to Rust in one `send`, which frames them and writes them
+    together: one hand-over and about one DATA frame per turn, not per message.
+    """
+
+    __slots__ = ("_call", "_ended", "_items", "_loop")
+
+    def __init__(self, call: _native.ClientCall, loop: asyncio.AbstractEventLoop) -> None:
+        self._call = call
+        self._loop = loop
+        self._items: list[pb.WorkerMessage] = []
+        self._ended = False  # half-closed or closed: nothing more is sent
+
+    def put(self, msg: pb.WorkerMessage | None) -> None:
+        if self._ended:
+            return
+        if msg is None:
+            self._ended = True
+            self._call.send([m.SerializeToString() for m in self._items], end=True)
+            self._items.clear()
+            return
+        items = self._items
+        if not items:
+            self._loop.call_soon(self._flush)
+        items.append(msg)
+
+    def _flush(self) -> None:
+        items = self._items
+        if items and not self._ended:
+            self._items = []
+            self._call.send([m.SerializeToString() for m in items])
+
+    def close(self) -> None:
+        """Drop what is unsent: the session is over."""
+        self._ended = True
+        self._items.clear()
+
+
+class _CallEnded(Exception):
+    """The Work call ended with a status other than OK, whichever transport carried it;
+    `metadata` is its initial metadata followed by its trailing metadata."""
+
+    def __init__(
+        self, status: grpc.StatusCode, message: str, metadata: Sequence[tuple[str, Any]]
+    ) -> None:
+        super().__init__(f"{status.name}: {message}")
+        self.status = status
+        self.message = message
+        self.metadata = tuple(metadata)
+
+    @classmethod
+    def of(cls, e: grpc.aio.AioRpcError) -> _CallEnded:
+        return cls(
+            e.code(),
+            e.details() or "",
+            (*(e.initial_metadata() or ()), *(e.trailing_metadata() or ())),
+        )
+
+
+# What a session makes of each ServerMessage: None to go on, else the session's end (True when
+# the server said it lost its leadership).
+Dispatch: TypeAlias = Callable[[pb.ServerMessage], bool | None]
+
+
+class _GrpcioWork:
+    """The Work call on a grpcio channel of its own (the fallback transport)."""
+
+    __slots__ = ("_call", "_channel", "_dispatch", "_metadata", "cut", "outbox")
+
+    def __init__(self, channel: grpc.aio.Channel, md: Any, dispatch: Dispatch) -> None:
+        self._channel = channel
+        self._metadata = md
+        self._dispatch = dispatch
+        self._call: grpc.aio.StreamStreamCall[pb.WorkerMessage, pb.ServerMessage] | None = None
+        self.outbox = _Outbox()
+        self.cut = False  # stop() cancelled the call itself: its CancelledError ends the session
+
+    async def serve(self) -> bool:
+        """Reads and dispatches to the call's end; False for an OK end or a cut, else raises
+        _CallEnded."""
+        work = self._channel.stream_stream(
+            _WORK,
+            request_serializer=pb.WorkerMessage.SerializeToString,
+            response_deserializer=pb.ServerMessage.FromString,
+        )
+        call = self._call = work(self.outbox.messages(), metadata=self._metadata)
+        dispatch = self._dispatch
+        while True:
+            try:
+                msg = await call.read()
+            except grpc.aio.AioRpcError as e:
+                raise _CallEnded.of(e) from e
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self.cut and (task is None or not task.cancelling()):
+                    return False
+                raise
+            if not isinstance(msg, pb.ServerMessage):  # grpc.aio.EOF: the server ended it
+                return False
+            ended = dispatch(msg)
+            if ended is not None:
+                return ended
+
+    def cancel(self) -> None:
+        self.cut = True
+        if self._call is not None:
+            self._call.cancel()
+
+    async def close(self) -> None:
+        self.outbox.close()
+        await self._channel.close()
+
+
+class _NativeWork:
+    """The Work call on `cronoq._native`'s HTTP/2 client, which runs on a thread of its own
+    until the call ends: each wake of the loop dispatches every message read since the last."""
+
+    __slots__ = ("_call", "_dispatch", "_fd", "_finished", "_loop", "_result", "cut", "outbox")
+
+    def __init__(
+        self, call: _native.ClientCall, loop: asyncio.AbstractEventLoop, dispatch: Dispatch
+    ) -> None:
+        self._call = call
+        self._loop = loop
+        self._dispatch = dispatch
+        self._result: asyncio.Future[bool] = loop.create_future()
+        self._finished = asyncio.Event()  # the call's thread is done: nothing more will come
+        self.outbox = _NativeOutbox(call, loop)
+        self.cut = False
+        self._fd = call.fileno()
+        loop.add_reader(self._fd, self._wake)
+
+    async def serve(self) -> bool:
+        """As `_GrpcioWork.serve`."""
+        return await self._result
+
+    def _wake(self) -> None:
+        messages, end, finished = self._call.drain()
+        result = self._result
+        if not result.done():
+            try:
+                self._deliver(messages, end)
+            except Exception as e:  # (dispatch's bugs end the session, as over grpcio)
+                if not result.done():
+                    result.set_exception(e)
+        if finished:
+            self._loop.remove_reader(self._fd)
+            self._finished.set()
+
+    def _deliver(self, messages: list[bytes], end: _native.CallEnd | None) -> None:
+        result = self._result
+        dispatch = self._dispatch
+        parse = pb.ServerMessage.FromString
+        for data in messages:
+            try:
+                msg = parse(data)
+            except Exception:  # (protobuf's DecodeError: the bytes are no ServerMessage)
+                self._call.cancel()
+                # (grpcio's words for a response its deserializer refuses)
+                refused = "Exception deserializing response!"
+                result.set_exception(_CallEnded(grpc.StatusCode.INTERNAL, refused, ()))
+                return
+            stop = dispatch(msg)
+            if stop is not None:
+                result.set_result(stop)
+                return
+        if end is None:
+            return
+        code, message, initial, trailing = end
+        if code == 0 or (self.cut and code == _CANCELLED):
+            result.set_result(False)
+        else:
+            status = _CODES.get(code, grpc.StatusCode.UNKNOWN)
+            result.set_exception(_CallEnded(status, message, (*initial, *trailing)))
+
+    def cancel(self) -> None:
+        self.cut = True
+        self._call.cancel()
+
+    async def close(self) -> None:
+        """Cancels the call unless it ended, and waits for its thread (its connection closed)."""
+        self.outbox.close()
+        self._call.cancel()
+        try:
+            await self._finished.wait()
+        finally:
+            if not self._finished.is_set():  # cancelled while waiting: stop reading anyway
+                self._loop.remove_reader(self._fd)
+            self._call.close()
+
+
+_Work: TypeAlias = _GrpcioWork | _NativeWork
+
+
 class _Session:
-    """One stream: its outbox, its call, and whether the server has answered the register."""
+    """One stream: its transport, its outbox, and whether the server answered the register."""
 
-    __slots__ = ("call", "closed", "cut", "outbox", "registered")
+    __slots__ = ("closed", "outbox", "registered", "work")
 
-    def __init__(self, outbox: _Outbox) -> None:
-        self.outbox = outbox
-        self.call: grpc.aio.StreamStreamCall[pb.WorkerMessage, pb.ServerMessage] | None = None
+    def __init__(self) -> None:
+        self.work: _Work
+        self.outbox: _Outbox | _NativeOutbox
         self.registered = False
         self.closed = asyncio.Event()
-        self.cut = False  # stop() cancelled the call itself: its CancelledError ends the session
 
 
 class _Attempt:
@@ -193,7 +418,7 @@ class _Attempt:
 
     __slots__ = ("lease", "outbox", "period", "task", "timer")
 
-    def __init__(self, lease: Lease, outbox: _Outbox) -> None:
+    def __init__(self, lease: Lease, outbox: _Outbox | _NativeOutbox) -> None:
         self.lease = lease
         self.outbox = outbox
         self.period = 0.0
@@ -267,11 +492,71 @@ class _LoopState:
         return self.life.at(_W.STOPPING)
 
 
-def _shard_endpoint(md: grpc.aio.Metadata | None) -> str | None:
-    for key, value in md or ():
+def _shard_endpoint(md: Sequence[tuple[str, Any]]) -> str | None:
+    for key, value in md:
         if key == _SHARD_ENDPOINT and isinstance(value, str):
             return value
     return None
+
+
+def _address(target: str) -> tuple[str, int] | None:
+    """`(host, port)` of a `host:port` target (scheme and trailing slashes allowed, IPv6 in
+    brackets); None for anything else grpcio resolves (`dns:`, `unix:`, no port...)."""
+    host, colon, port = strip_target(target).rpartition(":")
+    if not colon or not port.isdigit() or not host or int(port) > 65535:
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host or "/" in host:  # another scheme, or IPv6 without brackets
+        return None
+    return host, int(port)
+
+
+def _native_refusal(
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]] | None,
+    target: str,
+) -> str | None:
+    """Why the native transport cannot serve these settings; None when it can."""
+    try:
+        from cronoq import _native
+    except ImportError:
+        return "the native extension (cronoq._native) is not built"
+    if not hasattr(_native, "ClientCall"):
+        return "this build of cronoq._native has no client"
+    if credentials is not None:
+        return (
+            "a grpc.ChannelCredentials object cannot be read outside grpcio"
+            " (root_certificates, private_key and certificate_chain can)"
+        )
+    unknown = sorted({key for key, _ in options or ()} - _NATIVE_OPTIONS)
+    if unknown:
+        return f"grpcio options it does not implement: {', '.join(unknown)}"
+    if _address(target) is None:
+        return f"target {target!r} is not host:port"
+    return None
+
+
+def _choose(
+    transport: str | None,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]] | None,
+    target: str,
+) -> str:
+    """The transport a worker uses (docs/worker.md, "Transports"): `transport`, else
+    CRONOQ_WORKER_TRANSPORT, else auto, which is native wherever native can serve."""
+    asked = transport or os.environ.get(TRANSPORT_ENV) or "auto"
+    if asked not in _TRANSPORTS:
+        source = "transport" if transport else TRANSPORT_ENV
+        raise ValueError(f"{source} must be one of {', '.join(_TRANSPORTS)}, not {asked!r}")
+    if asked == "grpcio":
+        return asked
+    refusal = _native_refusal(credentials, options, target)
+    if refusal is None:
+        return "native"
+    if asked == "native":
+        raise ValueError(f'transport "native": {refusal}')
+    return "grpcio"
 
 
 def _fail(lease: int, message: str, permanent: bool) -> pb.WorkerMessage:
@@ -298,9 +583,18 @@ class Worker:
         options: Sequence[tuple[str, Any]] | None = None,
         labels: Mapping[str, str] | None = None,
         insecure_redirect_http: bool = False,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        transport: str | None = None,
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, not {slots}")
+        pem = (root_certificates, private_key, certificate_chain)
+        if credentials is not None and any(p is not None for p in pem):
+            raise ValueError("give either credentials or the certificates, not both")
+        if (private_key is None) != (certificate_chain is None):
+            raise ValueError("a client certificate needs both private_key and certificate_chain")
         self.target = target
         self.pool = pool
         self.handler = handler
@@ -312,9 +606,11 @@ class Worker:
         self.labels = {str(k): str(v) for k, v in (labels or {}).items()}
         self.insecure_redirect_http = insecure_redirect_http
         self._token = token
-        self._tls = tls
+        self._pem = pem
+        self._tls = tls or any(p is not None for p in pem)
         self._credentials = credentials
         self._options = options
+        self.transport = _choose(transport, credentials, options, target)
         self._metadata = metadata(token)
         self.worker_id: int | None = None
         self.lease_ttl: float | None = None
@@ -390,24 +686,24 @@ class Worker:
             not_leader = False
             try:
                 not_leader = await self._session_run(ls, endpoint, redirected)
-            except grpc.aio.AioRpcError as e:
+            except _CallEnded as e:
                 if ls.stopping:
                     return
                 follow = self._redirect(e, endpoint, redirects)
                 if follow is not None:
                     redirects += 1
-                    log.info("worker redirected to shard %s (%s)", follow, e.details())
+                    log.info("worker redirected to shard %s (%s)", follow, e.message)
                     endpoint, redirected = follow, True
                     continue
                 redirects = 0
-                code = e.code()
+                code = e.status
                 if code == grpc.StatusCode.UNAVAILABLE and redirected:
                     endpoint, redirected = self.target, False
                 if code in _FATAL or not self.reconnect:
-                    raise ClientError.from_rpc(e) from e
+                    raise ClientError(code.name.lower(), e.message) from e
                 if ls.draining:
                     return
-                log.warning("worker stream failed: %s: %s", code.name, e.details())
+                log.warning("worker stream failed: %s: %s", code.name, e.message)
             else:
                 redirects = 0
                 if ls.stopping or ls.draining:
@@ -428,74 +724,96 @@ class Worker:
 
     async def _session_run(self, ls: _LoopState, endpoint: str, redirected: bool) -> bool:
         """One stream, to its end; True when the server said it lost its leadership."""
-        outbox = _Outbox()
-        outbox.put(
-            pb.WorkerMessage(
-                register=pb.Register(
-                    pool=self.pool,
-                    slots=self.slots,
-                    worker_name=self.name,
-                    protocol_version=PROTOCOL_VERSION,
-                    labels=self.labels,
-                )
+        register = pb.WorkerMessage(
+            register=pb.Register(
+                pool=self.pool,
+                slots=self.slots,
+                worker_name=self.name,
+                protocol_version=PROTOCOL_VERSION,
+                labels=self.labels,
             )
         )
         options = self._options
         if redirected and options is not None:
             options = [o for o in options if o[0] not in _SERVER_NAME_OPTIONS]
-        channel = open_channel(
-            endpoint, tls=self._tls, credentials=self._credentials, options=options
-        )
-        session = _Session(outbox)
-        try:
-            work = channel.stream_stream(
-                _WORK,
-                request_serializer=pb.WorkerMessage.SerializeToString,
-                response_deserializer=pb.ServerMessage.FromString,
+        session = _Session()
+        dispatch = functools.partial(self._dispatch, ls, session)
+        work: _Work
+        if self.transport == "native":
+            work = _NativeWork(self._native_call(endpoint, options), ls.loop, dispatch)
+        else:
+            credentials = self._credentials
+            if credentials is None and self._tls:
+                credentials = grpc.ssl_channel_credentials(*self._pem)
+            channel = open_channel(
+                endpoint, tls=self._tls, credentials=credentials, options=options
             )
-            call = session.call = work(outbox.messages(), metadata=self._metadata)
+            work = _GrpcioWork(channel, self._metadata, dispatch)
+        session.work = work
+        session.outbox = work.outbox
+        work.outbox.put(register)
+        try:
             self._session = session
             self.connections += 1
-            return await self._read(ls, session, call)
+            return await work.serve()
         finally:
             self._session = None
             ls.registered.clear()
             self._abandon_all(ls)
-            outbox.close()
+            work.outbox.close()
             session.closed.set()
-            await channel.close()
+            await work.close()
 
-    async def _read(
-        self,
-        ls: _LoopState,
-        session: _Session,
-        call: grpc.aio.StreamStreamCall[pb.WorkerMessage, pb.ServerMessage],
-    ) -> bool:
-        on_lease = self._on_lease
-        while True:
-            try:
-                msg = await call.read()
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if session.cut and (task is None or not task.cancelling()):
-                    return False
-                raise
-            if not isinstance(msg, pb.ServerMessage):  # grpc.aio.EOF: the server ended it
-                return False
-            kind = msg.WhichOneof("msg")
-            if kind == "lease":
-                on_lease(ls, session, msg.lease)
-            elif kind == "abort":
-                att = self._running.pop(msg.abort.lease, None)
-                if att is not None:
-                    att.abandon()
-                    if ls.draining:
-                        ls.idle.set()
-            elif kind == "registered":
-                self._on_registered(ls, session, msg.registered)
-            elif kind == "shutdown":
-                self.last_shutdown = msg.shutdown.reason or "shutdown"
-                return bool(msg.shutdown.not_leader)
+    def _native_call(
+        self, endpoint: str, options: Sequence[tuple[str, Any]] | None
+    ) -> _native.ClientCall:
+        """The native Work call to `endpoint`, with the grpcio `options` it implements."""
+        from cronoq import _native
+
+        address = _address(endpoint)
+        assert address is not None, endpoint  # (checked by _choose, and by _redirect)
+        opts = dict(options or ())
+        override = opts.get("grpc.ssl_target_name_override")
+        agent = _USER_AGENT
+        if opts.get("grpc.primary_user_agent"):
+            agent = f"{opts['grpc.primary_user_agent']} {agent}"
+        limit = int(opts.get("grpc.max_receive_message_length", _MAX_RECEIVE))
+        root_certificates, private_key, certificate_chain = self._pem
+        return _native.ClientCall(
+            *address,
+            _WORK,
+            list(self._metadata or ()),
+            authority=opts.get("grpc.default_authority") or override or strip_target(endpoint),
+            user_agent=agent,
+            max_receive_bytes=limit if limit >= 0 else 1 << 32,
+            tls=is_secure(endpoint, self._tls, None),
+            server_name=override,
+            root_certificates=root_certificates,
+            certificate_chain=certificate_chain,
+            private_key=private_key,
+            keepalive_time_s=int(opts.get("grpc.keepalive_time_ms", 0)) / 1000,
+            keepalive_timeout_s=int(opts.get("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS))
+            / 1000,
+        )
+
+    def _dispatch(self, ls: _LoopState, session: _Session, msg: pb.ServerMessage) -> bool | None:
+        """Acts on one ServerMessage: None to go on, else the session's end (True when the
+        server said it lost its leadership)."""
+        kind = msg.WhichOneof("msg")
+        if kind == "lease":
+            self._on_lease(ls, session, msg.lease)
+        elif kind == "abort":
+            att = self._running.pop(msg.abort.lease, None)
+            if att is not None:
+                att.abandon()
+                if ls.draining:
+                    ls.idle.set()
+        elif kind == "registered":
+            self._on_registered(ls, session, msg.registered)
+        elif kind == "shutdown":
+            self.last_shutdown = msg.shutdown.reason or "shutdown"
+            return bool(msg.shutdown.not_leader)
+        return None
 
     def _on_registered(self, ls: _LoopState, session: _Session, r: pb.Registered) -> None:
         self.worker_id = r.worker_id
@@ -647,20 +965,18 @@ class Worker:
 
     # --- redirects -------------------------------------------------------------------------
 
-    def _redirect(self, e: grpc.aio.AioRpcError, endpoint: str, redirects: int) -> str | None:
+    def _redirect(self, e: _CallEnded, endpoint: str, redirects: int) -> str | None:
         """The shard endpoint to follow for this error, None when it is no redirect; raises
         ClientError("failed_precondition") for a redirect it must not follow (docs/worker.md,
         "Shard redirects")."""
-        if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+        if e.status != grpc.StatusCode.FAILED_PRECONDITION:
             return None
-        to = _shard_endpoint(e.initial_metadata())
-        if to is None:
-            to = _shard_endpoint(e.trailing_metadata())
+        to = _shard_endpoint(e.metadata)
         if to is None:
             return None
 
         def refuse(why: str) -> ClientError:
-            return ClientError("failed_precondition", f"{why}: {e.details()}")
+            return ClientError("failed_precondition", f"{why}: {e.message}")
 
         if redirects >= MAX_REDIRECTS:
             raise refuse(f"{redirects + 1} shard redirects in a row (at most {MAX_REDIRECTS})")
@@ -712,10 +1028,7 @@ class Worker:
         if session is None:
             return
         session.outbox.put(None)
-        if session.call is None:
-            return
         try:
             await asyncio.wait_for(session.closed.wait(), _CLOSE_WAIT)
         except TimeoutError:
-            session.cut = True
-            session.call.cancel()
+            session.work.cancel()
