@@ -880,3 +880,118 @@ pub fn percent_decode(value: &[u8]) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(metadata: &[(String, MetaValue)]) -> Vec<(String, String)> {
+        metadata
+            .iter()
+            .map(|(k, v)| match v {
+                MetaValue::Text(s) => (k.clone(), s.clone()),
+                MetaValue::Binary(b) => (k.clone(), format!("{b:?}")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn grpc_message_is_percent_decoded() {
+        assert_eq!(percent_decode(b"plain"), "plain");
+        assert_eq!(percent_decode(b"caf%C3%A9 100%25"), "café 100%");
+        assert_eq!(percent_decode(b"a%0Ab"), "a\nb");
+        // not an escape: left as is
+        assert_eq!(percent_decode(b"100%"), "100%");
+        assert_eq!(percent_decode(b"%zz%4"), "%zz%4");
+        assert_eq!(percent_decode(b"%ff"), "\u{fffd}");
+        // what the server side encodes, this side decodes
+        let message = "no such thing ü %";
+        assert_eq!(
+            percent_decode(codec::percent_encode(message).as_bytes()),
+            message
+        );
+    }
+
+    #[test]
+    fn trailers_give_the_status_and_the_rest_as_metadata() {
+        let mut trailers = crate::server::status_trailers(9, "moved ü");
+        trailers.insert(
+            "cronoq-shard-endpoint",
+            HeaderValue::from_static("http://b:1"),
+        );
+        trailers.insert("trace-bin", HeaderValue::from_static("AAE"));
+        let initial = vec![("x".to_owned(), MetaValue::Text("y".into()))];
+        let end = status_of(&trailers, initial);
+        assert_eq!((end.code, end.message.as_str()), (9, "moved ü"));
+        assert_eq!(
+            text(&end.trailing),
+            vec![
+                ("cronoq-shard-endpoint".to_owned(), "http://b:1".to_owned()),
+                ("trace-bin".to_owned(), "[0, 1]".to_owned()),
+            ]
+        );
+        assert_eq!(text(&end.initial), vec![("x".to_owned(), "y".to_owned())]);
+        let missing = status_of(&HeaderMap::new(), Vec::new());
+        assert_eq!(missing.code, UNKNOWN);
+    }
+
+    #[test]
+    fn http_statuses_map_as_grpc_says() {
+        let grpc = {
+            let mut h = HeaderMap::new();
+            h.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/grpc+proto"),
+            );
+            h
+        };
+        assert!(refused(StatusCode::OK, &grpc).is_none());
+        assert_eq!(
+            refused(StatusCode::OK, &HeaderMap::new()).unwrap().code,
+            UNKNOWN
+        );
+        for (status, code) in [
+            (400, INTERNAL),
+            (401, UNAUTHENTICATED),
+            (403, PERMISSION_DENIED),
+            (404, UNIMPLEMENTED),
+            (429, UNAVAILABLE),
+            (502, UNAVAILABLE),
+            (503, UNAVAILABLE),
+            (504, UNAVAILABLE),
+            (500, UNKNOWN),
+        ] {
+            let end = refused(StatusCode::from_u16(status).unwrap(), &grpc).unwrap();
+            assert_eq!(end.code, code, "{status}");
+        }
+    }
+
+    #[test]
+    fn outgoing_data_is_coalesced_until_the_end() {
+        let mut out = Outgoing::default();
+        let mut framed = BytesMut::new();
+        codec::frame_into(&mut framed, b"one");
+        codec::frame_into(&mut framed, b"two");
+        out.queue(&framed, false);
+        out.queue(&framed[..8], true);
+        out.queue(b"after the end", false);
+        assert_eq!(out.data.len(), framed.len() + 8);
+        assert!(out.end && !out.ended);
+        let mut decoder = Decoder::new(10);
+        decoder.push(&out.data);
+        assert_eq!(decoder.next_message().unwrap().unwrap(), &b"one"[..]);
+        assert_eq!(decoder.next_message().unwrap().unwrap(), &b"two"[..]);
+        assert_eq!(decoder.next_message().unwrap().unwrap(), &b"one"[..]);
+        assert!(!decoder.has_partial());
+    }
+
+    #[test]
+    fn a_receive_limit_is_grpcios_words() {
+        let end = rejected(Reject::TooLarge(2000), 1000);
+        assert_eq!(end.code, RESOURCE_EXHAUSTED);
+        assert_eq!(
+            end.message,
+            "Received message larger than max (2000 vs. 1000)"
+        );
+    }
+}
