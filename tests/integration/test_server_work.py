@@ -254,11 +254,12 @@ async def test_a_full_outbound_buffer_ends_that_stream() -> None:
     st = svc._streams[w.id] = _Stream(w)
     assert st.limit == 2 * 1 + 8
     ping = pb.ServerMessage(abort=pb.Abort(lease=1, reason="x"))
-    for _ in range(st.limit):
-        svc._send(w, ping)
-    assert not st.overflowed and w.id in svc._streams
-    svc._send(w, ping)  # one too many: the stream ends instead of dropping a message
-    assert st.overflowed and w.id not in svc._streams
+    for _ in range(st.limit - 2):
+        svc._send(w, [ping])
+    svc._send(w, [ping, ping])  # a batch counts by its messages
+    assert not st.overflowed and w.id in svc._streams and st.pending == st.limit
+    svc._send(w, [ping])  # one too many: the stream ends instead of dropping a message
+    assert st.overflowed and w.id not in svc._streams and st.cut
     assert st.queue.qsize() == 1 and st.queue.get_nowait() is None  # the writer stops at once
 
 

@@ -50,6 +50,7 @@ class Session:
         "closed",
         "drains",
         "durable",
+        "early",
         "engine",
         "idle",
         "launcher",
@@ -87,6 +88,9 @@ class Session:
         self.wake_handle: asyncio.TimerHandle | None = None
         self.wake_at = math.inf
         self.durable: Durable | None = None
+        # The engine's list of tasks ended since its last take() and how many of them
+        # `reported` has resolved already (so each report resolves only what is new).
+        self.early: tuple[list[TaskRecord], int] = ([], 0)
         self.reason = "scheduler shut down"  # why unfinished handles fail once it is closed
 
     # --- handles and streams ---------------------------------------------------------------
@@ -170,9 +174,18 @@ class Session:
 
     def reported(self) -> None:
         """What the launcher calls after reporting to the engine: without a store, wake the
-        awaiters of tasks that just ended now rather than one turn later; then pump."""
+        awaiters of tasks that just ended now rather than one turn later; then pump.
+
+        Only the tasks that ended since the previous report are looked at: a worker's reports
+        arriving together would otherwise walk the turn's growing list once per report."""
         if self.waiters and self.durable is None:
-            self.resolve(self.engine.finished_since_take())
+            finished = self.engine.finished_since_take()
+            seen, done = self.early
+            if seen is not finished:  # a take() since: a fresh list
+                done = 0
+            if len(finished) > done:
+                self.resolve(finished[done:] if done else finished)
+            self.early = (finished, len(finished))
         self.kick()
 
     def pump(self) -> None:

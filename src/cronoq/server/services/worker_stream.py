@@ -52,15 +52,21 @@ _CODES = {
 
 
 class _Stream:
-    """One worker's outbound side: a queue the stream's writer drains, bounded by `limit`."""
+    """One worker's outbound side: batches of messages the stream's writer drains, at most
+    `limit` messages not yet taken by it.
+
+    A batch is what one hand-over queued for this worker (the leases of one launch): the
+    writer wakes once per batch rather than once per message."""
 
     def __init__(self, worker: RemoteWorker) -> None:
         self.worker = worker
         # (unbounded for asyncio: `send` enforces `limit`, which follows the grant)
-        self.queue: asyncio.Queue[pb.ServerMessage | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[list[pb.ServerMessage] | None] = asyncio.Queue()
+        self.pending = 0  # messages queued and not yet taken by the writer
         self.limit = 0
         self.resize()
         self.overflowed = False
+        self.cut = False  # ended with its queue dropped: the writer sends nothing more
 
     def resize(self) -> None:
         """Bound the buffer by the worker's current grant; call whenever the grant changes.
@@ -71,13 +77,15 @@ class _Stream:
         self.limit = 2 * max(w.granted, len(w.leases)) + 8
 
     def full(self) -> bool:
-        return self.queue.qsize() >= self.limit
+        return self.pending >= self.limit
 
-    def send(self, msg: pb.ServerMessage) -> bool:
-        if self.full():
+    def send(self, msgs: list[pb.ServerMessage]) -> bool:
+        """Queue `msgs` as one batch, unless that takes the stream over its limit."""
+        if self.pending + len(msgs) > self.limit:
             self.overflowed = True
             return False
-        self.queue.put_nowait(msg)
+        self.pending += len(msgs)
+        self.queue.put_nowait(msgs)
         return True
 
 
@@ -135,8 +143,14 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         assert self.workers is not None
         now = self._clock()
         assigned = self.workers.assign(starts, now)
+        batches: dict[RemoteWorker, list[pb.ServerMessage]] = {}
         for w, att in assigned:
-            self._send(w, pb.ServerMessage(lease=self._lease(att)))
+            batch = batches.get(w)
+            if batch is None:
+                batch = batches[w] = []
+            batch.append(self._lease(att))
+        for w, batch in batches.items():
+            self._send(w, batch)
         tracing = self.tracing
         if tracing is not None:
             for w, att in assigned:
@@ -149,7 +163,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             return
         for w, att in self.workers.aborted(aborts):
             reason = att.abort_reason or "aborted"
-            self._send(w, pb.ServerMessage(abort=pb.Abort(lease=att.lease, reason=reason)))
+            self._send(w, [pb.ServerMessage(abort=pb.Abort(lease=att.lease, reason=reason))])
 
     def lost(self, reason: str) -> None:
         """Leadership lost (or the store failed): workers reconnect at once, to the new leader
@@ -161,7 +175,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         """Tell every worker the server goes away, then end their streams (`linger` seconds
         later: they leave this server's set at once either way)."""
         for st in list(self._streams.values()):
-            st.send(pb.ServerMessage(shutdown=pb.Shutdown(reason=reason, not_leader=not_leader)))
+            st.send([pb.ServerMessage(shutdown=pb.Shutdown(reason=reason, not_leader=not_leader))])
             if linger:
                 self._streams.pop(st.worker.id, None)
                 asyncio.get_running_loop().call_later(linger, self._close, st)
@@ -185,18 +199,25 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             for w in self.workers.workers(pool)
         ]
 
-    def _lease(self, att: Attempt) -> pb.Lease:
+    @staticmethod
+    def _lease(att: Attempt) -> pb.ServerMessage:
+        """The lease message of an attempt, filled in place (a Lease built apart and passed
+        to ServerMessage is copied), setting only what differs from proto3's defaults: the
+        same bytes for a third of the cost."""
         rec = att.task
-        msg = pb.Lease(
-            lease=att.lease,
-            task_id=rec.id,
-            attempt=att.number,
-            payload=rec.payload if isinstance(rec.payload, bytes) else b"",
-            kind=rec.kind,
-            key=rec.key or "",
-            pool=rec.pool,
-            priority=priority_to_pb(rec.cls),
-        )
+        out = pb.ServerMessage()
+        msg = out.lease
+        msg.lease = att.lease  # (leases count from 1: this sets the oneof)
+        msg.task_id = rec.id
+        msg.attempt = att.number
+        if rec.payload and isinstance(rec.payload, bytes):
+            msg.payload = rec.payload
+        if rec.kind:
+            msg.kind = rec.kind
+        if rec.key:
+            msg.key = rec.key
+        msg.pool = rec.pool
+        msg.priority = priority_to_pb(rec.cls)
         tags = rec.tags
         if tags:  # (a map argument costs even when empty: set it only when there are tags)
             msg.content_type = tags.get(CONTENT_TYPE_TAG, "")
@@ -207,11 +228,11 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             msg.deadline_unix_ns = int(rec.deadline * 1e9)
         if att.lease_ttl is not None:
             msg.lease_ttl_s = att.lease_ttl
-        return msg
+        return out
 
-    def _send(self, w: RemoteWorker, msg: pb.ServerMessage) -> None:
+    def _send(self, w: RemoteWorker, msgs: list[pb.ServerMessage]) -> None:
         st = self._streams.get(w.id)
-        if st is not None and not st.send(msg):
+        if st is not None and not st.send(msgs):
             event(log, logging.WARNING, "worker_overflow", worker=w.id, pool=w.pool)
             self._close(st)
 
@@ -219,8 +240,10 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         """End a stream from the server's side (its writer stops; the reader then drops it)."""
         self._streams.pop(st.worker.id, None)
         if st.full():  # the end marker goes first: what is queued goes unsent
+            st.cut = True
             while not st.queue.empty():
                 st.queue.get_nowait()
+            st.pending = 0
         st.queue.put_nowait(None)
 
     # --- the stream ----------------------------------------------------------------------
@@ -246,11 +269,12 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             await context.abort(cut.code, cut.message, trailing_metadata=cut.trailers)
         reader = asyncio.ensure_future(self._read(st, request_iterator, context))
         try:
-            while True:
-                msg = await st.queue.get()
-                if msg is None:
-                    break
-                yield msg
+            while (batch := await st.queue.get()) is not None:
+                for msg in batch:
+                    if st.cut:  # (ended while full: the rest of this batch goes unsent too)
+                        break
+                    st.pending -= 1
+                    yield msg
             if st.overflowed:
                 await context.abort(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -320,7 +344,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
         ttl = self._ttl.get(w.pool)
         if ttl is not None:
             registered.lease_ttl_s = ttl
-        st.send(pb.ServerMessage(registered=registered))  # before any lease can be queued
+        st.send([pb.ServerMessage(registered=registered)])  # before any lease can be queued
         event(log, logging.INFO, "worker_registered", worker=w.id, pool=w.pool, slots=w.granted)
         self._kick()
         return st
@@ -385,7 +409,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
             moved = ws.nack(w, msg.nack.lease, now, reason)
             if moved is not None:
                 other, att = moved
-                self._send(other, pb.ServerMessage(lease=self._lease(att)))
+                self._send(other, [self._lease(att)])
         elif kind == "cancelled":
             ws.cancelled(w, msg.cancelled.lease, now)
         elif kind == "register":
