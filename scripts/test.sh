@@ -33,6 +33,9 @@ CRONOQ_REQUIRE_NATIVE=1 .venv/bin/pytest -q
 CRONOQ_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_server_e2e.py \
 	tests/integration/test_server_process.py tests/integration/test_server_auth.py \
 	tests/integration/test_server_published.py tests/integration/test_worker.py
+# The Python Worker's suites again on its grpcio transport (the default above is its native one).
+CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_worker.py \
+	tests/integration/test_worker_shards.py tests/integration/test_app_worker.py
 # The native transport's crate: formatting, lints and its own tests.
 (
 	cd native
