@@ -1,13 +1,16 @@
 """bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py, app.py,
-tracing.py and operations.py --quick run to the end and print every figure (targets are not
-checked)."""
+tracing.py, operations.py, fleet.py and peers.py --quick run to the end and print every figure
+(targets are not checked)."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "library.py"
 SERVER_BENCH = BENCH.parent / "server.py"
@@ -238,3 +241,65 @@ OPERATIONS_FIGURES = {
 
 def test_quick_operations_benchmark_prints_every_figure() -> None:
     _run(OPERATIONS_BENCH, ["--quick"], OPERATIONS_FIGURES)
+
+
+FLEET_BENCH = BENCH.parent / "fleet.py"
+_FLEET_LATENCY = r"p50 [\d.]+ ms  p99 [\d.]+ ms  max [\d.]+ ms  target p99 <= \d ms  (PASS|MISS)"
+FLEET_FIGURES = {
+    f"{kind}-{store}-{n}": rf"^\[a {store} {kind} x{n}\] +N=[\d,]+: +[\d,]+ leases/s.*CPU: "
+    r"workers \d+ us/lease, server \d+ us/task \([\d.]+x \[g\]\).*\n +\[b\] at [\d,]+ tasks/s "
+    r"\(reached [\d,]+; server \d+ us/task\), [\d,]+ tasks: " + _FLEET_LATENCY
+    for kind in ("worker", "app")
+    for store in ("memory", "sqlite")
+    for n in (1, 4)
+} | {
+    "target-one": r"^\[a memory worker x1\] .*leases/s  target >= 25k or >= 2\.5x base  "
+    r"(PASS|MISS)",
+    "ceiling": r"^ +\[c\] [\d.]+x the store's ceiling, [\d,]+ tasks/s .*target >= 0\.9x  "
+    r"(PASS|MISS)",
+    "go": r"^\[g sqlite\] +N=[\d,]+: +[\d,]+ tasks/s +CPU: Go raw worker [\d.]+ us/lease, server",
+    "go-ratio": r"^ +server CPU per task, app x1 / Go raw worker: [\d.]+x  target <= 1\.3x  "
+    r"(PASS|MISS)",
+    "header-cpus": r"^cpus: .*load average",
+    "summary": r"^targets:  \d+/\d+ met",
+}
+
+
+def test_quick_fleet_benchmark_prints_every_figure() -> None:
+    args = ["--quick", "--workers", "1,4", "--store", "memory,sqlite"]
+    _run(FLEET_BENCH, args, FLEET_FIGURES, timeout=600)
+
+
+PEERS_BENCH = BENCH.parent / "peers.py"
+PEERS_DIR = BENCH.parent / "peers"
+
+
+def _peers_missing() -> dict[str, str]:
+    """The peers this machine cannot run, and why (the published server is never built here)."""
+    missing = {}
+    if shutil.which("redis-server") is None:
+        missing["bullmq"] = "redis-server is not installed"
+    elif not (PEERS_DIR / "bullmq" / "node_modules" / "bullmq").is_dir():
+        missing["bullmq"] = "bench/peers/bullmq has no node_modules (npm ci there)"
+    if shutil.which("go") is None:
+        missing["river"] = "go is not installed"
+    return missing
+
+
+def test_quick_peers_benchmark_prints_every_figure() -> None:
+    missing = _peers_missing()
+    peers = [p for p in ("bullmq", "river") if p not in missing]
+    if not peers:
+        pytest.skip("; ".join(f"{k}: {v}" for k, v in missing.items()))
+    systems = ["cronoq-pg", "cronoq-sqlite", *peers]
+    figures = {
+        f"{name}": rf"^{name} +\[p\] N=[\d,]+: +[\d,]+ tasks/s +CPU \d+ us/task \(.+\) .*\n +\[l\] "
+        r"200 tasks/s \(reached [\d,]+\), [\d,]+ tasks: p50 [\d.]+ ms  p99 [\d.]+ ms  max"
+        for name in systems
+    } | {
+        "cpu-pg": r"^cronoq-pg .*\(server \d+, postgres \d+, worker \d+\)",
+        "cpu-river": r"^river .*\(postgres \d+, worker \d+\)" if "river" in peers else ".",
+        "cpu-bullmq": r"^bullmq .*\(redis \d+, worker \d+\)" if "bullmq" in peers else ".",
+        "header-cpus": r"^cpus: .*load average",
+    }
+    _run(PEERS_BENCH, ["--quick", "--systems", ",".join(systems)], figures, timeout=600)
