@@ -8,9 +8,10 @@ Systems (each missing one is a SKIP line with its reason; none is installed by t
                   "postgres"` on a private cluster of bench/_pg.py (fsync on), one Python worker:
                   bench/fleet.py's (`cronoq.client.Worker`, 64 slots, a no-op handler);
   cronoq-sqlite   the same server on a fresh SQLite file (synchronous FULL);
-  cronoq-0.2.1    the published `cronoq-server` 0.2.1 (`cronoq-server-published` on PATH, or
+  published-pg, published-sqlite
+                  the published `cronoq-server` 0.2.1 (`cronoq-server-published` on PATH, or
                   --published PATH; `cargo install --locked cronoq-server@0.2.1 --root DIR`
-                  builds it) on its SQLite store, with the same worker;
+                  builds it) on the same two stores, with the same worker;
   bullmq          BullMQ (bench/peers/bullmq: `npm ci` there, pinned by its package-lock) on a
                   Redis server that this script starts on a free port (Debian's redis-server,
                   `--appendonly yes --appendfsync always`: a job is on disk before its write is
@@ -36,7 +37,7 @@ process (the first, unmeasured, warms each system up):
      the wall clock, BullMQ on CLOCK_MONOTONIC, each one clock for the whole machine).
      Submit-to-start p50/p99/max of all rounds' windows, the first tenth of each left out.
 
-Usage: python bench/peers.py [--systems cronoq-pg,cronoq-sqlite,cronoq-0.2.1,bullmq,river]
+Usage: python bench/peers.py [--systems cronoq-pg,cronoq-sqlite,published-pg,...,river]
                              [--n N] [--reps R] [--rate R] [--window S] [--published PATH]
                              [--quick]
 
@@ -67,7 +68,7 @@ from _common import Child, percentile, print_about, print_cpus, proc_cpu
 from _pg import Cluster, free_port
 
 PEERS = Path(__file__).resolve().parent / "peers"
-SYSTEMS = ("cronoq-pg", "cronoq-sqlite", "cronoq-0.2.1", "bullmq", "river")
+SYSTEMS = ("cronoq-pg", "cronoq-sqlite", "published-pg", "published-sqlite", "bullmq", "river")
 PUBLISHED = "cronoq-server-published"
 EVERY = 100  # the peers' workers print their completed count at each multiple of this
 WARMUP_SHARE = F.WARMUP_SHARE
@@ -195,28 +196,28 @@ class Context:
 
 
 class Cronoq(System):
-    """A cronoq server (this tree's, or the published binary) with one Python worker."""
+    """A cronoq server (this tree's, or the published binary `exe`) with one Python worker."""
 
-    def __init__(self, name: str, store: str, argv: Callable[[str], list[str]] | None = None):
+    def __init__(self, name: str, store: str, exe: str | None = None) -> None:
         self.name = name
         self.store = store
-        self.argv = argv  # the published server's command line, given its config file
+        self.exe = exe
 
     async def setup(self, stack: contextlib.AsyncExitStack, ctx: Context) -> None:
-        self.ctx = ctx
         self.submit = ctx.go("submit", F.SUBMITTER)
-        side = F.Side(self.name.replace("-", "_").replace(".", "_"), None)  # a schema's name
+        side = F.Side(self.name.replace("-", "_"), None)  # its name makes a schema's name
         if self.store == "postgres":
             ctx.pg_url()
         cfg = os.path.join(ctx.tmp, f"{self.name}.toml")
+        table = F.store_table(self.store, ctx.tmp, side)
         with open(cfg, "w") as f:
-            f.write(S.config(F.store_table(self.store, ctx.tmp, side), "native"))
-        if self.argv is None:
+            f.write(S.config(table, "native") if self.exe is None else published_config(table))
+        if self.exe is None:
             proc, target = S.start_server(cfg)
         else:
-            proc = S.Proc(self.argv(cfg), self.name)
+            proc = S.Proc([self.exe, "-c", cfg], self.name)
             try:
-                target = proc.expect(r"grpc[=: ]+(\d+\.\d+\.\d+\.\d+:\d+)").group(1)
+                target = proc.expect(r"listening grpc=(\S+)").group(1)
             except BaseException:
                 proc.stop()
                 raise
@@ -339,24 +340,39 @@ class River(Queued):
         return [self.exe, "-mode", mode, "-url", self.url, *flags]
 
 
-def published(path: str | None) -> Callable[[str], list[str]]:
-    """The published server's command line, given a configuration file; Skip if not found."""
+def published_config(store: str) -> str:
+    """The published server's configuration (its own keys: no log level, no transport)."""
+    return f"""\
+[server]
+grpc_addr = "127.0.0.1:0"
+http_addr = "127.0.0.1:0"
+
+[store]
+{store}
+
+[[pools]]
+name = "{S.POOL}"
+max = {S.POOL_MAX}
+"""
+
+
+def published(path: str | None) -> str:
+    """The published server's executable; Skip if there is none."""
     exe = path or shutil.which(PUBLISHED)
     if exe is None or not os.access(exe, os.X_OK):
         raise Skip(
             f"{path or PUBLISHED} not found (cargo install --locked cronoq-server@0.2.1 --root "
             "DIR builds it; name DIR/bin/cronoq-server with --published)"
         )
-    return lambda cfg: [exe, "-c", cfg]
+    return exe
 
 
 def make(name: str, published_path: str | None) -> System:
-    if name == "cronoq-pg":
-        return Cronoq(name, "postgres")
-    if name == "cronoq-sqlite":
-        return Cronoq(name, "sqlite")
-    if name == "cronoq-0.2.1":
-        return Cronoq(name, "sqlite", published(published_path))
+    if name.startswith("cronoq-"):
+        return Cronoq(name, "postgres" if name.endswith("pg") else "sqlite")
+    if name.startswith("published-"):
+        exe = published(published_path)
+        return Cronoq(name, "postgres" if name.endswith("pg") else "sqlite", exe)
     return BullMQ() if name == "bullmq" else River()
 
 
@@ -431,7 +447,7 @@ async def measure(sz: Sizes, names: list[str], published_path: str | None) -> Re
 
 def report(sz: Sizes, names: list[str], r: Results) -> None:
     for name in names:
-        label = f"{name:<14}"
+        label = f"{name:<16}"
         if name in r.skipped:
             print(f"{label} SKIP: {r.skipped[name]}")
             continue
@@ -446,9 +462,9 @@ def report(sz: Sizes, names: list[str], r: Results) -> None:
         lat = sorted(r.latencies[name])
         reached = statistics.median(r.reached[name])
         print(
-            f"{'':14} [l] {sz.rate:g} tasks/s (reached {reached:,.0f}), {len(lat):,} tasks: p50 "
-            f"{F._ms(percentile(lat, 0.5))}  p99 {F._ms(percentile(lat, 0.99))}  max "
-            f"{F._ms(lat[-1])}   ({r.clocks[name]})"
+            f"{'':16} [l] {sz.rate:g} tasks/s (reached {reached:,.0f}), {len(lat):,} tasks: p50 "
+            f"{F.fmt_ms(percentile(lat, 0.5))}  p99 {F.fmt_ms(percentile(lat, 0.99))}  max "
+            f"{F.fmt_ms(lat[-1])}   ({r.clocks[name]})"
         )
 
 
@@ -463,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     args = ap.parse_args(argv)
     try:
-        names = F._names(args.systems, SYSTEMS, "--systems")
+        names = F.parse_names(args.systems, SYSTEMS, "--systems")
     except argparse.ArgumentTypeError as e:
         ap.error(str(e))
     base = QUICK if args.quick else FULL
