@@ -82,6 +82,7 @@ MAX_REDIRECTS = 3
 Handler: TypeAlias = Callable[["Lease"], Awaitable[Payload]]
 
 _OVERHEAD = 1024  # bytes of a Complete besides its output: outputs must leave room for them
+_BEAT_EARLY = 0.25  # a sweep sends the beats due within this part of their period
 _CLOSE_WAIT = 5.0  # how long stop() lets the server end the stream after the half-close
 _POLL = 0.1  # stop() re-checks the running leases at least this often while draining
 _HEALTHY = 10  # a session longer than this many backoff maxima resets the reconnect delay
@@ -121,8 +122,9 @@ _PRIORITIES = {value: priority_name(value) for value in pb.Priority.values()}
 
 _MSG_STOPPING = "worker is stopping"
 _MSG_NO_SLOT = "worker has no free slot"
-# a span's outcome by the case of the attempt's one message (a nack: handed back unrun)
-_OUTCOMES = {"complete": OUTCOME_SUCCEEDED, "cancelled": OUTCOME_CANCELLED, "nack": "handed_back"}
+# a span's outcome by the case of the attempt's one message besides a completion or a failure
+# (a nack: handed back unrun)
+_OUTCOMES = {"cancelled": OUTCOME_CANCELLED, "nack": "handed_back"}
 
 
 @dataclass
@@ -165,6 +167,60 @@ class Lease(AttemptMembers):
         return self.payload.decode("utf-8")
 
 
+# A message for the server: a WorkerMessage, or the bytes of one for the per-lease messages
+# (completions, heartbeats), which are encoded by hand: building the nested protobuf objects
+# cost several times what the whole encoding does.
+Outgoing: TypeAlias = pb.WorkerMessage | bytes
+
+
+def _wire(msg: Outgoing) -> bytes:
+    """The serialized form of an outgoing message."""
+    return msg if type(msg) is bytes else msg.SerializeToString()  # type: ignore[union-attr]
+
+
+_BYTES = [bytes((i,)) for i in range(0x80)]  # the one-byte varints
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of an unsigned `n`."""
+    if n < 0x80:
+        return _BYTES[n]
+    out = []
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _lease_body(lease: int) -> bytes:
+    """A message whose field 1 is the uint64 lease id: the proto3 default 0 is not written."""
+    return b"\x08" + _varint(lease) if lease else b""
+
+
+def _complete_message(lease: int, output: bytes, content_type: str) -> bytes:
+    """WorkerMessage{complete: Complete{lease, output, content_type}}, byte for byte what
+    protobuf writes (fields in number order, defaults left out; the oneof case even when its
+    message is empty), with the output copied once."""
+    head = _lease_body(lease)
+    if not output and not content_type:
+        return b"\x1a" + _varint(len(head)) + head  # WorkerMessage.complete = 3
+    if output:
+        head += b"\x12" + _varint(len(output))  # Complete.output = 2
+    tail = b""
+    if content_type:
+        encoded = content_type.encode()
+        tail = b"\x1a" + _varint(len(encoded)) + encoded  # Complete.content_type = 3
+    size = len(head) + len(output) + len(tail)
+    return b"".join((b"\x1a", _varint(size), head, output, tail))
+
+
+def _heartbeat_message(lease: int) -> bytes:
+    """WorkerMessage{heartbeat: Heartbeat{lease}}, as protobuf writes it."""
+    body = _lease_body(lease)
+    return b"\x12" + _varint(len(body)) + body  # WorkerMessage.heartbeat = 2
+
+
 class _Outbox:
     """What a grpcio session sends, in order; `None` half-closes the request stream.
 
@@ -174,10 +230,10 @@ class _Outbox:
     __slots__ = ("_items", "_waiter")
 
     def __init__(self) -> None:
-        self._items: deque[pb.WorkerMessage | None] = deque()
+        self._items: deque[Outgoing | None] = deque()
         self._waiter: asyncio.Future[None] | None = None
 
-    def put(self, msg: pb.WorkerMessage | None) -> None:
+    def put(self, msg: Outgoing | None) -> None:
         self._items.append(msg)
         waiter = self._waiter
         if waiter is not None:
@@ -191,7 +247,7 @@ class _Outbox:
         self._items.clear()
         self.put(None)
 
-    async def messages(self) -> AsyncIterator[pb.WorkerMessage]:
+    async def messages(self) -> AsyncIterator[Outgoing]:
         items = self._items
         loop = asyncio.get_running_loop()
         while True:
@@ -217,15 +273,15 @@ class _NativeOutbox:
     def __init__(self, call: _native.ClientCall, loop: asyncio.AbstractEventLoop) -> None:
         self._call = call
         self._loop = loop
-        self._items: list[pb.WorkerMessage] = []
+        self._items: list[Outgoing] = []
         self._ended = False  # half-closed or closed: nothing more is sent
 
-    def put(self, msg: pb.WorkerMessage | None) -> None:
+    def put(self, msg: Outgoing | None) -> None:
         if self._ended:
             return
         if msg is None:
             self._ended = True
-            self._call.send([m.SerializeToString() for m in self._items], end=True)
+            self._call.send([_wire(m) for m in self._items], end=True)
             self._items.clear()
             return
         items = self._items
@@ -237,7 +293,7 @@ class _NativeOutbox:
         items = self._items
         if items and not self._ended:
             self._items = []
-            self._call.send([m.SerializeToString() for m in items])
+            self._call.send([_wire(m) for m in items])
 
     def close(self) -> None:
         """Drop what is unsent: the session is over."""
@@ -280,7 +336,7 @@ class _GrpcioWork:
         self._channel = channel
         self._metadata = md
         self._dispatch = dispatch
-        self._call: grpc.aio.StreamStreamCall[pb.WorkerMessage, pb.ServerMessage] | None = None
+        self._call: grpc.aio.StreamStreamCall[Outgoing, pb.ServerMessage] | None = None
         self.outbox = _Outbox()
         self.cut = False  # stop() cancelled the call itself: its CancelledError ends the session
 
@@ -289,7 +345,7 @@ class _GrpcioWork:
         _CallEnded."""
         work = self._channel.stream_stream(
             _WORK,
-            request_serializer=pb.WorkerMessage.SerializeToString,
+            request_serializer=_wire,
             response_deserializer=pb.ServerMessage.FromString,
         )
         call = self._call = work(self.outbox.messages(), metadata=self._metadata)
@@ -402,38 +458,93 @@ _Work: TypeAlias = _GrpcioWork | _NativeWork
 
 
 class _Session:
-    """One stream: its transport, its outbox, and whether the server answered the register."""
+    """One stream: its transport, its outbox, its heartbeats, and whether the server answered
+    the register."""
 
-    __slots__ = ("closed", "outbox", "registered", "work")
+    __slots__ = ("beats", "closed", "outbox", "registered", "work")
 
-    def __init__(self) -> None:
+    def __init__(self, beats: _Heartbeats) -> None:
         self.work: _Work
         self.outbox: _Outbox | _NativeOutbox
+        self.beats = beats
         self.registered = False
         self.closed = asyncio.Event()
 
 
 class _Attempt:
-    """A running lease: the handler's task, the outbox its outcome goes to, its heartbeat."""
+    """A running lease: the handler's task, the outbox its outcome goes to, and with a TTL its
+    heartbeat period and the loop time its next beat is due."""
 
-    __slots__ = ("lease", "outbox", "period", "task", "timer")
+    __slots__ = ("due", "lease", "outbox", "period", "task")
 
     def __init__(self, lease: Lease, outbox: _Outbox | _NativeOutbox) -> None:
         self.lease = lease
         self.outbox = outbox
-        self.period = 0.0
+        self.period = 0.0  # no TTL: no heartbeats
+        self.due = 0.0
         self.task: asyncio.Task[Any] | None = None
-        self.timer: asyncio.TimerHandle | None = None
 
     def abandon(self) -> None:
-        """The server gave this attempt up (or will): tell the handler, report nothing."""
+        """The server gave this attempt up (or will): tell the handler, report nothing (it has
+        left the running leases, so it gets no more heartbeats either)."""
         self.lease.cancelled.set()
         self.lease._token._cancel()
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
         if self.task is not None:
             self.task.cancel()
+
+
+class _Heartbeats:
+    """The heartbeats of a session's running leases (docs/worker.md, "Heartbeats") on one
+    timer, armed for the earliest beat due: most leases end before their first beat, and a
+    timer per lease, armed and cancelled, cost more than the rest of its bookkeeping.
+
+    A lease leaves `running` when it ends or is abandoned, which is all it takes to stop its
+    beats. A sweep also sends the beats due within `_BEAT_EARLY` of a period from now, so
+    leases started close together share sweeps: a beat may be that much early, never late.
+    """
+
+    __slots__ = ("_at", "_handle", "_loop", "_running")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, running: dict[int, _Attempt]) -> None:
+        self._loop = loop
+        self._running = running
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = 0.0
+
+    def add(self, att: _Attempt, ttl: float) -> None:
+        """Beat `att` every third of `ttl` (at least every 10 ms), the first a period from now."""
+        period = att.period = max(ttl / 3, 0.01)
+        due = att.due = self._loop.time() + period
+        if self._handle is None or due < self._at:
+            self._arm(due)
+
+    def _arm(self, at: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._at = at
+        self._handle = self._loop.call_at(at, self._sweep)
+
+    def _sweep(self) -> None:
+        self._handle = None
+        now = self._loop.time()
+        earliest = None
+        for att in self._running.values():
+            period = att.period
+            if not period:
+                continue
+            due = att.due
+            if due - now <= period * _BEAT_EARLY:
+                att.outbox.put(_heartbeat_message(att.lease.id))
+                due = att.due = now + period
+            if earliest is None or due < earliest:
+                earliest = due
+        if earliest is not None:
+            self._arm(earliest)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 class WorkerState(Enum):
@@ -736,7 +847,7 @@ class Worker:
         options = self._options
         if redirected and options is not None:
             options = [o for o in options if o[0] not in _SERVER_NAME_OPTIONS]
-        session = _Session()
+        session = _Session(_Heartbeats(ls.loop, self._running))
         dispatch = functools.partial(self._dispatch, ls, session)
         work: _Work
         if self.transport == "native":
@@ -760,6 +871,7 @@ class Worker:
             self._session = None
             ls.registered.clear()
             self._abandon_all(ls)
+            session.beats.close()
             work.outbox.close()
             session.closed.set()
             await work.close()
@@ -843,12 +955,13 @@ class Worker:
 
     def _on_lease(self, ls: _LoopState, session: _Session, m: pb.Lease) -> None:
         running = self._running
-        if ls.draining or ls.stopping:
+        if ls.draining:
             session.outbox.put(self._hand_back(m.lease, _MSG_STOPPING))
             return
         if len(running) >= (self.granted_slots or self.slots):
             session.outbox.put(self._hand_back(m.lease, _MSG_NO_SLOT))
             return
+        tags = m.tags
         lease = Lease(
             m.lease,
             m.task_id,
@@ -857,7 +970,7 @@ class Worker:
             m.content_type,
             m.kind,
             m.key,
-            dict(m.tags),
+            dict(tags) if tags else {},  # (copying even an empty map costs a microsecond)
             m.timeout_s if m.HasField("timeout_s") else None,
             m.deadline_unix_ns / 1e9 if m.HasField("deadline_unix_ns") else None,
             m.pool or self.pool,
@@ -865,20 +978,13 @@ class Worker:
             m.lease_ttl_s if m.HasField("lease_ttl_s") else self.lease_ttl,
         )
         att = _Attempt(lease, session.outbox)
-        ttl = lease.lease_ttl
-        loop = ls.loop
-        if ttl:
-            att.period = max(ttl / 3, 0.01)
-            att.timer = loop.call_later(att.period, self._beat, att)
+        if lease.lease_ttl:
+            session.beats.add(att, lease.lease_ttl)
         running[lease.id] = att
         traced = self._traced
-        att.task = loop.create_task(
+        att.task = ls.loop.create_task(
             self._attempt(ls, att) if traced is None else self._traced_attempt(ls, att, traced)
         )
-
-    def _beat(self, att: _Attempt) -> None:
-        att.outbox.put(pb.WorkerMessage(heartbeat=pb.Heartbeat(lease=att.lease.id)))
-        att.timer = asyncio.get_running_loop().call_later(att.period, self._beat, att)
 
     async def _traced_attempt(self, ls: _LoopState, att: _Attempt, traced: Traced) -> None:
         """`_attempt` inside the attempt's `cronoq.run` span, a child of the task's trace."""
@@ -893,17 +999,20 @@ class Worker:
             attrs[ATTR_PRIORITY] = lease.priority
         with traced.run(lease.tags, attrs) as span:
             msg = await self._attempt(ls, att)
-            case = None if msg is None else msg.WhichOneof("msg")
-            if case == "fail":
+            if msg is None:
+                traced.ended(span, OUTCOME_ABANDONED, None)
+            elif type(msg) is bytes:
+                traced.ended(span, OUTCOME_SUCCEEDED, None)
+            elif (case := msg.WhichOneof("msg")) == "fail":  # type: ignore[union-attr]
                 traced.ended(span, OUTCOME_FAILED, msg.fail.message)  # type: ignore[union-attr]
             else:
-                traced.ended(span, _OUTCOMES.get(case or "", OUTCOME_ABANDONED), None)
+                traced.ended(span, _OUTCOMES[case], None)
 
-    async def _attempt(self, ls: _LoopState, att: _Attempt) -> pb.WorkerMessage | None:
+    async def _attempt(self, ls: _LoopState, att: _Attempt) -> Outgoing | None:
         """Run the handler and queue its one outcome (docs/worker.md, "Exceptions"), or none if
-        abandoned; returns it."""
+        abandoned; returns it (a completion as its bytes, the other outcomes as messages)."""
         lease = att.lease
-        msg: pb.WorkerMessage | None
+        msg: Outgoing | None
         try:
             try:
                 value = await self.handler(lease)
@@ -935,18 +1044,17 @@ class Worker:
             else:
                 msg = self._complete(lease.id, value)
         finally:
-            if self._running.get(lease.id) is att:
-                del self._running[lease.id]
+            running = self._running
+            if running.get(lease.id) is att:
+                del running[lease.id]
                 if ls.draining:
                     ls.idle.set()
-            if att.timer is not None:
-                att.timer.cancel()
-                att.timer = None
         if msg is not None:
             att.outbox.put(msg)
         return msg
 
-    def _complete(self, lease: int, value: Any) -> pb.WorkerMessage:
+    def _complete(self, lease: int, value: Any) -> Outgoing:
+        """The completion reporting `value`, or the failure when it cannot be sent."""
         try:
             output, content_type = encode_payload(value)
         except (TypeError, ValueError) as e:
@@ -959,9 +1067,7 @@ class Worker:
                 f" of {limit} bytes",
                 True,
             )
-        return pb.WorkerMessage(
-            complete=pb.Complete(lease=lease, output=output, content_type=content_type)
-        )
+        return _complete_message(lease, output, content_type)
 
     # --- redirects -------------------------------------------------------------------------
 
