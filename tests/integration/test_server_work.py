@@ -261,6 +261,12 @@ async def test_a_full_outbound_buffer_ends_that_stream() -> None:
     svc._send(w, [ping])  # one too many: the stream ends instead of dropping a message
     assert st.overflowed and w.id not in svc._streams and st.cut
     assert st.queue.qsize() == 1 and st.queue.get_nowait() is None  # the writer stops at once
+    # a batch that does not fit whole ends the stream too, even with room for part of it
+    st = svc._streams[w.id] = _Stream(w)
+    svc._send(w, [ping] * (st.limit - 1))
+    svc._send(w, [ping, ping])
+    assert st.overflowed and st.cut and w.id not in svc._streams
+    assert st.queue.qsize() == 1 and st.queue.get_nowait() is None
 
 
 async def test_raising_the_grant_grows_the_outbound_buffer() -> None:

@@ -239,7 +239,7 @@ class WorkService(cronoq_pb2_grpc.WorkersServicer):
     def _close(self, st: _Stream) -> None:
         """End a stream from the server's side (its writer stops; the reader then drops it)."""
         self._streams.pop(st.worker.id, None)
-        if st.full():  # the end marker goes first: what is queued goes unsent
+        if st.overflowed or st.full():  # the end marker goes first: what is queued goes unsent
             st.cut = True
             while not st.queue.empty():
                 st.queue.get_nowait()
