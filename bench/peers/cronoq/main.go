@@ -2,7 +2,9 @@
 // cronoq-server: one Tasks.Submit per task at a fixed rate, each call on a goroutine of its
 // own so that a slow answer never delays the next submission, over a few connections in turn.
 // Each task's payload is the wall-clock time (CLOCK_REALTIME, seconds) taken just before its
-// call: the worker that starts it subtracts it from its own clock. A Python submitter cannot
+// call: the worker that starts it subtracts it from its own clock. At most -inflight calls are
+// outstanding (the server refuses calls past its max_concurrent_requests): when the server
+// answers slower than the rate, the submitter falls behind it and says so by its rate reached. A Python submitter cannot
 // keep a fixed rate of thousands of calls a second on the machine's spare CPU; this one can.
 package main
 
@@ -27,6 +29,7 @@ func main() {
 	kind := flag.String("kind", "", "the tasks' kind")
 	envelope := flag.Bool("envelope", false, `payload {"t": T} as JSON (a task function's envelope) instead of T`)
 	conns := flag.Int("conns", 4, "connections, used in turn")
+	inflight := flag.Int("inflight", 1024, "calls at most in flight (under the server's limit)")
 	flag.Parse()
 	clients := make([]pb.TasksClient, *conns)
 	for i := range clients {
@@ -45,6 +48,7 @@ func main() {
 	if *envelope {
 		contentType = "application/json"
 	}
+	slots := make(chan struct{}, *inflight)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var failed error
@@ -54,6 +58,7 @@ func main() {
 		if wait := time.Until(due); wait > 0 {
 			time.Sleep(wait)
 		}
+		slots <- struct{}{}
 		stamp := strconv.FormatFloat(float64(time.Now().UnixNano())/1e9, 'f', 6, 64)
 		payload := stamp
 		if *envelope {
@@ -64,7 +69,7 @@ func main() {
 		}}
 		wg.Add(1)
 		go func(c pb.TasksClient) {
-			defer wg.Done()
+			defer func() { <-slots; wg.Done() }()
 			if _, err := c.Submit(context.Background(), req); err != nil {
 				mu.Lock()
 				failed = err
