@@ -203,8 +203,8 @@ def _complete_message(lease: int, output: bytes, content_type: str) -> bytes:
     protobuf writes (fields in number order, defaults left out; the oneof case even when its
     message is empty), with the output copied once."""
     head = _lease_body(lease)
-    if not output and not content_type:
-        return b"\x1a" + _varint(len(head)) + head  # WorkerMessage.complete = 3
+    if not output and not content_type:  # (a handler's None: the most common outcome)
+        return b"\x1a" + _BYTES[len(head)] + head  # WorkerMessage.complete = 3
     if output:
         head += b"\x12" + _varint(len(output))  # Complete.output = 2
     tail = b""
@@ -218,7 +218,7 @@ def _complete_message(lease: int, output: bytes, content_type: str) -> bytes:
 def _heartbeat_message(lease: int) -> bytes:
     """WorkerMessage{heartbeat: Heartbeat{lease}}, as protobuf writes it."""
     body = _lease_body(lease)
-    return b"\x12" + _varint(len(body)) + body  # WorkerMessage.heartbeat = 2
+    return b"\x12" + _BYTES[len(body)] + body  # WorkerMessage.heartbeat = 2 (< 12 bytes)
 
 
 class _Outbox:
@@ -558,6 +558,7 @@ class WorkerState(Enum):
 
 
 _W = WorkerState
+_STOP_BEGUN = frozenset({_W.DRAINING, _W.STOPPING})
 WORKER_TRANSITIONS = table(
     WorkerState,
     {
@@ -595,7 +596,7 @@ class _LoopState:
     @property
     def draining(self) -> bool:
         """stop() has begun (no new leases)."""
-        return self.life.at(_W.DRAINING, _W.STOPPING)
+        return self.life.state in _STOP_BEGUN  # (read twice per lease: no call of `at`)
 
     @property
     def stopping(self) -> bool:
