@@ -93,6 +93,9 @@ class CancelTask(CronoqError):
     """Raised by a worker's handler: end the whole task as cancelled, with no further attempt."""
 
 
+_BINARY = (bytes, bytearray, memoryview)  # (a tuple: `bytes | ...` builds a union per call)
+
+
 def encode_payload(value: Any, content_type: str | None = None) -> tuple[bytes, str]:
     """The bytes and media type sent for `value` (docs/client.md, "Encodings"); JSON for
     anything structured.
@@ -100,12 +103,12 @@ def encode_payload(value: Any, content_type: str | None = None) -> tuple[bytes, 
     An explicit `content_type` wins for every kind of value. Raises TypeError (or ValueError for
     a circular structure) when JSON cannot encode the value.
     """
-    if isinstance(value, bytes | bytearray | memoryview):
+    if value is None:  # (first: a handler's usual result)
+        data, default = b"", ""
+    elif isinstance(value, _BINARY):
         data, default = bytes(value), "application/octet-stream"
     elif isinstance(value, str):
         data, default = value.encode("utf-8"), "text/plain; charset=utf-8"
-    elif value is None:
-        data, default = b"", ""
     else:
         data, default = json.dumps(value).encode("utf-8"), "application/json"
     return data, content_type or default
