@@ -296,8 +296,7 @@ async def test_registered_without_fields_reads_as_a_v1_server() -> None:
             assert (w.max_message_bytes, w.lease_ttl, w.worker_id) == (None, None, 0)
             conn = f.conns[0]
             for i, payload in enumerate([b"reject", b"cancel", b"cancel0"], 1):
-                await conn.lease(i, payload)
-            for _ in range(3):
+                await conn.lease(i, payload)  # one at a time: 2 slots hold only two at once
                 await conn.recv()
             for i in (4, 5, 6):  # two fill the slots, the third finds none
                 await conn.lease(i)

@@ -168,6 +168,13 @@ def scripted(script: Callable[[Peer], None]) -> Iterator[tuple[str, list[Peer]]]
 # --- the call itself ---------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _default_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the native transport a Worker picks by default: a
+    CRONOQ_WORKER_TRANSPORT of the environment (the grpcio pass of the suite) must not choose."""
+    monkeypatch.delenv(TRANSPORT_ENV, raising=False)
+
+
 async def test_headers_are_a_grpc_clients_and_messages_arrive_in_order() -> None:
     seen: dict[str, str] = {}
 
