@@ -527,7 +527,7 @@ def _unix_ns(value: Any, field: str) -> int:
 
 
 def task_filter(data: Any, where: str = "filter") -> pb.TaskFilter:
-    """The `filter` object of a search or bulk action (docs/http.md, "Task filter"): the
+    """The `filter` object of a search or bulk action (docs/http.md, "Operations"): the
     statuses by the names answers use, the times in Unix seconds."""
     fields = _fields(data, where + ".", _FILTER_FIELDS)
     msg = pb.TaskFilter()
