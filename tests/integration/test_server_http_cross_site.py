@@ -22,7 +22,12 @@ WRITES = [r for r in served_routes(True) if r.verb not in ("GET", "HEAD")]
 
 
 def _path(template: str, task_id: str) -> str:
-    return template.replace("{id}", task_id).replace("{key}", "victim").replace("{name}", "n").replace("{pool}", "default")
+    return (
+        template.replace("{id}", task_id)
+        .replace("{key}", "victim")
+        .replace("{name}", "n")
+        .replace("{pool}", "default")
+    )
 
 
 def test_every_write_route_is_covered() -> None:
