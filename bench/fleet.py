@@ -24,11 +24,13 @@ Phases, for each store, side, worker kind and N in `--workers` (1, 2, 4):
      have succeeded (bench/server.py's [b]): leases/s, worker CPU per lease (the sum over the
      worker processes of /proc utime + stime, every thread) and the server's CPU per task.
      Target: one worker process >= 25k leases/s, or >= 2.5x REV's in the same run.
-[b]  latency at half the peak: tasks submitted one at a time at a fixed rate, half of the best
-     [a] of that configuration so far, for `--window` seconds, by the Go submitter of
-     bench/peers/cronoq (one Tasks.Submit per task on a goroutine of its own, 4 connections in
-     turn; a Python submitter cannot hold thousands of calls a second on the spare CPU). Each
-     payload carries the wall-clock time taken just before its call; the handler notes
+[b]  latency at half the peak: tasks submitted at a fixed rate, half of the best [a] of that
+     configuration so far, for `--window` seconds, by the Go submitter of bench/peers/cronoq
+     (the tasks falling due within each millisecond in one Tasks.SubmitBatch, each call on a
+     goroutine of its own, 4 connections in turn: a call per task would cost the server more
+     than the tasks at these rates, and a Python submitter cannot hold thousands of calls a
+     second on the spare CPU). Each payload carries the wall-clock time taken just before its
+     call; the handler notes
      time.time() when it starts, and each worker process prints its pairs when it stops (every
      process on one machine: one CLOCK_REALTIME). The first tenth of the window is warm-up.
      Submit-to-start p50/p99/max of the window whose p99 is lowest, the rate the submitter
@@ -300,15 +302,17 @@ async def phase_peak(server: Server, workers: Workers, kind: str, n: int) -> S.S
 
 
 async def phase_latency(
-    server: Server, kind: str, rate: float, seconds: float, submit: str
+    server: Server, kind: str, rate: float, seconds: float, submit: str, tick: str
 ) -> Latency:
-    """[b]'s submissions, by the Go submitter of bench/peers/cronoq (one Submit per task at
-    `rate` for `seconds`, each payload its submit time); returns once all have succeeded (the
-    samples are filled in by the caller, from the workers)."""
+    """[b]'s submissions, by the Go submitter of bench/peers/cronoq (at `rate` for `seconds`,
+    each payload its submit time; `tick`: the tasks due within each such period in one
+    SubmitBatch, "0s" one Submit per task); returns once all have succeeded (the samples are
+    filled in by the caller, from the workers)."""
     n = _count(rate, seconds)
     goal = await server.client.succeeded() + n
     cpu = server.proc.cpu()
     argv = [submit, "-target", server.target, "-rate", f"{rate:.3f}", "-seconds", f"{seconds}"]
+    argv += ["-tick", tick]
     if kind == "app":
         argv += ["-kind", "noop", "-envelope"]
     proc = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE)
@@ -398,7 +402,7 @@ async def measure(
                 run = Run(await phase_peak(server, workers, kind, n))
                 if timed:
                     best = max(x.peak.rate for x in [*r.runs.get(key, []), run])
-                    lat = await phase_latency(server, kind, best / 2, sz.window, submit)
+                    lat = await phase_latency(server, kind, best / 2, sz.window, submit, "1ms")
             finally:
                 pairs = workers.stop()
                 await connected(server.client, 0)

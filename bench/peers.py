@@ -240,7 +240,8 @@ class Cronoq(System):
         return Bulk(run.rate, {k: (after[k] - before[k]) / n for k in before})
 
     async def steady(self, rate: float, seconds: float) -> float:
-        return (await F.phase_latency(self.server, "worker", rate, seconds, self.submit)).reached
+        lat = await F.phase_latency(self.server, "worker", rate, seconds, self.submit, "0s")
+        return lat.reached
 
     def stop(self) -> list[tuple[float, float]]:
         return self.workers.stop()

@@ -123,11 +123,15 @@ async def serve(
         await asyncio.wait([waiter, *runs], return_when=asyncio.FIRST_COMPLETED)
         ended = [r for r in runs if r.done()]
         if not ended:
+            # Begun before it is said: a task submitted after the line is never run here.
+            draining: asyncio.Future[Any] = asyncio.gather(
+                *(asyncio.shield(w.begin_stop(grace)) for w in workers)
+            )
             log.info("%s: draining for up to %s s", received[0], grace)
             signalled.clear()
             waiter = loop.create_task(signalled.wait())
-            draining = loop.create_task(_stop_all(workers, grace))
-            await asyncio.wait([draining, waiter], return_when=asyncio.FIRST_COMPLETED)
+            either: list[asyncio.Future[Any]] = [draining, waiter]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if not draining.done():  # a second signal: abandon the running attempts now
                 log.info("%s again: stopping now", received[-1])
                 for w in workers:
@@ -137,7 +141,7 @@ async def serve(
             await asyncio.gather(*runs, return_exceptions=True)
             log.info("stopped")
             return
-        await _stop_all(workers, 0.0)
+        await asyncio.gather(*(w.stop(0.0) for w in workers))
         for r in ended:
             r.result()  # a fatal refusal: raised for the command's one line
     finally:
@@ -147,7 +151,3 @@ async def serve(
             t.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.gather(waiter, *announce, *runs, return_exceptions=True)
-
-
-async def _stop_all(workers: Sequence[Worker], grace: float) -> None:
-    await asyncio.gather(*(w.stop(grace) for w in workers))

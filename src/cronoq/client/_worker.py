@@ -766,12 +766,25 @@ class Worker:
         """Stop taking leases, let running ones finish for up to `grace` seconds (default
         `self.grace`), cancel the rest and close the stream. Every caller awaits the one
         shutdown, which a caller's cancellation does not interrupt."""
+        await asyncio.shield(self.begin_stop(grace))
+
+    def begin_stop(self, grace: float | None = None) -> asyncio.Task[None]:
+        """stop() without waiting: no lease is taken from this call on (a coroutine or task
+        would only begin on a later turn of the loop, and a lease read meanwhile would run);
+        returns the shutdown, which stop() awaits."""
         ls = self._state()
         if ls.shutdown is None:
+            life = ls.life
+            if life.at(_W.NEW, _W.RUNNING):
+                life.move(_W.DRAINING)  # (after run() ended there is nothing to drain)
+            ls.wake.set()
+            session = self._session
+            if session is not None and session.registered:
+                session.outbox.put(pb.WorkerMessage(set_slots=pb.SetSlots(slots=0)))
             ls.shutdown = ls.loop.create_task(
                 self._shutdown(ls, self.grace if grace is None else grace)
             )
-        await asyncio.shield(ls.shutdown)
+        return ls.shutdown
 
     async def wait_registered(self, timeout: float | None = None) -> None:
         """Wait for the current session's `registered`; TimeoutError after `timeout` s."""
@@ -1113,12 +1126,6 @@ class Worker:
 
     async def _shutdown(self, ls: _LoopState, grace: float) -> None:
         life = ls.life
-        if life.at(_W.NEW, _W.RUNNING):
-            life.move(_W.DRAINING)  # (after run() ended there is nothing to drain)
-        ls.wake.set()
-        session = self._session
-        if session is not None and session.registered:
-            session.outbox.put(pb.WorkerMessage(set_slots=pb.SetSlots(slots=0)))
         loop = ls.loop
         end = loop.time() + grace
         while self._running:
