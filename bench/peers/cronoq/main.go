@@ -35,6 +35,7 @@ func main() {
 	conns := flag.Int("conns", 4, "connections, used in turn")
 	inflight := flag.Int("inflight", 1024, "calls at most in flight (under the server's limit)")
 	tick := flag.Duration("tick", 0, "submit the tasks due within each such period as one SubmitBatch (0: one Submit per task)")
+	maxBatch := flag.Int("max-batch", 1000, "tasks at most per SubmitBatch (the server's max_tasks_per_batch)")
 	flag.Parse()
 	clients := make([]pb.TasksClient, *conns)
 	for i := range clients {
@@ -86,10 +87,11 @@ func main() {
 		if wait := time.Until(due); wait > 0 {
 			time.Sleep(wait)
 		}
-		// Every task due by now: one, or with -tick all of those of the periods ended.
+		// Every task due by now (at most -max-batch): one, or with -tick those of the periods
+		// ended.
 		m := 1
 		if *tick > 0 {
-			for i+m < n && t0.Add(time.Duration(float64(i+m) / *rate * float64(time.Second))).Before(time.Now()) {
+			for i+m < n && m < *maxBatch && t0.Add(time.Duration(float64(i+m) / *rate * float64(time.Second))).Before(time.Now()) {
 				m++
 			}
 		}
