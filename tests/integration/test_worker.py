@@ -862,38 +862,9 @@ async def test_stop_cancels_what_outlives_the_grace() -> None:
     assert conn.kinds() == ["register", "set_slots"]
 
 
-async def test_begin_stop_takes_effect_before_it_returns() -> None:
-    """begin_stop(): stop() begun at once, not on the loop's next turn as a task would be (the
-    worker command says "draining" right after it: a task submitted then never runs there)."""
-    gate = Gate()
-    nacked = asyncio.Event()
-
-    async def script(conn: Conn) -> None:
-        await conn.register()
-        await conn.lease(1)
-        await conn.recv("set_slots")
-        await conn.lease(2)
-        assert (await conn.recv("nack")).nack == pb.Nack(lease=2, reason="worker is stopping")
-        nacked.set()
-        await conn.eof.wait()
-
-    async with fake(script) as f:
-        w = Worker(f.address, "p", gate, grace=10)
-        run = asyncio.create_task(w.run())
-        await w.wait_registered(3)
-        await asyncio.wait_for(gate.started.wait(), 3)
-        shutdown = w.begin_stop()
-        assert w.begin_stop() is shutdown and not shutdown.done()
-        # the set_slots{0} is queued already: the script's lease 2 follows it
-        await asyncio.wait_for(nacked.wait(), 3)
-        gate.release.set()
-        await asyncio.wait_for(w.stop(), 3)  # the same shutdown
-        assert shutdown.done()
-        await asyncio.wait_for(run, 3)
-    assert [lease.id for lease in gate.leases] == [1]
-
-
 async def test_a_lease_during_stop_is_handed_back_and_stops_are_one() -> None:
+    """... and begin_stop() is stop() begun at once, not on the loop's next turn as a task
+    would be (the worker command says "draining" right after it)."""
     gate = Gate()
     nacked = asyncio.Event()
 
@@ -911,6 +882,8 @@ async def test_a_lease_during_stop_is_handed_back_and_stops_are_one() -> None:
         run = asyncio.create_task(w.run())
         await w.wait_registered(3)
         await asyncio.wait_for(gate.started.wait(), 3)
+        shutdown = w.begin_stop()  # the set_slots{0} is queued: the script's lease 2 follows
+        assert w.begin_stop() is shutdown and not shutdown.done()
         first = asyncio.create_task(w.stop())
         second = asyncio.create_task(w.stop(grace=0))  # a later grace is ignored
         await asyncio.wait_for(nacked.wait(), 3)
@@ -918,6 +891,7 @@ async def test_a_lease_during_stop_is_handed_back_and_stops_are_one() -> None:
         gate.release.set()
         await asyncio.wait_for(asyncio.gather(first, second), 3)
         await w.stop()  # done already: returns at once
+        assert shutdown.done() and [lease.id for lease in gate.leases] == [1]
         await asyncio.wait_for(run, 3)
     assert f.conns[0].kinds() == ["register", "set_slots", "nack", "complete"]
     assert gate.cancelled == []
