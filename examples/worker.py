@@ -88,7 +88,7 @@ async def main() -> None:
     serving = asyncio.create_task(worker.run())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.stop()))
+        loop.add_signal_handler(sig, worker.begin_stop)  # no lease taken from then on
     if args.submit:
         registered = asyncio.ensure_future(worker.wait_registered(10))
         await asyncio.wait([registered, serving], return_when=asyncio.FIRST_COMPLETED)
