@@ -3,12 +3,15 @@
 # and a quick smoke run of the benchmarks. This is the README's test command and what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's start, with the seconds since this script began (CI's time budget is 30 min).
+stage() { echo "--- $1 (${SECONDS} s in)"; }
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 # The install builds the native transport (native/, Rust) in release mode: its time is printed.
 started=$(date +%s)
 .venv/bin/pip install -q -e '.[test,server,client]'
 echo "install, with the native transport's build: $(($(date +%s) - started)) s"
+stage lint
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
@@ -29,13 +32,17 @@ command -v chromium >/dev/null || apt-get install -y -q chromium \
 	|| { apt-get update -q && apt-get install -y -q buildah podman mmdebstrap; }
 # The suite runs on the default transport, the native one, which must have been built (the
 # install skips an extension that fails to build); then the server suites again on grpcio.
-CRONOQ_REQUIRE_NATIVE=1 .venv/bin/pytest -q
+stage "the test suite"
+CRONOQ_REQUIRE_NATIVE=1 .venv/bin/pytest -q --durations=15
+stage "the server suites on grpcio"
 CRONOQ_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_server_e2e.py \
 	tests/integration/test_server_process.py tests/integration/test_server_auth.py \
 	tests/integration/test_server_published.py tests/integration/test_worker.py
 # The Python Worker's suites again on its grpcio transport (the default above is its native one).
+stage "the worker suites on grpcio"
 CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_worker.py \
 	tests/integration/test_worker_shards.py tests/integration/test_app_worker.py
+stage "native/"
 # The native transport's crate: formatting, lints and its own tests.
 (
 	cd native
@@ -43,6 +50,7 @@ CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_worker
 	cargo clippy --locked --all-targets -- -D warnings
 	cargo test --locked
 )
+stage sdks/go
 # The Go SDK: vet, staticcheck, formatting and its tests, which start the server from this .venv.
 (
 	export CRONOQ_PYTHON="$PWD/.venv/bin/python"
@@ -71,6 +79,7 @@ CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_worker
 	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	go test -count=1 .  # cronoqpb (generated) has no tests of its own
 )
+stage sdks/rust
 # The Rust crates (the sdks/rust workspace: cronoq, cronoq-worker, cronoq-server): formatting,
 # lints and the tests of every crate, which start the server from this .venv. Their build
 # output is kept in sdks/rust/target (git-ignored) between runs.
@@ -81,6 +90,7 @@ CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_worker
 	cargo clippy --locked --all-targets -- -D warnings
 	cargo test --locked
 )
+stage sdks/ts
 # The TypeScript SDK: build it and run its tests, which start the server from this .venv. Its
 # last lines are the Node test runner's summary.
 (
@@ -90,3 +100,4 @@ CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_worker
 	npm run build --silent
 	npm test --silent
 )
+stage done
