@@ -30,12 +30,11 @@ Phases, for each store, side, worker kind and N in `--workers` (1, 2, 4):
      goroutine of its own, 4 connections in turn: a call per task would cost the server more
      than the tasks at these rates, and a Python submitter cannot hold thousands of calls a
      second on the spare CPU). Each payload carries the wall-clock time taken just before its
-     call; the handler notes
-     time.time() when it starts, and each worker process prints its pairs when it stops (every
-     process on one machine: one CLOCK_REALTIME). The first tenth of the window is warm-up.
-     Submit-to-start p50/p99/max of the window whose p99 is lowest, the rate the submitter
-     reached (below the rate asked: the server took the calls no faster) and the server's CPU
-     per task so submitted. Target p99 <= 2 ms (memory store),
+     call; the handler notes time.time() when it starts, and each worker process prints its
+     pairs when it stops (every process on one machine: one CLOCK_REALTIME). The first tenth
+     of the window is warm-up. Submit-to-start p50/p99/max of the window whose p99 is lowest,
+     the rate the submitter reached (below the rate asked: the server took the calls no
+     faster) and the server's CPU per task so submitted. Target p99 <= 2 ms (memory store),
      <= 5 ms (SQLite, PostgreSQL).
 [g]  the Go raw worker of bench/workers/go (`-mode raw -slots 64`: a Complete for each Lease
      at once), [a] on the same server: the server's CPU per task; printed beside it, the

@@ -38,6 +38,7 @@ from cronoq.client import (
     Reject,
     Worker,
 )
+from cronoq.client._worker import WorkerState
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from helpers.servers import PORT0, Server, Serving, serving_process, write
@@ -884,6 +885,7 @@ async def test_a_lease_during_stop_is_handed_back_and_stops_are_one() -> None:
         await asyncio.wait_for(gate.started.wait(), 3)
         shutdown = w.begin_stop()  # the set_slots{0} is queued: the script's lease 2 follows
         assert w.begin_stop() is shutdown and not shutdown.done()
+        assert w._ls is not None and w._ls.life.state is WorkerState.DRAINING  # no turn later
         first = asyncio.create_task(w.stop())
         second = asyncio.create_task(w.stop(grace=0))  # a later grace is ignored
         await asyncio.wait_for(nacked.wait(), 3)

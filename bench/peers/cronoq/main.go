@@ -79,8 +79,9 @@ func main() {
 		}(clients[i%len(clients)])
 	}
 	t0 := time.Now()
+	dueAt := func(i int) time.Time { return t0.Add(time.Duration(float64(i) / *rate * float64(time.Second))) }
 	for i, calls := 0, 0; i < n; calls++ {
-		due := t0.Add(time.Duration(float64(i) / *rate * float64(time.Second)))
+		due := dueAt(i)
 		if *tick > 0 {
 			due = due.Add(*tick - 1).Truncate(*tick) // the end of the period task i falls in
 		}
@@ -91,7 +92,7 @@ func main() {
 		// ended.
 		m := 1
 		if *tick > 0 {
-			for i+m < n && m < *maxBatch && t0.Add(time.Duration(float64(i+m) / *rate * float64(time.Second))).Before(time.Now()) {
+			for i+m < n && m < *maxBatch && dueAt(i+m).Before(time.Now()) {
 				m++
 			}
 		}
