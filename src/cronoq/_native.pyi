@@ -47,6 +47,9 @@ class Transport:
     def stop_accepting(self) -> None: ...
     def close(self) -> None: ...
 
+# CPython's PyObject_GC_UnTrack (see cronoq.core.model.leave_collector).
+def gc_untrack(obj: object, /) -> None: ...
+
 # native/src/otlp.rs: span records (see cronoq._otlp) into one OTLP ExportTraceServiceRequest,
 # encoded with the GIL released; TypeError or ValueError for a malformed record.
 def otlp_encode(

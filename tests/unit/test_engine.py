@@ -7,8 +7,11 @@ timers, fills free slots and drains the outbox into running logs.
 
 from __future__ import annotations
 
+import gc
 import math
 import random
+import sys
+import weakref
 from typing import Any
 
 import pytest
@@ -31,6 +34,7 @@ from cronoq.core.model import (
     RetryPolicy,
     StatusEvent,
     TaskRecord,
+    gc_untrack,
 )
 from cronoq.errors import SubmitError
 from helpers.engine import Driver, make_engine
@@ -746,6 +750,51 @@ def test_retention_max_forgets_oldest_terminal_tasks() -> None:
     assert fresh.id == 4
     _, dup = eng.submit(TaskRecord(None, "p", key="b"), 5.0)
     assert dup
+
+
+class _Marker:
+    """An object a weak reference can follow, to see whether what holds it was freed."""
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's collector")
+def test_ended_tasks_leave_the_collector_only_when_they_cannot_be_in_a_cycle() -> None:
+    """Retained tasks are not walked by full collections (their pauses grow with the heap),
+    and one that could be part of a reference cycle stays tracked, so a cycle is still freed."""
+    eng = make_engine(4, retention=10.0)
+    sim = Driver(eng, catch_up=False)
+    plain = submit(eng, 0.0, payload=b"in")
+    failed = submit(eng, 0.0, payload=b"in", retry=RetryPolicy(max_attempts=1))
+    marker = _Marker()
+    alive = weakref.ref(marker)
+    looping = submit(eng, 0.0, payload=b"in")
+    other = submit(eng, 0.0, payload={"a": 1})
+    atts = {a.task.id: a for a in sim.step(0.0).starts}
+    assert all(gc.is_tracked(r) for r in (plain, failed, looping, other))  # live: tracked
+    eng.complete(atts[plain.id], 1.0, b"out")
+    eng.fail(atts[failed.id], 1.0, "boom")
+    eng.complete(atts[looping.id], 1.0, [looping, marker])  # output refers back: a cycle
+    eng.complete(atts[other.id], 1.0, None)  # a succeeded task drops its payload
+    assert failed.status_name == "dead_lettered"  # keeps its payload, to submit again
+    assert not gc.is_tracked(plain)
+    assert not gc.is_tracked(failed)
+    assert not gc.is_tracked(other)
+    assert gc.is_tracked(looping)
+    sim.step(11.0)  # retention ends: the engine drops all four
+    del atts, looping, marker, sim  # (the driver keeps what ended)
+    gc.collect()
+    assert alive() is None  # the cycle through the dropped task was collected
+    # the untracked ones are freed by reference counting alone: only this frame holds them
+    assert sys.getrefcount(plain) == sys.getrefcount(failed) == 2
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's collector")
+def test_untracking_through_the_native_extension_and_through_ctypes() -> None:
+    """The native extension's call where it was built, ctypes' where not: both untrack."""
+    for untrack in (gc_untrack(native=True), gc_untrack(native=False)):
+        rec = TaskRecord(b"x", "p")
+        assert gc.is_tracked(rec)
+        untrack(rec)
+        assert not gc.is_tracked(rec)
 
 
 def test_live_tasks_are_never_pruned() -> None:

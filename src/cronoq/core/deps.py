@@ -37,10 +37,11 @@ Resolved = list[tuple[TaskRecord | None, str | None, str]]
 class Dependencies:
     """The engine's dependency graph (see the module docstring)."""
 
-    __slots__ = ("_cascade", "_settling", "_st", "awaiting")
+    __slots__ = ("_await_timer", "_cascade", "_settling", "_st", "awaiting")
 
     def __init__(self, st: State) -> None:
         self._st = st
+        self._await_timer = st.timers.handler(self._await_expired)
         # key -> (dependent, condition) edges waiting for a task with that key to be submitted
         self.awaiting: dict[str, list[tuple[TaskRecord, str]]] = {}
         self._cascade: deque[TaskRecord] = deque()
@@ -120,7 +121,7 @@ class Dependencies:
                 extra.awaits.add(awaited)
                 timeout = pool.cfg.await_timeout
                 if timeout is not None:
-                    st.timers.set(rec.submitted_at + max(0.0, timeout), self._await_expired, rec)
+                    st.timers.set(rec.submitted_at + max(0.0, timeout), self._await_timer, rec)
                 waiting += 1
             elif parent.status < FIRST_TERMINAL:
                 _children(parent).append((rec, on))

@@ -170,9 +170,10 @@ class Engine:
         self.deps = st.deps = Dependencies(st)
         self.fixed = st.fixed = FixedStarts(st)
         self.schedules = Schedules(st, self.submit, self.cancel)
+        self._scale = self.timers.handler(self._on_scale)
         for pool in st.pool_list:
             if pool.scaler is not None:  # the first evaluation happens at start
-                self.timers.set(pool.scaler.next_eval, self._on_scale, pool)
+                self.timers.set(pool.scaler.next_eval, self._scale, pool)
 
     @property
     def event_level(self) -> int:
@@ -637,7 +638,7 @@ class Engine:
             self.set_capacity(pool.name, new, now)
         scaler = pool.scaler
         assert scaler is not None
-        self.timers.set(scaler.next_eval, self._on_scale, pool)
+        self.timers.set(scaler.next_eval, self._scale, pool)
 
     # --- retention --------------------------------------------------------------------------
 

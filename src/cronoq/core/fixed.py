@@ -27,10 +27,13 @@ MSG_OVERLAP = "previous occurrence still running"
 class FixedStarts:
     """The engine's fixed-start bookkeeping (see the module docstring)."""
 
-    __slots__ = ("_batch", "_st", "in_batch")
+    __slots__ = ("_batch", "_hold", "_miss", "_st", "_start", "in_batch")
 
     def __init__(self, st: State) -> None:
         self._st = st
+        self._hold = st.timers.handler(self._on_hold)
+        self._start = st.timers.handler(self._on_start)
+        self._miss = st.timers.handler(self._on_miss)
         self.in_batch = False  # checking a batch: its reservations count against each other
         self._batch: dict[str, list[tuple[float, float]]] = {}
 
@@ -60,8 +63,8 @@ class FixedStarts:
         else:
             st.move(rec, SCHEDULED, now, None)
             lead = max(extra.tolerance, pool.service_time())
-            st.timers.set(start - lead, self._on_hold, rec)
-            st.timers.set(start, self._on_start, rec)
+            st.timers.set(start - lead, self._hold, rec)
+            st.timers.set(start, self._start, rec)
 
     def missed(self, rec: TaskRecord, extra: Extras, pool: PoolState, now: float) -> None:
         """Not started within tolerance and on_miss is skip or fail."""
@@ -124,7 +127,7 @@ class FixedStarts:
         extra.due = True
         heappush(pool.due, (start, rec.seq, rec))
         if now <= start + extra.tolerance:
-            self._st.timers.set(start + extra.tolerance, self._on_miss, rec)
+            self._st.timers.set(start + extra.tolerance, self._miss, rec)
 
     # --- timer handlers -------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ class Parking:
     """Resource and worker-group parking of the engine (see the module docstring): it needs
     only the engine's pools, resources and timers, never a status change."""
 
-    __slots__ = ("_pools", "_resources", "_timers", "_wanted", "offered", "reoffer")
+    __slots__ = ("_pools", "_refill", "_resources", "_timers", "_wanted", "offered", "reoffer")
 
     def __init__(
         self, pools: dict[str, PoolState], resources: dict[str, ResourceState], timers: Timers
@@ -38,6 +38,7 @@ class Parking:
         self._pools = pools
         self._resources = resources
         self._timers = timers
+        self._refill = timers.handler(self._on_tokens)
         self.reoffer = False  # an attempt ended since parked tasks were last offered resources
         self.offered: list[TaskRecord] = []  # put back in a queue by a resource or group
         self._wanted: dict[tuple[tuple[str, int], ...], Wanted] = {}
@@ -114,7 +115,7 @@ class Parking:
         when = r.ready_at(amount, now)
         if r.wake is None or when < r.wake:
             r.wake = when
-            self._timers.set(when, self._on_tokens, r)
+            self._timers.set(when, self._refill, r)
 
     def _on_tokens(self, r: ResourceState, tag: int, when: float, now: float) -> None:
         if r.wake == when:

@@ -21,12 +21,13 @@ Cancel = Callable[[int | str, float], bool]
 class Schedules:
     """The engine's recurring schedules by name (see the module docstring)."""
 
-    __slots__ = ("_cancel", "_due", "_st", "_submit", "by_name")
+    __slots__ = ("_cancel", "_due", "_occurrence", "_st", "_submit", "by_name")
 
     def __init__(self, st: State, submit: Submit, cancel: Cancel) -> None:
         self._st = st
         self._submit = submit
         self._cancel = cancel
+        self._occurrence = st.timers.handler(self._on_cron)
         self.by_name: dict[str, Recurring] = {}
         self._due: list[Recurring] = []  # occurrences to create at the next dispatch
 
@@ -85,7 +86,7 @@ class Schedules:
             journal.schedules[sched.name] = sched
         if t is not None:
             when = max(not_before, t - 2 * sched.tolerance)
-            self._st.timers.set(when, self._on_cron, sched, sched.gen)
+            self._st.timers.set(when, self._occurrence, sched, sched.gen)
 
     def _on_cron(self, sched: Recurring, gen: int, when: float, now: float) -> None:
         if self.by_name.get(sched.name) is sched and sched.gen == gen:

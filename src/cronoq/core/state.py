@@ -51,6 +51,7 @@ from .model import (
     StatusEvent,
     TaskRecord,
     check_transition,
+    leave_collector,
 )
 from .parking import Parking
 from .pool import PoolState
@@ -143,6 +144,9 @@ class State:
         self.journal: Journal | None = Journal() if journal else None
         self.retained: deque[TaskRecord] = deque()  # ended tasks, oldest first
         self.timers = Timers()
+        self._timeout = self.timers.handler(self._on_timeout)
+        self._lease_due = self.timers.handler(self._on_lease)
+        self._retry = self.timers.handler(self._on_retry)
         self.parking = Parking(self.pools, self.resources, self.timers)
         self.next_id = first_id
         self.ids: list[int] | None = None  # task ids in order, built by Engine.page()
@@ -243,10 +247,10 @@ class State:
         self.move(rec, RUNNING, now, None)
         self.totals["dispatched"] += 1
         pool.stats.on_dispatch(now, now - rec.ready_at, adherent)
-        if rec.timeout is not None:
-            self.timers.set(now + rec.timeout, self._on_timeout, att)
+        if rec.timeout is not None:  # (by lease id: the entry must not keep the attempt alive)
+            self.timers.set(now + rec.timeout, self._timeout, None, att.lease)
         if ttl is not None:
-            self.timers.set(att.lease_expiry, self._on_lease, att)
+            self.timers.set(att.lease_expiry, self._lease_due, None, att.lease)
         self.out.starts.append(att)
 
     def end_attempt(self, att: Attempt, pool: PoolState, now: float, success: bool) -> float:
@@ -316,7 +320,7 @@ class State:
         rec.message = message
         rec.ready_at = now + delay  # when it will be ready again (a store keeps it)
         self.move(rec, RETRYING, now, message)
-        self.timers.set(rec.ready_at, self._on_retry, rec, rec.attempt)
+        self.timers.set(rec.ready_at, self._retry, rec, rec.attempt)
 
     def _on_retry(self, rec: TaskRecord, attempt: int, when: float, now: float) -> None:
         if rec.status == RETRYING and rec.attempt == attempt:
@@ -324,18 +328,20 @@ class State:
             pool.retrying_by_class[rec.cls] -= 1
             self.make_ready(rec, pool, now)
 
-    def _on_timeout(self, att: Attempt, tag: int, when: float, now: float) -> None:
-        if not att.ended:
+    def _on_timeout(self, _: None, lease: int, when: float, now: float) -> None:
+        att = self.running.get(lease)  # None: the attempt has ended
+        if att is not None:
             pool = self.pools[att.task.pool]
             self.totals["timeouts"] += 1
             self.abort(att, pool, now, ABORT_TIMEOUT)
             self.after_failure(att.task, pool, now, ABORT_TIMEOUT, False, None, OUTCOME_TIMED_OUT)
 
-    def _on_lease(self, att: Attempt, tag: int, when: float, now: float) -> None:
-        if att.ended:
+    def _on_lease(self, _: None, lease: int, when: float, now: float) -> None:
+        att = self.running.get(lease)
+        if att is None:  # it has ended
             return
         if att.lease_expiry > now:  # a heartbeat extended it
-            self.timers.set(att.lease_expiry, self._on_lease, att)
+            self.timers.set(att.lease_expiry, self._lease_due, None, lease)
             return
         pool = self.pools[att.task.pool]
         self.totals["lease_expiries"] += 1
@@ -372,11 +378,14 @@ class State:
                 self.fixed.drop(rec, extra, self.pools[rec.pool])
             if extra.children:
                 self.deps.ended(rec, now)
+        else:
+            leave_collector(rec)
 
     def retain(self, rec: TaskRecord) -> None:
         """Keep an ended task a store gave back (lookups, results, key deduplication)."""
         self._index(rec)
         self.retained.append(rec)
+        leave_collector(rec)
 
     def forget(self, rec: TaskRecord) -> None:
         """Drop an ended task from memory. One deleted from the history before (Engine.delete)
@@ -408,7 +417,7 @@ class State:
         self.live += 1
         pool.pending_by_class[rec.cls] += 1
         pool.retrying_by_class[rec.cls] += 1
-        self.timers.set(rec.ready_at, self._on_retry, rec, rec.attempt)
+        self.timers.set(rec.ready_at, self._retry, rec, rec.attempt)
 
     def _index(self, rec: TaskRecord) -> None:
         """Make a restored task findable by id and key (admit does it inline for new ones)."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -229,7 +230,18 @@ async def _serve(cfg: ServerConfig) -> None:
     except (SchedulerError, OSError) as exc:  # nothing started yet: nothing to stop
         event(log, logging.ERROR, "failed", error=exc)
         raise
+    app.on_ready(settle_heap)
     await app.serve(stop)  # logs event=failed itself when the start fails, then stops
+
+
+def settle_heap() -> None:
+    """Leave what the process holds once it leads (modules, the engine and its tables) out of
+    every later full garbage collection: those walk every object in sight, and the engine's
+    tables hold every retained task, so each one would pause the server longer as it fills.
+    The previous freeze is undone first, so what an earlier leadership left is collected."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
