@@ -35,7 +35,7 @@ from cronoq import (
 from cronoq.runtime import SchedulerState
 from cronoq.store import Batch, LeadershipLost, Stored
 from cronoq.store.base import COLUMN, TASK_COLUMNS, first_id, to_ns
-from cronoq.store.postgres import SCHEMA_VERSION
+from cronoq.store.postgres import SCHEMA_VERSION, _columns
 from helpers import pgstore
 from helpers.pgstore import Where, execute, fetch, free_port
 from helpers.waiting import deposed, until
@@ -989,6 +989,15 @@ async def test_a_wrong_database_name_fails_at_once(pg: Where) -> None:
     assert 'database "no_such_db" does not exist' in message
     assert "secret" not in message
     assert not store.status.startswith("database unreachable")
+
+
+def test_a_column_of_nulls_only_is_sent_as_one_null() -> None:
+    """The commit function's unnest pads a NULL array with NULLs to the others' length, so a
+    batch's column of NULLs goes as one NULL (asyncpg checks every element it sends); the
+    round trips of such rows are those of test_store_protocol.py, run on PostgreSQL too."""
+    rows = [(1, None, "a", None), (2, None, None, 0)]
+    assert _columns(rows, 4) == [[1, 2], None, ["a", None], [None, 0]]
+    assert _columns([], 4) == [None, None, None, None]
 
 
 @pytest.mark.parametrize(

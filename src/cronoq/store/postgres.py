@@ -710,10 +710,14 @@ class PostgresStore:
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any] | None]:
-    """Rows as `width` column arrays (the commit function's parameters); all NULL for none."""
+    """Rows as `width` column arrays (the commit function's parameters); all NULL for none.
+    A column of NULLs only is sent as one NULL, which the function's unnest pads with NULLs
+    to the others' length all the same: asyncpg checks every element of an array it sends
+    (two isinstance calls against abstract classes each), and a plain task's row has many."""
     if not rows:
         return [None] * width
-    return [list(column) for column in zip(*rows, strict=True)]
+    n = len(rows)
+    return [None if column.count(None) == n else list(column) for column in zip(*rows, strict=True)]
 
 
 def _change(row: tuple[Any, ...], text: tuple[int, ...], jsons: tuple[int, ...]) -> tuple[Any, ...]:
