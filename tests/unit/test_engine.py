@@ -1071,6 +1071,20 @@ def test_schedule_efficiency_never_exceeds_utilization_for_long_attempts() -> No
     assert p.schedule_efficiency == pytest.approx(0.5)
 
 
+def test_an_attempt_longer_than_the_window_ending_mid_second_is_counted() -> None:
+    """The success of an attempt that ran longer than the window, ending at a fractional
+    second, counts in that second (its span starts at the window's first second, not at
+    the one before, whose slot is the current second's)."""
+    eng = make_engine(1)
+    sim = Driver(eng, catch_up=False)
+    submit(eng, 0.3)
+    eng.complete(sim.start_one(0.3), 100.5)
+    p = eng.snapshot(100.7).pools[0]
+    assert p.succeeded == 1
+    assert p.dispatched == 0  # it was dispatched outside the window
+    assert p.schedule_efficiency == pytest.approx(p.utilization)
+
+
 def test_schedule_efficiency_counts_successful_seconds() -> None:
     eng = make_engine(1)
     sim = Driver(eng, catch_up=False)

@@ -155,8 +155,10 @@ class PoolStats:
         return cur
 
     def _spans(self, start: float, end: float) -> Iterator[tuple[_Slot, float]]:
-        """(slot, seconds) pieces of [start, end) within the last window, one per second."""
-        t = max(start, end - self._n)
+        """(slot, seconds) pieces of [start, end) within the last window, one per second. The
+        window's first second is floor(end) - n + 1: the one before shares the slot of the
+        current second, which that piece would reset (and lose what it counted)."""
+        t = max(start, math.floor(end) - self._n + 1)
         while t < end:
             stop = min(end, math.floor(t) + 1.0)
             yield self._slot_at(t), stop - t
@@ -224,21 +226,29 @@ class PoolStats:
     def summary(self, now: float) -> dict[str, float]:
         """The windowed fields of PoolSnapshot."""
         slots = self.window_slots(now)
-        dispatched = sum(s.dispatched for s in slots)
-        adherent = sum(s.adherent for s in slots)
-        fixed = sum(s.fixed for s in slots)
-        hits = sum(s.fixed_hits for s in slots)
-        cap_s = sum(s.cap_s for s in slots)
-        busy_s = sum(s.busy_s for s in slots)
-        success_s = sum(s.success_s for s in slots)
-        wait_sum = sum(s.wait_sum for s in slots)
+        dispatched = adherent = fixed = hits = succeeded = failed = retried = 0
+        # (added left to right, not by sum(): CPython 3.12's sum() of floats is compensated,
+        # and the Rust core must report the same bits on every version)
+        cap_s = busy_s = success_s = wait_sum = 0.0
+        for s in slots:
+            dispatched += s.dispatched
+            adherent += s.adherent
+            fixed += s.fixed
+            hits += s.fixed_hits
+            succeeded += s.succeeded
+            failed += s.failed
+            retried += s.retried
+            cap_s += s.cap_s
+            busy_s += s.busy_s
+            success_s += s.success_s
+            wait_sum += s.wait_sum
         w50, w90, w99 = percentiles((s.wait_hist for s in slots), (0.5, 0.9, 0.99))
         r50, r99 = percentiles((s.run_hist for s in slots), (0.5, 0.99))
         return {
             "dispatched": dispatched,
-            "succeeded": sum(s.succeeded for s in slots),
-            "failed": sum(s.failed for s in slots),
-            "retried": sum(s.retried for s in slots),
+            "succeeded": succeeded,
+            "failed": failed,
+            "retried": retried,
             "priority_adherence": adherent / dispatched if dispatched else 1.0,
             "fixed_start_hit_rate": hits / fixed if fixed else 1.0,
             "utilization": min(1.0, busy_s / cap_s) if cap_s > 0 else 0.0,
