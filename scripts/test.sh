@@ -50,6 +50,13 @@ stage "native/"
 	cargo clippy --locked --all-targets -- -D warnings
 	cargo test --locked
 )
+stage tests/parity/rust
+# The differential suite's test-only PyO3 module (the suite builds it): formatting and lints.
+(
+	cd tests/parity/rust
+	cargo fmt --check
+	cargo clippy --locked --all-targets -- -D warnings
+)
 stage sdks/go
 # The Go SDK: vet, staticcheck, formatting and its tests, which start the server from this .venv.
 (
@@ -80,9 +87,9 @@ stage sdks/go
 	go test -count=1 .  # cronoqpb (generated) has no tests of its own
 )
 stage sdks/rust
-# The Rust crates (the sdks/rust workspace: cronoq, cronoq-worker, cronoq-server): formatting,
-# lints and the tests of every crate, which start the server from this .venv. Their build
-# output is kept in sdks/rust/target (git-ignored) between runs.
+# The Rust crates (the sdks/rust workspace: cronoq, cronoq-core, cronoq-worker, cronoq-server):
+# formatting, lints and the tests of every crate; the worker crates' start the server from this
+# .venv. Their build output is kept in sdks/rust/target (git-ignored) between runs.
 (
 	export CRONOQ_PYTHON="$PWD/.venv/bin/python"
 	cd sdks/rust

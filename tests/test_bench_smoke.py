@@ -1,6 +1,6 @@
 """bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py, app.py,
-tracing.py, operations.py, fleet.py and peers.py --quick run to the end and print every figure
-(targets are not checked)."""
+tracing.py, operations.py, fleet.py, peers.py and core.py --quick run to the end and print every
+figure (targets are not checked)."""
 
 from __future__ import annotations
 
@@ -303,3 +303,19 @@ def test_quick_peers_benchmark_prints_every_figure() -> None:
         "header-cpus": r"^cpus: .*load average",
     }
     _run(PEERS_BENCH, ["--quick", "--systems", ",".join(systems)], figures, timeout=600)
+
+
+CORE_BENCH = BENCH.parent / "core.py"
+CORE_FIGURES = {
+    "1": r"^\[1\] Python core, virtual clock +[\d,]+ cycles/s +[\d,]+ decisions/s",
+    "2": r"^\[2\] Rust core, virtual clock +[\d,]+ cycles/s +[\d,]+ decisions/s  target >= "
+    r"1,000,000 decisions/s  (PASS|MISS)",
+    "3": r"^\[3\] Rust / Python +[\d.]+x  target >= 20x  (PASS|MISS)",
+    "header-python": r"^python: ",
+    "header-cpus": r"^cpus: ",
+    "summary": r"^targets:  \d/2 met",
+}
+
+
+def test_quick_core_benchmark_prints_every_figure() -> None:
+    _run(CORE_BENCH, ["--quick"], CORE_FIGURES, timeout=600)

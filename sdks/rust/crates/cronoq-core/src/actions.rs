@@ -1,0 +1,102 @@
+//! What an engine call leaves for its driver (Python: `cronoq.core.actions`): the actions to
+//! carry out and, for a driver with a store, the journal of what changed since it last
+//! persisted.
+//!
+//! Python's outbox holds the live objects; here `Actions` holds copies of the attempts and
+//! records as they were when the engine acted on them, which is what a Python driver reads
+//! right after the call (nothing changes an ended task or an aborted attempt afterwards).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::model::{Attempt, StatusEvent, TaskId, TaskRecord};
+
+/// What the driver must do after a call (see the engine's theory of operation).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Actions {
+    /// Attempts to run now.
+    pub starts: Vec<Attempt>,
+    /// Attempts the engine gave up on: cancel their executor or abort their lease.
+    pub aborts: Vec<Attempt>,
+    /// Tasks that reached a terminal status, as they ended.
+    pub finished: Vec<TaskRecord>,
+    /// Status changes, recorded only when the event level asks for them.
+    pub events: Vec<StatusEvent>,
+}
+
+impl Actions {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+            && self.aborts.is_empty()
+            && self.finished.is_empty()
+            && self.events.is_empty()
+    }
+}
+
+/// What changed since the driver last persisted (`Engine::take_journal`): tasks admitted (whole
+/// rows to write), tasks whose status changed (each once, in the order of its first change),
+/// pools paused or resumed (name, paused now) and ended tasks deleted from the history (ids).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Journal {
+    /// Tasks admitted, in admission order.
+    pub added: Vec<TaskRecord>,
+    /// Tasks whose status changed, in the order of their first change.
+    pub changed: Vec<TaskRecord>,
+    /// Pools paused (true) or resumed (false), in the order of their first change.
+    pub pools: Vec<(Arc<str>, bool)>,
+    /// Ended tasks deleted by `Engine::delete`.
+    pub deleted: Vec<TaskId>,
+}
+
+impl Journal {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.changed.is_empty()
+            && self.pools.is_empty()
+            && self.deleted.is_empty()
+    }
+}
+
+/// The journal as the engine keeps it between two `take_journal` calls: task ids, read as rows
+/// when taken. A task forgotten meanwhile leaves its final row here (`gone`), as a Python
+/// journal keeps the record object it names.
+#[derive(Debug, Default)]
+pub(crate) struct JournalLog {
+    pub added: Vec<TaskId>,
+    pub changed: Vec<TaskId>,
+    changed_set: HashSet<TaskId>,
+    named: HashSet<TaskId>,
+    pub pools: Vec<(Arc<str>, bool)>,
+    pub deleted: Vec<TaskId>,
+    pub gone: HashMap<TaskId, TaskRecord>,
+}
+
+impl JournalLog {
+    pub fn add(&mut self, id: TaskId) {
+        self.added.push(id);
+        self.named.insert(id);
+    }
+
+    pub fn change(&mut self, id: TaskId) {
+        if self.changed_set.insert(id) {
+            self.changed.push(id);
+            self.named.insert(id);
+        }
+    }
+
+    pub fn pool(&mut self, name: &Arc<str>, paused: bool) {
+        match self.pools.iter_mut().find(|(n, _)| n == name) {
+            Some(entry) => entry.1 = paused,
+            None => self.pools.push((name.clone(), paused)),
+        }
+    }
+
+    /// A task is dropped from memory: keep its row if the journal names it.
+    pub fn forgotten(&mut self, rec: TaskRecord) {
+        if self.named.contains(&rec.id) {
+            self.gone.insert(rec.id, rec);
+        }
+    }
+}

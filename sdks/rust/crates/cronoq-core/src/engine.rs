@@ -1,0 +1,591 @@
+//! The engine: every scheduling rule of cronoq that this crate ports, with no I/O and no clock
+//! (Python: `cronoq.core.engine`, whose module docstring is the theory of operation).
+//!
+//! A driver calls the engine with the current time. Each call changes the state and appends
+//! what the driver must do to the outbox, an `Actions` drained with `take()`: `starts`
+//! (attempts to run now), `aborts` (attempts given up on), `finished` (tasks that ended) and
+//! `events` (status changes, as `EngineOptions::event_level` asks). The driver calls
+//! `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry) and prune
+//! retained tasks, `dispatch(now)` to fill free slots, drains the outbox, and calls back at
+//! `next_wake()`: one timer for the whole engine. A driver with a store also calls
+//! `take_journal()` after each turn for the rows to write.
+//!
+//! Differences from the Python driver interface, none of which changes a decision: attempts
+//! are named by lease and tasks by id or key (Python passes the objects); records name their
+//! pool and kind by number (`pool_name`, `kind_name`); payloads and outputs stay with the
+//! driver; a call naming an unknown pool returns an error (Python raises KeyError).
+//! `snapshot(now)` gives each pool's state and quality metrics, as Python's does.
+//!
+//! Determinism: the same calls with the same times and the same seeded `Random` give the same
+//! decisions; jitter is the only use of randomness.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::actions::{Actions, Journal};
+use crate::dispatch::fill;
+use crate::model::{
+    AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Outcome, PoolConfig,
+    PoolSnapshot, Scoring, Snapshot, Status, SubmitError, TaskId, TaskRecord, TaskSpec, Totals,
+    UnknownPool, py_repr,
+};
+use crate::pool::PoolState;
+use crate::rng::{MersenneTwister, Random};
+use crate::state::{EventLevel, State};
+use crate::table::FastBuild;
+use crate::vocab::{NUM_CLASSES, Overflow};
+
+/// The message of a cancelled task.
+pub const MSG_CANCELLED: &str = "cancelled";
+/// The message of a task shed under overload.
+pub const MSG_SHED: &str = "shed under overload";
+/// How long an ended task stays findable by default (seconds).
+pub const DEFAULT_RETENTION: f64 = 3600.0;
+/// How many ended tasks stay findable at most by default.
+pub const DEFAULT_RETENTION_MAX: usize = 100_000;
+
+/// How an engine is set up, beyond its pools and its randomness.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineOptions {
+    /// The dispatch score's parameters.
+    pub scoring: Scoring,
+    /// Which status changes become events.
+    pub event_level: EventLevel,
+    /// Seconds an ended task stays findable.
+    pub retention: f64,
+    /// Most ended tasks kept.
+    pub retention_max: usize,
+    /// The first task id.
+    pub first_id: TaskId,
+    /// Keep a journal of what changed, for a driver with a store.
+    pub journal: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            scoring: Scoring::default(),
+            event_level: EventLevel::None,
+            retention: DEFAULT_RETENTION,
+            retention_max: DEFAULT_RETENTION_MAX,
+            first_id: 1,
+            journal: false,
+        }
+    }
+}
+
+/// A task named by id or by key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskRef<'a> {
+    /// By id.
+    Id(TaskId),
+    /// By the key it holds.
+    Key(&'a str),
+}
+
+/// The scheduling state machine. See the module docs for how a driver uses it.
+#[derive(Debug)]
+pub struct Engine<R = MersenneTwister> {
+    st: State<R>,
+    kinds: HashMap<Arc<str>, KindId, FastBuild>,
+    kind_names: Vec<Arc<str>>,
+    retention: f64,
+    bounded: bool,
+    dispatching: bool,
+}
+
+impl Engine<MersenneTwister> {
+    /// An engine jittering as Python's default one does (`random.Random(0)`).
+    pub fn with_defaults(pools: Vec<PoolConfig>, now: f64) -> Result<Self, ConfigError> {
+        Engine::new(
+            pools,
+            now,
+            EngineOptions::default(),
+            MersenneTwister::new(0),
+        )
+    }
+}
+
+impl<R: Random> Engine<R> {
+    /// An engine over these pools (at least one, names unique), starting at `now` (the pool
+    /// statistics count from there), jittering with `rng`.
+    pub fn new(
+        pools: Vec<PoolConfig>,
+        now: f64,
+        options: EngineOptions,
+        rng: R,
+    ) -> Result<Self, ConfigError> {
+        let bounded = pools.iter().any(|p| p.max_pending.is_some());
+        let st = State::new(pools, now, rng, &options)?;
+        Ok(Engine {
+            st,
+            kinds: HashMap::default(),
+            kind_names: Vec::new(),
+            retention: options.retention,
+            bounded,
+            dispatching: true,
+        })
+    }
+
+    // --- reading ---------------------------------------------------------------------------
+
+    /// Tasks not ended yet.
+    pub fn live(&self) -> u64 {
+        self.st.live
+    }
+
+    /// The counters.
+    pub fn totals(&self) -> &Totals {
+        &self.st.totals
+    }
+
+    /// The pools, in configuration order.
+    pub fn pools(&self) -> &[PoolState] {
+        &self.st.pools
+    }
+
+    /// The pool with this name.
+    pub fn pool(&self, name: &str) -> Option<&PoolState> {
+        self.st.pool_index.get(name).map(|&i| &self.st.pools[i])
+    }
+
+    /// The running attempts, in start order.
+    pub fn running(&self) -> impl Iterator<Item = &Attempt> {
+        self.st.running.values()
+    }
+
+    /// A running attempt by lease.
+    pub fn attempt(&self, lease: Lease) -> Option<&Attempt> {
+        self.st.running.get(&lease)
+    }
+
+    /// A live or retained task by id or key.
+    pub fn lookup(&self, r: TaskRef<'_>) -> Option<&TaskRecord> {
+        let id = match r {
+            TaskRef::Id(id) => id,
+            TaskRef::Key(key) => *self.st.keys.get(key)?,
+        };
+        self.st.tasks.get(&id)
+    }
+
+    /// The live and retained tasks, in no particular order.
+    pub fn tasks(&self) -> impl Iterator<Item = &TaskRecord> {
+        self.st.tasks.values()
+    }
+
+    /// The id the next admitted task will get.
+    pub fn next_id(&self) -> TaskId {
+        self.st.next_id
+    }
+
+    /// Tasks waiting for a slot, in every pool.
+    pub fn pending(&self) -> i64 {
+        self.st.pools.iter().map(PoolState::pending).sum()
+    }
+
+    /// Can the pool take `n` more pending tasks without its overflow policy?
+    pub fn has_room(&self, pool: &str, n: i64) -> Result<bool, UnknownPool> {
+        Ok(self.st.pools[self.pool_id(pool)?].has_room(n))
+    }
+
+    /// Which status changes become events.
+    pub fn event_level(&self) -> EventLevel {
+        self.st.event_level
+    }
+
+    /// Change which status changes become events (a driver may do so any time).
+    pub fn set_event_level(&mut self, level: EventLevel) {
+        self.st.event_level = level;
+    }
+
+    /// When the driver must call `advance()` next (None: only when something happens).
+    pub fn next_wake(&self) -> Option<f64> {
+        let mut t = self.st.timers.next_time();
+        if let Some(&(_, finished_at)) = self.st.retained.front() {
+            let r = finished_at + self.retention;
+            if t.is_none_or(|t| r < t) {
+                t = Some(r);
+            }
+        }
+        t
+    }
+
+    fn pool_id(&self, name: &str) -> Result<usize, UnknownPool> {
+        self.st
+            .pool_index
+            .get(name)
+            .copied()
+            .ok_or_else(|| UnknownPool(name.to_string()))
+    }
+
+    // --- driver interface ------------------------------------------------------------------
+
+    /// Hand the accumulated actions to the driver and start a fresh outbox.
+    pub fn take(&mut self) -> Actions {
+        std::mem::take(&mut self.st.out)
+    }
+
+    /// Hand what changed since the last call to a driver with a store (None: the engine
+    /// keeps no journal).
+    pub fn take_journal(&mut self) -> Option<Journal> {
+        let log = std::mem::take(self.st.journal.as_mut()?);
+        let tasks = &self.st.tasks;
+        let row = |id: &TaskId| -> TaskRecord {
+            tasks
+                .get(id)
+                .or_else(|| log.gone.get(id))
+                .expect("a journaled task is held or kept")
+                .clone()
+        };
+        Some(Journal {
+            added: log.added.iter().map(row).collect(),
+            changed: log.changed.iter().map(row).collect(),
+            pools: log.pools.clone(),
+            deleted: log.deleted.clone(),
+        })
+    }
+
+    // --- submission --------------------------------------------------------------------------
+
+    fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
+        let Some(&pool) = self.st.pool_index.get(spec.pool) else {
+            let msg = format!("unknown pool {}", py_repr(spec.pool));
+            return Err(SubmitError::new("unknown_pool", msg));
+        };
+        if usize::from(spec.cls) >= NUM_CLASSES {
+            return Err(SubmitError::new("invalid", "priority must be 0..=3"));
+        }
+        let kind = match self.kinds.get(spec.kind) {
+            Some(&kind) => kind,
+            None => {
+                let name: Arc<str> = Arc::from(spec.kind);
+                let kind = KindId::try_from(self.kind_names.len()).expect("fewer than 2^32 kinds");
+                self.kinds.insert(name.clone(), kind);
+                self.kind_names.push(name);
+                kind
+            }
+        };
+        Ok(TaskRecord::from_spec(spec, pool, kind))
+    }
+
+    /// Admit a task; a live or retained key returns (the existing task, true). On an error
+    /// nothing changed.
+    pub fn submit(&mut self, spec: TaskSpec<'_>, now: f64) -> Result<(TaskId, bool), SubmitError> {
+        if let Some(key) = spec.key
+            && let Some(&old) = self.st.keys.get(key)
+        {
+            return Ok((old, true));
+        }
+        let rec = self.record(spec)?;
+        if self.st.pools[rec.pool].cfg.max_pending.is_some() {
+            self.make_room(&rec, now)?;
+        }
+        Ok((self.st.admit(rec, now), false))
+    }
+
+    /// Admit every task of a batch, or none (an error before anything changes). A key taken
+    /// already returns its task, with true; a key twice in the batch is an error.
+    pub fn submit_batch(
+        &mut self,
+        specs: &[TaskSpec<'_>],
+        now: f64,
+    ) -> Result<Vec<(TaskId, bool)>, SubmitError> {
+        let mut seen: HashSet<&str> = HashSet::new();
+        // (existing task) or (index into `new`)
+        let mut out: Vec<Result<TaskId, usize>> = Vec::with_capacity(specs.len());
+        let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
+        for &spec in specs {
+            if let Some(key) = spec.key {
+                if !seen.insert(key) {
+                    let msg = format!("duplicate key {} in batch", py_repr(key));
+                    return Err(SubmitError::new("duplicate_key_in_batch", msg));
+                }
+                if let Some(&old) = self.st.keys.get(key) {
+                    out.push(Ok(old));
+                    continue;
+                }
+            }
+            out.push(Err(new.len()));
+            new.push(self.record(spec)?);
+        }
+        if self.bounded {
+            let mut per_pool: Vec<(usize, i64)> = Vec::new();
+            for rec in &new {
+                match per_pool.iter_mut().find(|(p, _)| *p == rec.pool) {
+                    Some(entry) => entry.1 += 1,
+                    None => per_pool.push((rec.pool, 1)),
+                }
+            }
+            for (p, n) in per_pool {
+                let pool = &self.st.pools[p];
+                if let Some(cap) = pool.cfg.max_pending
+                    && pool.pending() + n > i64::from(cap)
+                {
+                    return Err(SubmitError::new("overloaded", "overloaded"));
+                }
+            }
+        }
+        let ids: Vec<TaskId> = new.into_iter().map(|rec| self.st.admit(rec, now)).collect();
+        Ok(out
+            .into_iter()
+            .map(|o| match o {
+                Ok(old) => (old, true),
+                Err(i) => (ids[i], false),
+            })
+            .collect())
+    }
+
+    /// Apply the pool's overflow policy when admitting would exceed max_pending.
+    fn make_room(&mut self, rec: &TaskRecord, now: f64) -> Result<(), SubmitError> {
+        let p = rec.pool;
+        let pool = &self.st.pools[p];
+        let cap = pool.cfg.max_pending.expect("a bounded pool");
+        if pool.pending() < i64::from(cap) {
+            return Ok(());
+        }
+        let mut victim = None;
+        match pool.cfg.overflow {
+            Overflow::Wait => return Err(SubmitError::new("full", "queue full")),
+            Overflow::Reject => {}
+            Overflow::ShedLowest => {
+                for c in (usize::from(rec.cls) + 1..=3).rev() {
+                    victim = self.shed_candidate(p, c, true);
+                    if victim.is_some() {
+                        break;
+                    }
+                }
+            }
+            Overflow::ShedOldest => victim = self.shed_candidate(p, 3, false),
+        }
+        let Some(victim) = victim else {
+            return Err(SubmitError::new("overloaded", "overloaded"));
+        };
+        let st = &mut self.st;
+        let v = st.tasks.get_mut(&victim).expect("a queued task is held");
+        st.pools[p].queues.discard(v);
+        st.finish(victim, Status::Shed, now, Some(MSG_SHED));
+        Ok(())
+    }
+
+    /// The newest (or oldest) queued task of a class: a scan, only run under overload.
+    fn shed_candidate(&mut self, p: usize, cls: usize, newest: bool) -> Option<TaskId> {
+        let st = &mut self.st;
+        let q = &mut st.pools[p].queues.classes[cls];
+        if newest {
+            q.newest(&st.tasks)
+        } else {
+            q.oldest(&st.tasks)
+        }
+    }
+
+    // --- dispatch ----------------------------------------------------------------------------
+
+    /// Start the best ready tasks on every free slot.
+    pub fn dispatch(&mut self, now: f64) {
+        if self.dispatching {
+            fill(&mut self.st, now);
+        }
+    }
+
+    // --- outcomes ----------------------------------------------------------------------------
+
+    /// The attempt's executor succeeded. False if the attempt had already ended (counted in
+    /// `stale_completions`, as is a lease the engine never gave).
+    pub fn complete(&mut self, lease: Lease, now: f64) -> bool {
+        if !self.st.running.contains_key(&lease) {
+            self.st.totals.stale_completions += 1;
+            return false;
+        }
+        let (att, runtime) = self.st.end_attempt(lease, now, true);
+        let rec = &self.st.tasks[&att.task];
+        self.st.pools[rec.pool].learn(rec.kind, runtime);
+        self.st.finish(att.task, Status::Succeeded, now, None);
+        true
+    }
+
+    /// The attempt failed: the task fails (`permanent`), is dead-lettered after its last
+    /// attempt, or retries after its backoff (at least `retry_after`). False if the attempt
+    /// had already ended.
+    pub fn fail(
+        &mut self,
+        lease: Lease,
+        now: f64,
+        message: &str,
+        permanent: bool,
+        retry_after: Option<f64>,
+    ) -> bool {
+        if !self.st.running.contains_key(&lease) {
+            self.st.totals.stale_completions += 1;
+            return false;
+        }
+        let (att, _) = self.st.end_attempt(lease, now, false);
+        self.st.after_failure(
+            att.task,
+            now,
+            message,
+            permanent,
+            retry_after,
+            Outcome::Failed,
+        );
+        true
+    }
+
+    /// Extend the attempt's lease to now + its time to live; false if it already ended.
+    pub fn heartbeat(&mut self, lease: Lease, now: f64) -> bool {
+        let Some(att) = self.st.running.get_mut(&lease) else {
+            return false;
+        };
+        if let Some(ttl) = att.lease_ttl {
+            att.lease_expiry = now + ttl;
+        }
+        true
+    }
+
+    // --- cancellation --------------------------------------------------------------------------
+
+    /// Cancel a live task in any state; false if it is unknown or already ended.
+    pub fn cancel(&mut self, r: TaskRef<'_>, now: f64) -> bool {
+        let Some(rec) = self.lookup(r) else {
+            return false;
+        };
+        if rec.status >= FIRST_TERMINAL {
+            return false;
+        }
+        let (id, status, running) = (rec.id, rec.status, rec.running);
+        if status == Status::Running {
+            if let Some(lease) = running {
+                // None after abort_running() at shutdown
+                self.st.abort(lease, now, AbortReason::Cancelled);
+            }
+        } else if status == Status::Ready {
+            let st = &mut self.st;
+            let rec = st.tasks.get_mut(&id).expect("a live task is held");
+            st.pools[rec.pool].queues.discard(rec);
+        }
+        self.st
+            .finish(id, Status::Cancelled, now, Some(MSG_CANCELLED));
+        true
+    }
+
+    // --- operator controls -----------------------------------------------------------------
+
+    /// Start nothing new in the pool until `resume` (submits are still admitted, running
+    /// attempts go on, timers fire); false if it was paused already. (`now` as in Python's
+    /// signature: pausing changes no metric.)
+    pub fn pause(&mut self, pool: &str, _now: f64) -> Result<bool, UnknownPool> {
+        let p = self.pool_id(pool)?;
+        Ok(self.set_paused(p, true))
+    }
+
+    /// Let the pool start tasks again (the driver dispatches next); false if it was not
+    /// paused.
+    pub fn resume(&mut self, pool: &str, _now: f64) -> Result<bool, UnknownPool> {
+        let p = self.pool_id(pool)?;
+        Ok(self.set_paused(p, false))
+    }
+
+    fn set_paused(&mut self, p: usize, paused: bool) -> bool {
+        let pool = &mut self.st.pools[p];
+        if pool.paused == paused {
+            return false;
+        }
+        pool.paused = paused;
+        if let Some(j) = &mut self.st.journal {
+            j.pool(&pool.name, paused);
+        }
+        true
+    }
+
+    /// Forget ended tasks now rather than at the end of their retention (an operator's
+    /// clean-up); returns the ids deleted. Skipped: live tasks and tasks no longer held.
+    pub fn delete(&mut self, ids: &[TaskId]) -> Vec<TaskId> {
+        let st = &mut self.st;
+        let mut out = Vec::new();
+        for &id in ids {
+            match st.tasks.get(&id) {
+                Some(rec) if rec.status >= FIRST_TERMINAL => {}
+                _ => continue,
+            }
+            st.forget(id);
+            out.push(id);
+        }
+        if !out.is_empty() {
+            if let Some(j) = &mut st.journal {
+                j.deleted.extend(&out);
+            }
+            if st.retained.len() > 2 * st.tasks.len() + 1024 {
+                // drop the deleted ones it still holds
+                let tasks = &st.tasks;
+                st.retained.retain(|(id, _)| tasks.contains_key(id));
+            }
+        }
+        out
+    }
+
+    // --- capacity ------------------------------------------------------------------------------
+
+    /// Set the pool's slots.
+    pub fn set_capacity(&mut self, pool: &str, n: u32, now: f64) -> Result<(), UnknownPool> {
+        let p = self.pool_id(pool)?;
+        let pool = &mut self.st.pools[p];
+        let capacity = i64::from(n);
+        pool.stats.level(now, pool.busy, capacity);
+        pool.capacity = capacity;
+        Ok(())
+    }
+
+    /// Every pool now with its quality metrics, the live and running counts and the totals.
+    pub fn snapshot(&mut self, now: f64) -> Snapshot {
+        let pools: Vec<PoolSnapshot> = self.st.pools.iter_mut().map(|p| p.snapshot(now)).collect();
+        Snapshot {
+            pending: pools.iter().map(|p| p.pending).sum(),
+            pools,
+            live_tasks: self.st.live,
+            running: self.st.running.len(),
+            totals: self.st.totals.clone(),
+        }
+    }
+
+    // --- timers ----------------------------------------------------------------------------------
+
+    /// Fire every timer due at or before `now` and forget retained tasks past their retention.
+    pub fn advance(&mut self, now: f64) {
+        self.st.fire_timers(now);
+        let keep = self.retention;
+        // Same expression as next_wake(), so a wake-up at that time always prunes.
+        while let Some(&(id, finished_at)) = self.st.retained.front() {
+            if finished_at + keep > now {
+                break;
+            }
+            self.st.retained.pop_front();
+            self.st.forget(id);
+        }
+    }
+
+    // --- shutdown --------------------------------------------------------------------------------
+
+    /// Stop dispatching (shutdown grace); running attempts may still finish.
+    pub fn halt(&mut self) {
+        self.dispatching = false;
+    }
+
+    /// End every running attempt without a status change (shutdown after grace), in start
+    /// order; returns them.
+    pub fn abort_running(&mut self, now: f64) -> Vec<Attempt> {
+        let leases: Vec<Lease> = self.st.running.keys().copied().collect();
+        leases
+            .into_iter()
+            .map(|lease| self.st.abort(lease, now, AbortReason::Shutdown))
+            .collect()
+    }
+
+    /// The name of a pool by index (`TaskRecord::pool`).
+    pub fn pool_name(&self, pool: usize) -> Option<&str> {
+        self.st.pools.get(pool).map(|p| &*p.name)
+    }
+
+    /// The name of an interned kind (`TaskRecord::kind`).
+    pub fn kind_name(&self, kind: KindId) -> Option<&str> {
+        self.kind_names.get(kind as usize).map(|k| &**k)
+    }
+}

@@ -1,0 +1,50 @@
+//! cronoq's scheduling engine as plain data and functions: no clock reads, no I/O, no async.
+//! Every call takes `now` and returns what the driver must do. It makes the same decisions as
+//! the Python core (`cronoq.core`) for the same calls, which the differential suite in
+//! `tests/parity` checks operation by operation.
+//!
+//! # How it maps to the Python core
+//!
+//! One Rust module per Python module of `src/cronoq/core`, under the same name: `vocab`, `model`,
+//! `actions`, `timers`, `heaps`, `queue`, `pool`, `state` (the tables and the transition
+//! primitives), `dispatch` and `engine` (the driver interface), `stats`, `autoscale` and `cron`;
+//! `table` is the task table (Python's `tasks` dict), `rng` the injected randomness and `pyrepr`
+//! Python's `repr()` of a name, for error messages. Python's records and attempts are shared
+//! objects; here the engine's tables own them and everything else names them by task id or lease.
+//! Parity rules kept throughout: iteration orders that reach a decision are Python's (configuration
+//! order for pools, start order for attempts, insertion order for the journal), float arithmetic is
+//! done in Python's order on `f64` (no fused operations), `min`/`max` keep Python's tie rules
+//! (`model::py_min`), heap entries never tie completely so any correct heap pops in heapq's order,
+//! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
+//! `random.Random`).
+//!
+//! Not ported yet, and absent rather than ignored: dependencies and batches with them, resources
+//! and parking, worker groups and labels, fixed starts, recurring schedules (`cron` is ported and
+//! checked on its own, not yet used by the engine), fair share, autoscaling (`autoscale` likewise,
+//! not yet wired into the pools), restore, the observer, `ready_view`, and the snapshot fields of
+//! those features. Snapshots take their quality metrics from `stats`.
+
+pub mod actions;
+pub mod autoscale;
+pub mod cron;
+pub mod dispatch;
+pub mod engine;
+pub mod heaps;
+pub mod model;
+pub mod pool;
+pub mod pyrepr;
+pub mod queue;
+pub mod rng;
+pub mod state;
+pub mod stats;
+pub mod table;
+pub mod timers;
+pub mod vocab;
+
+pub use actions::{Actions, Journal};
+pub use engine::{Engine, EngineOptions, TaskRef};
+pub use model::{
+    Attempt, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId, TaskRecord, TaskSpec,
+};
+pub use rng::{MersenneTwister, Random};
+pub use state::EventLevel;

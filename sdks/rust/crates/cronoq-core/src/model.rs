@@ -1,0 +1,763 @@
+//! Plain values of the core (Python: `cronoq.core.model`): statuses and the life-cycle table,
+//! scoring, retry policies, pool configuration, task records, attempts and status events.
+//!
+//! Python keeps a task's rarely used options in `Extras`; of those this crate has the attempt
+//! history only, as `TaskRecord::history`. Payloads and outputs are not held by the core: it
+//! never reads them, so a driver keeps them by task id.
+
+pub use crate::pyrepr::py_repr;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::vocab::{Overflow, STATUSES};
+
+/// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
+pub type TaskId = u64;
+
+/// An attempt's lease number: unique per engine, ascending from 1.
+pub type Lease = u64;
+
+/// A kind of task, interned by the engine: records name it by number, so that keeping and
+/// copying one costs no reference count (`Engine::kind_name` gives the name back).
+pub type KindId = u32;
+
+/// A task's status. The numbers are the Python core's (stored rows use them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Status {
+    /// Admitted, waiting for something other than a slot.
+    Blocked = 0,
+    /// Waiting for its fixed start.
+    Scheduled = 1,
+    /// Waiting for a slot.
+    Ready = 2,
+    /// An attempt runs.
+    Running = 3,
+    /// Waiting for its retry backoff to pass.
+    Retrying = 4,
+    /// Ended: its last attempt succeeded.
+    Succeeded = 5,
+    /// Ended: failed permanently.
+    Failed = 6,
+    /// Ended: its last allowed attempt failed.
+    DeadLettered = 7,
+    /// Ended: cancelled.
+    Cancelled = 8,
+    /// Ended: skipped (a recurring occurrence).
+    Skipped = 9,
+    /// Ended: its fixed start was missed.
+    Missed = 10,
+    /// Ended: shed under overload.
+    Shed = 11,
+}
+
+/// The first terminal status: a status at or above it is terminal.
+pub const FIRST_TERMINAL: Status = Status::Succeeded;
+
+const fn bits(list: &[Status]) -> u16 {
+    let mut out = 0u16;
+    let mut i = 0;
+    while i < list.len() {
+        out |= 1 << list[i] as u16;
+        i += 1;
+    }
+    out
+}
+
+use Status::*;
+
+/// The whole life cycle in one table: status -> the statuses it may move to (a bit set by status
+/// number). Every status change goes through `State::move_to`, which checks it.
+pub const TRANSITIONS: [u16; 12] = [
+    bits(&[Scheduled, Ready, Skipped, Cancelled]),
+    bits(&[Ready, Missed, Failed, Skipped, Cancelled]),
+    bits(&[Running, Shed, Missed, Failed, DeadLettered, Cancelled]),
+    bits(&[Succeeded, Failed, DeadLettered, Retrying, Cancelled]),
+    bits(&[Ready, Cancelled]),
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+];
+
+impl Status {
+    /// Every status, by number.
+    pub const ALL: [Status; 12] = [
+        Blocked,
+        Scheduled,
+        Ready,
+        Running,
+        Retrying,
+        Succeeded,
+        Failed,
+        DeadLettered,
+        Cancelled,
+        Skipped,
+        Missed,
+        Shed,
+    ];
+
+    /// The lower-case name every public edge uses.
+    pub fn name(self) -> &'static str {
+        STATUSES[self as usize]
+    }
+
+    /// Whether the task has ended.
+    pub fn is_terminal(self) -> bool {
+        self >= FIRST_TERMINAL
+    }
+
+    /// Whether the life-cycle table lets a task move from `self` to `new`.
+    pub fn may_move_to(self, new: Status) -> bool {
+        TRANSITIONS[self as usize] & (1 << new as u16) != 0
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A configuration the core refuses (Python raises ValueError or TypeError).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+// --- retry policy ------------------------------------------------------------------------------
+
+/// How many attempts a task gets and how long to wait between them (full jitter).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    max_attempts: u32,
+    initial_backoff: f64,
+    multiplier: f64,
+    max_backoff: f64,
+    jitter: bool,
+}
+
+fn check_seconds(name: &str, v: f64) -> Result<f64, ConfigError> {
+    if v.is_nan() || v < 0.0 || v.is_infinite() {
+        return Err(ConfigError(format!(
+            "{name} must be a finite, non-negative number of seconds (got {v})"
+        )));
+    }
+    Ok(v)
+}
+
+impl RetryPolicy {
+    /// A checked policy: at least one attempt, finite non-negative backoffs, a finite
+    /// multiplier >= 1.
+    pub fn new(
+        max_attempts: u32,
+        initial_backoff: f64,
+        multiplier: f64,
+        max_backoff: f64,
+        jitter: bool,
+    ) -> Result<Self, ConfigError> {
+        if max_attempts < 1 {
+            return Err(ConfigError("max_attempts must be >= 1".into()));
+        }
+        let initial_backoff = check_seconds("initial_backoff", initial_backoff)?;
+        let max_backoff = check_seconds("max_backoff", max_backoff)?;
+        if !multiplier.is_finite() || multiplier < 1.0 {
+            return Err(ConfigError(format!(
+                "multiplier must be a finite number >= 1 (got {multiplier})"
+            )));
+        }
+        Ok(RetryPolicy {
+            max_attempts,
+            initial_backoff,
+            multiplier,
+            max_backoff,
+            jitter,
+        })
+    }
+
+    /// One attempt, no retries.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// Attempts allowed in all.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The wait before the second attempt.
+    pub fn initial_backoff(&self) -> f64 {
+        self.initial_backoff
+    }
+
+    /// The factor between successive waits.
+    pub fn multiplier(&self) -> f64 {
+        self.multiplier
+    }
+
+    /// The longest wait.
+    pub fn max_backoff(&self) -> f64 {
+        self.max_backoff
+    }
+
+    /// Whether a wait is drawn uniformly from [0, backoff) (full jitter).
+    pub fn jitter(&self) -> bool {
+        self.jitter
+    }
+
+    /// The un-jittered wait before attempt `next_attempt` (>= 2). `powf` is C's `pow`, as
+    /// Python's `float ** int` is, so the result is bit-identical (overflow gives inf in both).
+    pub fn backoff(&self, next_attempt: u32) -> f64 {
+        let exp = i64::from(next_attempt) - 2;
+        let mut delay = self.initial_backoff;
+        if exp > 0 && self.multiplier != 1.0 {
+            delay = self.initial_backoff * self.multiplier.powf(exp as f64);
+        }
+        py_min(delay, self.max_backoff)
+    }
+}
+
+impl Default for RetryPolicy {
+    /// Three attempts, 1 s doubling up to 60 s, with jitter.
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: 1.0,
+            multiplier: 2.0,
+            max_backoff: 60.0,
+            jitter: true,
+        }
+    }
+}
+
+/// Python's `min(a, b)`: `a` unless `b < a` (ties and NaN keep the first).
+pub fn py_min(a: f64, b: f64) -> f64 {
+    if b < a { b } else { a }
+}
+
+/// Python's `max(a, b)`: `a` unless `b > a`.
+pub fn py_max(a: f64, b: f64) -> f64 {
+    if b > a { b } else { a }
+}
+
+// --- scoring -----------------------------------------------------------------------------------
+
+/// Dispatch score = base[class] + min(aging_rate * wait, age_cap) + urgency(slack).
+///
+/// Urgency is 0 while the slack (latest start - now) is at least `window`, rises linearly to
+/// `urgency_max` at slack 0, and past the latest start grows by `overdue_rate` per second up to
+/// `overdue_cap` more. The defaults keep an overdue LOW task (10 + 800 + 5000 + 4000) below a
+/// fresh CRITICAL one (10000).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scoring {
+    /// Base score per class, critical first.
+    pub base: [f64; 4],
+    /// Score per second of waiting.
+    pub aging_rate: f64,
+    /// Most score waiting can add.
+    pub age_cap: f64,
+    /// Slack below which urgency starts.
+    pub window: f64,
+    /// Urgency at slack 0.
+    pub urgency_max: f64,
+    /// Urgency per second past the latest start.
+    pub overdue_rate: f64,
+    /// Most urgency being overdue adds.
+    pub overdue_cap: f64,
+}
+
+impl Default for Scoring {
+    fn default() -> Self {
+        Scoring {
+            base: [10000.0, 1000.0, 100.0, 10.0],
+            aging_rate: 2.0,
+            age_cap: 800.0,
+            window: 5.0,
+            urgency_max: 5000.0,
+            overdue_rate: 10.0,
+            overdue_cap: 4000.0,
+        }
+    }
+}
+
+// --- pool configuration ------------------------------------------------------------------------
+
+/// What the core needs to know about a pool. Options of features not ported yet (autoscaling
+/// and its min/max, fair share, dependencies, fixed starts) are absent, not ignored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolConfig {
+    /// The pool's name, unique in an engine.
+    pub name: String,
+    /// Slots at start.
+    pub capacity: u32,
+    /// A lease's time to live without a heartbeat (None: attempts hold no lease).
+    pub lease_ttl: Option<f64>,
+    /// The retry policy of tasks that bring none.
+    pub retry: RetryPolicy,
+    /// The expected duration of a kind of task before one of them succeeded (deadlines).
+    pub default_duration: f64,
+    /// Most pending tasks (None: unbounded).
+    pub max_pending: Option<u32>,
+    /// What a submit does at `max_pending`.
+    pub overflow: Overflow,
+    /// The price of a slot per second (`PoolSnapshot::cost`).
+    pub cost_per_worker_second: f64,
+}
+
+impl PoolConfig {
+    /// A pool with Python's defaults: 1 slot, no lease, the default retry policy.
+    pub fn new(name: impl Into<String>) -> Self {
+        PoolConfig {
+            name: name.into(),
+            capacity: 1,
+            lease_ttl: None,
+            retry: RetryPolicy::default(),
+            default_duration: 1.0,
+            max_pending: None,
+            overflow: Overflow::Wait,
+            cost_per_worker_second: 0.0,
+        }
+    }
+}
+
+// --- tasks and attempts ------------------------------------------------------------------------
+
+/// How many ended attempts of a retried task its record keeps (`TaskRecord::history`).
+pub const HISTORY_MAX: usize = 20;
+
+/// How an attempt ended (`PastAttempt::outcome`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Its executor or worker reported a failure.
+    Failed,
+    /// It ran past the task's timeout.
+    TimedOut,
+    /// Its worker stopped heartbeating.
+    LeaseExpired,
+}
+
+impl Outcome {
+    /// The Python name of the outcome.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+/// An attempt that ended without ending its task (the task retried); times in seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PastAttempt {
+    /// The attempt's number (1 = first).
+    pub number: u32,
+    /// When it started.
+    pub started_at: f64,
+    /// When it ended.
+    pub ended_at: f64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The failure's message.
+    pub message: String,
+}
+
+/// What a task is: the options of a submit that the core uses. Build one with
+/// `TaskSpec::new(pool)` and set the fields that differ. It borrows its names: a submit copies
+/// only what the record keeps (kinds are shared, a key is copied once).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TaskSpec<'a> {
+    /// The pool that runs it.
+    pub pool: &'a str,
+    /// Its priority class, 0 (critical) to 3 (low).
+    pub cls: u8,
+    /// Its kind: tasks of one kind share a learned expected duration.
+    pub kind: &'a str,
+    /// A deduplication key: a live or retained task with the same key is returned instead.
+    pub key: Option<&'a str>,
+    /// When it should be done (seconds): its latest start is the deadline minus its expected
+    /// duration, and urgency rises as that nears.
+    pub deadline: Option<f64>,
+    /// Its expected duration, instead of the learned one.
+    pub duration_hint: Option<f64>,
+    /// Abort an attempt that runs longer than this (seconds).
+    pub timeout: Option<f64>,
+    /// Its own retry policy (None: the pool's).
+    pub retry: Option<RetryPolicy>,
+}
+
+impl<'a> TaskSpec<'a> {
+    /// A normal-class task of kind "default" in `pool`, with no other options.
+    pub fn new(pool: &'a str) -> Self {
+        TaskSpec {
+            pool,
+            cls: 2,
+            kind: "default",
+            key: None,
+            deadline: None,
+            duration_hint: None,
+            timeout: None,
+            retry: None,
+        }
+    }
+}
+
+/// One task: its spec (fixed at submit) and its engine state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRecord {
+    /// Its id.
+    pub id: TaskId,
+    /// Its admission order (queue ties are broken by it).
+    pub seq: u64,
+    /// Its pool's index in the engine's configuration order (`Engine::pools`).
+    pub pool: usize,
+    /// Its priority class.
+    pub cls: u8,
+    /// Its kind, interned (`Engine::kind_name`).
+    pub kind: KindId,
+    /// Its key, while it holds it.
+    pub key: Option<Arc<str>>,
+    /// Its deadline.
+    pub deadline: Option<f64>,
+    /// Its expected duration as given.
+    pub duration_hint: Option<f64>,
+    /// Its attempt timeout.
+    pub timeout: Option<f64>,
+    /// Its own retry policy.
+    pub retry: Option<RetryPolicy>,
+    /// Its status.
+    pub status: Status,
+    /// The number of its latest attempt (0: none yet).
+    pub attempt: u32,
+    /// The message of its latest failure or its end.
+    pub message: Option<Arc<str>>,
+    /// When it was admitted.
+    pub submitted_at: f64,
+    /// When it first became eligible to run: its place in its queue (aging counts from here).
+    pub eligible_at: f64,
+    /// When it last became ready (or, retrying, when it will be).
+    pub ready_at: f64,
+    /// When its latest attempt started (0: never).
+    pub started_at: f64,
+    /// Deadline minus expected duration, set when it becomes ready with a deadline.
+    pub latest_start: Option<f64>,
+    /// When it ended (0: live).
+    pub finished_at: f64,
+    /// The lease of its running attempt.
+    pub running: Option<Lease>,
+    /// Its queue generation: a queue entry is live while it matches.
+    pub qgen: u64,
+    /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
+    pub history: Vec<PastAttempt>,
+}
+
+impl TaskRecord {
+    /// The record of a spec about to be admitted (id 0 until then).
+    pub(crate) fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
+        TaskRecord {
+            id: 0,
+            seq: 0,
+            pool,
+            cls: spec.cls,
+            kind,
+            key: spec.key.map(Arc::from),
+            deadline: spec.deadline,
+            duration_hint: spec.duration_hint,
+            timeout: spec.timeout,
+            retry: spec.retry,
+            status: Status::Blocked,
+            attempt: 0,
+            message: None,
+            submitted_at: 0.0,
+            eligible_at: 0.0,
+            ready_at: 0.0,
+            started_at: 0.0,
+            latest_start: None,
+            finished_at: 0.0,
+            running: None,
+            qgen: 0,
+            history: Vec::new(),
+        }
+    }
+}
+
+/// Why the engine gave up on an attempt (`Attempt::abort_reason`), in the words Python hands to
+/// its drivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AbortReason {
+    /// It ran past its task's timeout.
+    Timeout,
+    /// Its lease expired without a heartbeat.
+    Lease,
+    /// Its task was cancelled.
+    Cancelled,
+    /// The driver shuts down (`Engine::abort_running`).
+    Shutdown,
+}
+
+impl AbortReason {
+    /// Python's message for the reason (also the failure message of a timeout or lease loss).
+    pub fn message(self) -> &'static str {
+        match self {
+            AbortReason::Timeout => "attempt timed out",
+            AbortReason::Lease => "lease expired",
+            AbortReason::Cancelled => "cancelled",
+            AbortReason::Shutdown => "scheduler shut down",
+        }
+    }
+}
+
+/// One dispatch of a task to a slot. The engine keeps running attempts by lease; the copies
+/// in `Actions` are the attempt as it was when started or aborted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attempt {
+    /// The task it runs.
+    pub task: TaskId,
+    /// Its number (1 = first).
+    pub number: u32,
+    /// Its lease: the handle outcomes and heartbeats name it by.
+    pub lease: Lease,
+    /// When it started.
+    pub started_at: f64,
+    /// Its pool's lease time to live, if any.
+    pub lease_ttl: Option<f64>,
+    /// When its lease runs out (inf without a lease).
+    pub lease_expiry: f64,
+    /// Why the engine aborted it, if it did.
+    pub abort_reason: Option<AbortReason>,
+}
+
+impl Attempt {
+    pub(crate) fn new(
+        task: TaskId,
+        number: u32,
+        lease: Lease,
+        started_at: f64,
+        lease_ttl: Option<f64>,
+    ) -> Self {
+        Attempt {
+            task,
+            number,
+            lease,
+            started_at,
+            lease_ttl,
+            lease_expiry: lease_ttl.map_or(f64::INFINITY, |ttl| started_at + ttl),
+            abort_reason: None,
+        }
+    }
+}
+
+/// One status change of one task; `at` is seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusEvent {
+    /// The task.
+    pub id: TaskId,
+    /// Its pool's name.
+    pub pool: Arc<str>,
+    /// Its key.
+    pub key: Option<Arc<str>>,
+    /// The status it moved to.
+    pub status: Status,
+    /// Its attempt number then.
+    pub attempt: u32,
+    /// When.
+    pub at: f64,
+    /// The message of the change.
+    pub message: Option<Arc<str>>,
+}
+
+/// One pool now, plus quality metrics over the last `window` seconds (Python's
+/// `PoolSnapshot`, without the fields of features not ported yet: held slots and reservations
+/// of fixed starts, the autoscaler's desired capacity, the fixed-start hit rate).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolSnapshot {
+    /// The pool's name.
+    pub name: Arc<str>,
+    /// Its slots.
+    pub capacity: i64,
+    /// Attempts running.
+    pub busy: i64,
+    /// Tasks admitted and not running or ended.
+    pub pending: i64,
+    /// The same per class.
+    pub pending_by_class: [i64; 4],
+    /// Tasks in its ready queues.
+    pub ready: i64,
+    /// The metrics' window (seconds).
+    pub window: f64,
+    /// Attempts started in the window.
+    pub dispatched: u64,
+    /// Attempts succeeded in the window.
+    pub succeeded: u64,
+    /// Attempts failed in the window.
+    pub failed: u64,
+    /// Retries in the window.
+    pub retried: u64,
+    /// Share of dispatches that took from the most important non-empty class.
+    pub priority_adherence: f64,
+    /// Busy slot-seconds over capacity slot-seconds.
+    pub utilization: f64,
+    /// Slot-seconds of successful attempts over capacity slot-seconds.
+    pub schedule_efficiency: f64,
+    /// Mean wait for a slot.
+    pub wait_mean: f64,
+    /// Median wait for a slot.
+    pub wait_p50: f64,
+    /// 90th percentile of the wait.
+    pub wait_p90: f64,
+    /// 99th percentile of the wait.
+    pub wait_p99: f64,
+    /// Median runtime.
+    pub run_p50: f64,
+    /// 99th percentile of the runtime.
+    pub run_p99: f64,
+    /// Capacity integrated over time since the start.
+    pub worker_seconds: f64,
+    /// `worker_seconds` times the pool's price per slot-second.
+    pub cost: f64,
+    /// Paused by an operator.
+    pub paused: bool,
+    /// Tasks wait and the pool has no capacity at all to run them.
+    pub unserved: bool,
+}
+
+/// The whole engine now (Python's `Snapshot`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    /// Each pool, in configuration order.
+    pub pools: Vec<PoolSnapshot>,
+    /// Tasks not ended.
+    pub live_tasks: u64,
+    /// Attempts running.
+    pub running: usize,
+    /// Tasks pending in every pool.
+    pub pending: i64,
+    /// The counters.
+    pub totals: Totals,
+}
+
+/// Counters of what happened, in Python's `TOTALS_KEYS` order (`Totals::iter`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Tasks cancelled.
+    pub cancelled: u64,
+    /// Tasks dead-lettered.
+    pub dead_lettered: u64,
+    /// Attempts started.
+    pub dispatched: u64,
+    /// Tasks failed.
+    pub failed: u64,
+    /// Attempts whose lease expired.
+    pub lease_expiries: u64,
+    /// Fixed starts missed (not ported: always 0).
+    pub missed: u64,
+    /// Recurring conflicts (not ported: always 0).
+    pub recurring_conflicts: u64,
+    /// Invalid recurring occurrences (not ported: always 0).
+    pub recurring_invalid: u64,
+    /// Retries scheduled.
+    pub retries: u64,
+    /// Tasks shed under overload.
+    pub shed: u64,
+    /// Tasks skipped (not ported: always 0).
+    pub skipped: u64,
+    /// Outcomes reported for attempts that had ended.
+    pub stale_completions: u64,
+    /// Tasks admitted.
+    pub submitted: u64,
+    /// Tasks succeeded.
+    pub succeeded: u64,
+    /// Attempts timed out.
+    pub timeouts: u64,
+}
+
+impl Totals {
+    /// Every counter with its Python name, in Python's order.
+    pub fn iter(&self) -> [(&'static str, u64); 15] {
+        [
+            ("cancelled", self.cancelled),
+            ("dead_lettered", self.dead_lettered),
+            ("dispatched", self.dispatched),
+            ("failed", self.failed),
+            ("lease_expiries", self.lease_expiries),
+            ("missed", self.missed),
+            ("recurring_conflicts", self.recurring_conflicts),
+            ("recurring_invalid", self.recurring_invalid),
+            ("retries", self.retries),
+            ("shed", self.shed),
+            ("skipped", self.skipped),
+            ("stale_completions", self.stale_completions),
+            ("submitted", self.submitted),
+            ("succeeded", self.succeeded),
+            ("timeouts", self.timeouts),
+        ]
+    }
+
+    /// The counter of tasks that ended with `status`.
+    pub(crate) fn ended(&mut self, status: Status) {
+        let n = match status {
+            Succeeded => &mut self.succeeded,
+            Failed => &mut self.failed,
+            DeadLettered => &mut self.dead_lettered,
+            Cancelled => &mut self.cancelled,
+            Skipped => &mut self.skipped,
+            Missed => &mut self.missed,
+            Shed => &mut self.shed,
+            Blocked | Scheduled | Ready | Running | Retrying => {
+                unreachable!("{status} is not terminal")
+            }
+        };
+        *n += 1;
+    }
+}
+
+/// A submission the engine refused; `code` says why (Python's `SubmitError.code`), `message`
+/// is Python's message, word for word.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubmitError {
+    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch" or "invalid".
+    pub code: &'static str,
+    /// For people.
+    pub message: String,
+}
+
+impl SubmitError {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> Self {
+        SubmitError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for SubmitError {}
+
+/// A call named a pool the engine does not have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownPool(pub String);
+
+impl fmt::Display for UnknownPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown pool {}", py_repr(&self.0))
+    }
+}
+
+impl std::error::Error for UnknownPool {}

@@ -1,0 +1,453 @@
+//! The tables the engine shares and the transition primitives that change them (Python:
+//! `cronoq.core.state`): admitting, making ready, starting, ending and retrying attempts,
+//! finishing, retaining and forgetting tasks.
+//!
+//! Every status change goes through `State::move_to`, which checks the life-cycle table
+//! (`model::TRANSITIONS`) and records the event; an illegal change panics (an engine bug).
+//! Python's records are shared objects; here the tables own the records and everything else
+//! names them by id (tasks) or lease (attempts). An attempt has ended exactly when it is no
+//! longer in `running`, which is Python's `Attempt.ended`.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::actions::{Actions, JournalLog};
+use crate::engine::EngineOptions;
+use crate::model::{
+    AbortReason, Attempt, ConfigError, HISTORY_MAX, Lease, Outcome, PastAttempt, PoolConfig,
+    Status, StatusEvent, TaskId, TaskRecord, Totals, py_repr,
+};
+use crate::pool::PoolState;
+use crate::rng::Random;
+use crate::table::FastBuild;
+pub use crate::table::Tasks;
+use crate::timers::{Timer, Timers};
+
+/// Which status changes become events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum EventLevel {
+    /// None.
+    #[default]
+    None,
+    /// Changes to a terminal status.
+    Terminal,
+    /// Every change, admission (`blocked`) included.
+    All,
+}
+
+/// The engine's tables and the primitives every status change goes through.
+#[derive(Debug)]
+pub struct State<R> {
+    /// Pools in configuration order.
+    pub pools: Vec<PoolState>,
+    /// Pool index by name.
+    pub pool_index: HashMap<Arc<str>, usize, FastBuild>,
+    /// Jitter.
+    pub rng: R,
+    /// Which changes become events.
+    pub event_level: EventLevel,
+    /// Most ended tasks kept.
+    pub retention_max: usize,
+    /// Live and retained tasks.
+    pub tasks: Tasks,
+    /// Task by key, for the tasks holding one.
+    pub keys: HashMap<Arc<str>, TaskId>,
+    /// Running attempts by lease (lease order is start order, as Python's dict).
+    pub running: BTreeMap<Lease, Attempt>,
+    /// Tasks not ended.
+    pub live: u64,
+    /// Counters.
+    pub totals: Totals,
+    /// The outbox.
+    pub out: Actions,
+    pub(crate) journal: Option<JournalLog>,
+    /// Ended tasks, oldest first, with their end time (deleted ones stay until they reach the
+    /// front, as in Python).
+    pub retained: VecDeque<(TaskId, f64)>,
+    /// The timer heap.
+    pub timers: Timers,
+    /// The id the next admitted task gets.
+    pub next_id: TaskId,
+    seq: u64,
+    lease: Lease,
+    /// Boxes of forgotten tasks, reused by the next admissions (no allocator round trip):
+    /// the boxes themselves are what is kept, hence boxes in a Vec.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<TaskRecord>>,
+}
+
+/// Most boxes of forgotten tasks kept for reuse.
+const SPARE_MAX: usize = 64;
+
+impl<R: Random> State<R> {
+    /// The tables of an engine with these pools (at least one, names unique) and options.
+    pub fn new(
+        pools: Vec<PoolConfig>,
+        now: f64,
+        rng: R,
+        options: &EngineOptions,
+    ) -> Result<Self, ConfigError> {
+        if pools.is_empty() {
+            return Err(ConfigError("at least one pool is required".into()));
+        }
+        let mut states: Vec<PoolState> = Vec::with_capacity(pools.len());
+        let mut pool_index = HashMap::default();
+        for cfg in pools {
+            let pool = PoolState::new(cfg, options.scoring, now);
+            if pool_index.insert(pool.name.clone(), states.len()).is_some() {
+                return Err(ConfigError(format!(
+                    "duplicate pool name {}",
+                    py_repr(&pool.name)
+                )));
+            }
+            states.push(pool);
+        }
+        Ok(State {
+            pools: states,
+            pool_index,
+            rng,
+            event_level: options.event_level,
+            retention_max: options.retention_max,
+            tasks: Tasks::default(),
+            keys: HashMap::new(),
+            running: BTreeMap::new(),
+            live: 0,
+            totals: Totals::default(),
+            out: Actions::default(),
+            journal: options.journal.then(JournalLog::default),
+            retained: VecDeque::new(),
+            timers: Timers::default(),
+            next_id: options.first_id,
+            seq: 0,
+            lease: 0,
+            spare: Vec::new(),
+        })
+    }
+
+    fn rec(&self, id: TaskId) -> &TaskRecord {
+        self.tasks.get(&id).expect("a live task is held")
+    }
+
+    fn rec_mut(&mut self, id: TaskId) -> &mut TaskRecord {
+        self.tasks.get_mut(&id).expect("a live task is held")
+    }
+
+    // --- admission -----------------------------------------------------------------------
+
+    /// Give the record the next id and admission order.
+    pub fn assign_id(&mut self, rec: &mut TaskRecord) {
+        rec.id = self.next_id;
+        self.next_id += 1;
+        self.seq += 1;
+        rec.seq = self.seq;
+    }
+
+    /// Take a new task in: indexed, counted, and ready (nothing else of it waits here).
+    pub fn admit(&mut self, mut rec: TaskRecord, now: f64) -> TaskId {
+        if rec.id == 0 {
+            self.assign_id(&mut rec);
+        }
+        let id = rec.id;
+        if let Some(key) = &rec.key {
+            self.keys.insert(key.clone(), id);
+        }
+        if rec.submitted_at == 0.0 {
+            rec.submitted_at = now;
+        }
+        let pool = rec.pool;
+        let cls = usize::from(rec.cls);
+        let boxed = match self.spare.pop() {
+            Some(mut b) => {
+                *b = rec;
+                b
+            }
+            None => Box::new(rec),
+        };
+        self.tasks.insert(id, boxed);
+        self.live += 1;
+        self.totals.submitted += 1;
+        self.pools[pool].pending_by_class[cls] += 1;
+        if let Some(j) = &mut self.journal {
+            j.add(id);
+        }
+        if self.event_level == EventLevel::All {
+            self.event(id, Status::Blocked, now, None);
+        }
+        let rec = self.rec_mut(id);
+        if rec.eligible_at == 0.0 {
+            rec.eligible_at = now;
+        }
+        self.make_ready(id, now);
+        id
+    }
+
+    /// The task may run: it joins its pool's ready queue.
+    pub fn make_ready(&mut self, id: TaskId, now: f64) {
+        self.move_to(id, Status::Ready, now, None);
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        rec.ready_at = now;
+        let pool = &mut self.pools[rec.pool];
+        if let Some(deadline) = rec.deadline {
+            rec.latest_start = Some(deadline - pool.expected_duration(rec));
+        }
+        pool.queues.push(rec);
+    }
+
+    // --- attempts --------------------------------------------------------------------------
+
+    /// Start an attempt of a ready task just taken from its queue (`adherent`: from the most
+    /// important class that had tasks).
+    pub fn start(&mut self, id: TaskId, now: f64, adherent: bool) {
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        let pool = &mut self.pools[rec.pool];
+        pool.busy += 1;
+        pool.pending_by_class[usize::from(rec.cls)] -= 1;
+        rec.attempt += 1;
+        self.lease += 1;
+        let att = Attempt::new(id, rec.attempt, self.lease, now, pool.lease_ttl);
+        rec.running = Some(att.lease);
+        rec.started_at = now;
+        let timeout = rec.timeout;
+        self.running.insert(att.lease, att.clone());
+        self.move_to(id, Status::Running, now, None);
+        self.totals.dispatched += 1;
+        let rec = &self.tasks[&id];
+        self.pools[rec.pool]
+            .stats
+            .on_dispatch(now, now - rec.ready_at, adherent);
+        if let Some(timeout) = timeout {
+            self.timers
+                .set(now + timeout, Timer::Timeout { lease: att.lease });
+        }
+        if att.lease_ttl.is_some() {
+            self.timers
+                .set(att.lease_expiry, Timer::Lease { lease: att.lease });
+        }
+        self.out.starts.push(att);
+    }
+
+    /// End a running attempt and free its slot; returns it and its runtime.
+    pub fn end_attempt(&mut self, lease: Lease, now: f64, success: bool) -> (Attempt, f64) {
+        let att = self.running.remove(&lease).expect("a running attempt");
+        let rec = self
+            .tasks
+            .get_mut(&att.task)
+            .expect("a running task is held");
+        rec.running = None;
+        let pool = &mut self.pools[rec.pool];
+        pool.stats.level(now, pool.busy - 1, pool.capacity);
+        pool.busy -= 1;
+        let runtime = now - att.started_at;
+        pool.stats.on_attempt_end(now, att.started_at, success);
+        (att, runtime)
+    }
+
+    /// The engine gives up on a running attempt; the driver is told in `aborts`.
+    pub fn abort(&mut self, lease: Lease, now: f64, reason: AbortReason) -> Attempt {
+        let (mut att, _) = self.end_attempt(lease, now, false);
+        att.abort_reason = Some(reason);
+        self.out.aborts.push(att.clone());
+        att
+    }
+
+    /// An attempt ended badly: the task fails, is dead-lettered or retries after backoff.
+    #[allow(clippy::too_many_arguments)]
+    pub fn after_failure(
+        &mut self,
+        id: TaskId,
+        now: f64,
+        message: &str,
+        permanent: bool,
+        retry_after: Option<f64>,
+        outcome: Outcome,
+    ) {
+        if permanent {
+            self.finish(id, Status::Failed, now, Some(message));
+            return;
+        }
+        let rec = self.rec(id);
+        let pool = rec.pool;
+        let policy = rec.retry.unwrap_or(self.pools[pool].retry);
+        if rec.attempt >= policy.max_attempts() {
+            self.finish(id, Status::DeadLettered, now, Some(message));
+            return;
+        }
+        let mut delay = policy.backoff(rec.attempt + 1);
+        if policy.jitter() && delay > 0.0 {
+            delay = self.rng.uniform(0.0, delay);
+        }
+        if let Some(after) = retry_after
+            && after > delay
+        {
+            delay = after;
+        }
+        self.totals.retries += 1;
+        let message: Arc<str> = Arc::from(message);
+        let p = &mut self.pools[pool];
+        p.retries += 1;
+        p.stats.on_retry(now);
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        let cls = usize::from(rec.cls);
+        p.pending_by_class[cls] += 1;
+        p.retrying_by_class[cls] += 1;
+        if rec.history.len() == HISTORY_MAX {
+            rec.history.remove(0);
+        }
+        rec.history.push(PastAttempt {
+            number: rec.attempt,
+            started_at: rec.started_at,
+            ended_at: now,
+            outcome,
+            message: message.to_string(),
+        });
+        rec.message = Some(message.clone());
+        rec.ready_at = now + delay;
+        let (when, attempt) = (rec.ready_at, rec.attempt);
+        self.move_to_msg(id, Status::Retrying, now, Some(message));
+        self.timers.set(when, Timer::Retry { task: id, attempt });
+    }
+
+    /// Run one due timer.
+    pub fn on_timer(&mut self, timer: Timer, now: f64) {
+        match timer {
+            Timer::Retry { task, attempt } => {
+                let Some(rec) = self.tasks.get(&task) else {
+                    return; // forgotten: it ended long ago
+                };
+                if rec.status == Status::Retrying && rec.attempt == attempt {
+                    let (pool, cls) = (rec.pool, usize::from(rec.cls));
+                    self.pools[pool].retrying_by_class[cls] -= 1;
+                    self.make_ready(task, now);
+                }
+            }
+            Timer::Timeout { lease } => {
+                if let Some(att) = self.running.get(&lease) {
+                    let task = att.task;
+                    self.totals.timeouts += 1;
+                    self.abort(lease, now, AbortReason::Timeout);
+                    let msg = AbortReason::Timeout.message();
+                    self.after_failure(task, now, msg, false, None, Outcome::TimedOut);
+                }
+            }
+            Timer::Lease { lease } => {
+                let Some(att) = self.running.get(&lease) else {
+                    return;
+                };
+                if att.lease_expiry > now {
+                    // A heartbeat extended it.
+                    let expiry = att.lease_expiry;
+                    self.timers.set(expiry, Timer::Lease { lease });
+                    return;
+                }
+                let task = att.task;
+                self.totals.lease_expiries += 1;
+                self.abort(lease, now, AbortReason::Lease);
+                let msg = AbortReason::Lease.message();
+                self.after_failure(task, now, msg, false, None, Outcome::LeaseExpired);
+            }
+        }
+    }
+
+    /// Fire every timer due at or before `now`, also those set meanwhile.
+    pub fn fire_timers(&mut self, now: f64) {
+        while let Some((_, timer)) = self.timers.pop_due(now) {
+            self.on_timer(timer, now);
+        }
+    }
+
+    // --- terminal states and retention -----------------------------------------------------
+
+    /// The task ends with `status` (terminal).
+    pub fn finish(&mut self, id: TaskId, status: Status, now: f64, message: Option<&str>) {
+        let rec = self.rec(id);
+        let (old, p, cls) = (rec.status, rec.pool, usize::from(rec.cls));
+        if old != Status::Running {
+            // it was pending until now
+            let pool = &mut self.pools[p];
+            pool.pending_by_class[cls] -= 1;
+            if old == Status::Retrying {
+                pool.retrying_by_class[cls] -= 1;
+            }
+        }
+        let message: Option<Arc<str>> = message.map(Arc::from);
+        self.move_to_msg(id, status, now, message.clone());
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        rec.message = message;
+        rec.finished_at = now;
+        if status == Status::DeadLettered {
+            self.pools[rec.pool].dead_lettered += 1;
+        }
+        self.live -= 1;
+        self.totals.ended(status);
+        self.out.finished.push(rec.clone());
+        self.retained.push_back((id, now));
+        if self.retained.len() > self.retention_max {
+            let (old, _) = self.retained.pop_front().expect("not empty");
+            self.forget(old);
+        }
+    }
+
+    /// Drop an ended task from memory. One deleted before (`Engine::delete`) is gone already
+    /// and still listed in `retained`: nothing is left to drop.
+    pub fn forget(&mut self, id: TaskId) {
+        let Some(rec) = self.tasks.remove(&id) else {
+            return;
+        };
+        if let Some(key) = &rec.key
+            && let Entry::Occupied(e) = self.keys.entry(key.clone())
+            && *e.get() == id
+        {
+            e.remove();
+        }
+        match &mut self.journal {
+            Some(j) => j.forgotten(*rec),
+            None if self.spare.len() < SPARE_MAX => self.spare.push(rec),
+            None => {}
+        }
+    }
+
+    // --- the life-cycle table ----------------------------------------------------------------
+
+    /// Change the task's status (checked against the life-cycle table), journal it and record
+    /// the event the level asks for.
+    pub fn move_to(&mut self, id: TaskId, new: Status, now: f64, message: Option<&str>) {
+        self.move_to_msg(id, new, now, message.map(Arc::from));
+    }
+
+    fn move_to_msg(&mut self, id: TaskId, new: Status, now: f64, message: Option<Arc<str>>) {
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        assert!(
+            rec.status.may_move_to(new),
+            "illegal transition: task {id}: {} -> {new}",
+            rec.status
+        );
+        rec.status = new;
+        if let Some(j) = &mut self.journal {
+            j.change(id);
+        }
+        let level = self.event_level;
+        if level == EventLevel::All || (level == EventLevel::Terminal && new.is_terminal()) {
+            self.event_msg(id, new, now, message);
+        }
+    }
+
+    /// Record a status event of the task.
+    pub fn event(&mut self, id: TaskId, status: Status, now: f64, message: Option<&str>) {
+        self.event_msg(id, status, now, message.map(Arc::from));
+    }
+
+    fn event_msg(&mut self, id: TaskId, status: Status, now: f64, message: Option<Arc<str>>) {
+        let rec = self.rec(id);
+        let ev = StatusEvent {
+            id,
+            pool: self.pools[rec.pool].name.clone(),
+            key: rec.key.clone(),
+            status,
+            attempt: rec.attempt,
+            at: now,
+            message,
+        };
+        self.out.events.push(ev);
+    }
+}

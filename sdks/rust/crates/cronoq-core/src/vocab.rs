@@ -1,0 +1,64 @@
+//! The words of cronoq's options and answers (Python: `cronoq.core.vocab`), each defined once
+//! with its spelling, so an edge that parses or prints a name cannot disagree with the core.
+
+/// Priority classes by name, most important first; a class is its index (0 = critical).
+pub const PRIORITY_NAMES: [&str; 4] = ["critical", "high", "normal", "low"];
+
+/// The number of strict priority classes.
+pub const NUM_CLASSES: usize = 4;
+
+/// What a pool at `max_pending` does with one more task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Overflow {
+    /// Refuse the new task with `full` (the caller may wait and try again).
+    #[default]
+    Wait,
+    /// Refuse the new task with `overloaded`.
+    Reject,
+    /// Shed the newest queued task of the least important class below the new task's class.
+    ShedLowest,
+    /// Shed the oldest queued task of the `low` class.
+    ShedOldest,
+}
+
+impl Overflow {
+    /// Every policy, in the order Python lists them.
+    pub const ALL: [Overflow; 4] = [
+        Overflow::Wait,
+        Overflow::Reject,
+        Overflow::ShedLowest,
+        Overflow::ShedOldest,
+    ];
+
+    /// The policy's name, as configured in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overflow::Wait => "wait",
+            Overflow::Reject => "reject",
+            Overflow::ShedLowest => "shed_lowest",
+            Overflow::ShedOldest => "shed_oldest",
+        }
+    }
+
+    /// The policy with this name, if any.
+    pub fn parse(name: &str) -> Option<Overflow> {
+        Overflow::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
+
+/// A task's status names, by status number (`model::Status as usize`); the last seven are
+/// terminal.
+pub const STATUSES: [&str; 12] = [
+    "blocked",
+    "scheduled",
+    "ready",
+    "running",
+    "retrying",
+    "succeeded",
+    "failed",
+    "dead_lettered",
+    "cancelled",
+    "skipped",
+    "missed",
+    "shed",
+];

@@ -1,0 +1,499 @@
+"""The differential suite's operation vocabulary for the engine: hypothesis strategies that
+draw a configuration and a sequence of driver calls, the Python adapter that runs them on
+`cronoq.core.engine.Engine`, and the comparison with the Rust engine's run of the same list
+(`cronoq_core_py.run_engine`, tests/parity/rust/src/engine.rs).
+
+An operation is a plain tuple `(kind, now, *args)`; times are absolute, computed once here, so
+both engines see the same floats. Both sides return one trace entry per operation: the call's
+return value (or the SubmitError's code and message), the Actions drained after it (starts,
+aborts, finished records, events, field by field), next_wake, the live count, the totals, each
+pool's counters and the journal taken after it. Attempts are picked by index among the running
+ones (in start order) or, for stale outcomes, among every lease issued so far.
+
+Hypothesis draws the configuration, each sequence's mix of operation kinds, its length and a
+seed; the operations themselves are expanded from that seed (`_Ops`), which keeps a sequence
+cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry policy, default
+duration, max_pending with an overflow policy, price per slot-second), the scoring, the event
+level, retention, and operations: submit with random options (class, kind, key, deadline,
+duration hint, timeout, retry policy), submit_batch (keys may repeat: the batch error),
+dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes, cancel by
+id or key, lookup, set_capacity, pause/resume, delete, snapshot (the quality metrics), advance
+by steps drawn to cross timers, halt and abort_running.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+
+from cronoq.core.engine import Engine
+from cronoq.core.model import (
+    DEFAULT_RETRY,
+    STATUS_NAMES,
+    TOTALS_KEYS,
+    Attempt,
+    PoolConfig,
+    RetryPolicy,
+    Scoring,
+    Snapshot,
+    TaskRecord,
+)
+from cronoq.errors import SubmitError
+
+Op = tuple[Any, ...]
+Config = tuple[Any, ...]
+Trace = list[tuple[Any, ...]]
+
+FIELDS = (
+    "result",
+    "starts",
+    "aborts",
+    "finished",
+    "events",
+    "next_wake",
+    "live",
+    "totals",
+    "pools",
+    "journal",
+)
+KEYS = ("k0", "k1", "k2", "k3", "k4")
+KINDS = ("a", "b")
+MAX_ID = 40  # cancel, lookup and delete name ids up to this (some never exist)
+
+# Operation kinds, with the range of their weights: each sequence draws its own mix, so some
+# are submit-heavy, others fail-, cancel- or timer-heavy.
+OP_WEIGHTS = {
+    "submit": (2, 10),
+    "batch": (0, 3),
+    "dispatch": (1, 8),
+    "advance": (1, 8),
+    "complete": (0, 6),
+    "fail": (0, 5),
+    "heartbeat": (0, 3),
+    "cancel": (0, 3),
+    "lookup": (0, 2),
+    "set_capacity": (0, 2),
+    "pause": (0, 1),
+    "resume": (0, 2),
+    "delete": (0, 2),
+    "snapshot": (0, 2),
+}
+# Shutdown ends what a sequence can show: about one sequence in five has one of these.
+RARE_KINDS = ("halt", "abort_running")
+
+# Steps of time: round ones that land on timers (backoffs of 0.1-60 s, ttls, retention) and
+# arbitrary ones that exercise the float arithmetic.
+ROUND_STEPS = (0.001, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 4000.0)
+
+
+def _retry() -> st.SearchStrategy[tuple[int, float, float, float, bool]]:
+    return st.tuples(
+        st.integers(1, 4),
+        st.sampled_from((0.0, 0.1, 1.0, 2.5)),
+        st.sampled_from((1.0, 1.5, 2.0, 3.0)),
+        st.sampled_from((0.0, 0.5, 5.0, 60.0)),
+        st.booleans(),
+    )
+
+
+def _scoring() -> st.SearchStrategy[tuple[Any, ...]]:
+    default = Scoring()
+    plain = (
+        default.base,
+        default.aging_rate,
+        default.age_cap,
+        default.window,
+        default.urgency_max,
+        default.overdue_rate,
+        default.overdue_cap,
+    )
+    f = st.floats
+    drawn = st.tuples(
+        st.tuples(*(f(0.0, 20000.0) for _ in range(4))),
+        f(0.0, 10.0),
+        f(0.0, 2000.0),
+        f(0.1, 20.0),
+        f(0.0, 10000.0),
+        f(0.0, 50.0),
+        f(0.0, 5000.0),
+    )
+    return st.one_of(st.just(plain), drawn)
+
+
+def _pool(i: int) -> st.SearchStrategy[tuple[Any, ...]]:
+    return st.tuples(
+        st.just(f"p{i}"),
+        st.integers(0, 4),
+        st.one_of(st.none(), st.sampled_from((0.5, 1.0, 3.0, 10.0))),
+        st.one_of(st.none(), _retry()),
+        st.sampled_from((0.1, 1.0, 5.0)),
+        st.one_of(st.none(), st.integers(0, 8)),
+        st.sampled_from(("wait", "reject", "shed_lowest", "shed_oldest")),
+        st.sampled_from((0.0, 0.25, 1.5)),
+    )
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> Config:
+    """(seed, scoring, event level, retention, retention_max, pools)."""
+    n = draw(st.integers(1, 3))
+    return (
+        draw(st.integers(0, 2**40)),
+        draw(_scoring()),
+        draw(st.integers(0, 2)),
+        draw(st.sampled_from((0.0, 0.5, 5.0, 60.0, 3600.0))),
+        draw(st.sampled_from((0, 1, 3, 10, 100_000))),
+        [draw(_pool(i)) for i in range(n)],
+    )
+
+
+class _Ops:
+    """Draws operations from a seeded random.Random: hypothesis draws the configuration, the
+    seed, the length and the mix, and this expands them (drawing every operation through
+    hypothesis costs some 50 ms per sequence, which would allow only hundreds per run). A
+    difference is reported at its first operation, with the operations before it."""
+
+    def __init__(self, rnd: random.Random, pools: int) -> None:
+        self.rnd = rnd
+        self.pools = pools
+
+    def opt(self, values: Sequence[Any]) -> Any:
+        return None if self.rnd.random() < 0.5 else self.rnd.choice(values)
+
+    def seconds(self) -> float | None:
+        r = self.rnd.random()
+        if r < 0.4:
+            return None
+        return self.rnd.choice((0.0, 0.5, 1.0, 2.0, 7.5)) if r < 0.7 else self.rnd.uniform(0, 30)
+
+    def step(self) -> float:
+        rnd = self.rnd
+        return rnd.choice(ROUND_STEPS) if rnd.random() < 0.6 else rnd.uniform(0.0, 50.0)
+
+    def retry(self) -> tuple[int, float, float, float, bool] | None:
+        rnd = self.rnd
+        if rnd.random() < 0.6:
+            return None
+        return (
+            rnd.randint(1, 4),
+            rnd.choice((0.0, 0.1, 1.0, 2.5)),
+            rnd.choice((1.0, 1.5, 2.0, 3.0)),
+            rnd.choice((0.0, 0.5, 5.0, 60.0)),
+            rnd.random() < 0.5,
+        )
+
+    def pool(self) -> str:
+        return f"p{self.rnd.randrange(self.pools)}"
+
+    def spec(self, now: float) -> tuple[Any, ...]:
+        """(pool, class, kind, key, deadline, duration hint, timeout, retry)."""
+        rnd = self.rnd
+        deadline = self.seconds()
+        return (
+            self.pool(),
+            rnd.randrange(4),
+            rnd.choice(KINDS),
+            self.opt(KEYS),
+            None if deadline is None else now + deadline,
+            self.opt((0.0, 0.5, 2.0)),
+            self.opt((0.5, 1.0, 4.0)),
+            self.retry(),
+        )
+
+    def pick(self) -> int:
+        """>= 0: a running attempt by index; < 0: any lease issued so far (stale outcomes)."""
+        return self.rnd.randint(0, 7) if self.rnd.random() < 0.8 else self.rnd.randint(-12, -1)
+
+    def ref(self) -> int | str:
+        return self.rnd.randint(1, MAX_ID) if self.rnd.random() < 0.6 else self.rnd.choice(KEYS)
+
+    def op(self, kind: str, now: float) -> Op:
+        rnd = self.rnd
+        if kind == "submit":
+            return ("submit", now, *self.spec(now))
+        if kind == "batch":
+            return ("batch", now, [self.spec(now) for _ in range(rnd.randint(0, 4))])
+        if kind in ("complete", "heartbeat"):
+            return (kind, now, self.pick())
+        if kind == "fail":
+            retry_after = self.opt((0.0, 1.0, 3.0))
+            message = rnd.choice(("boom", "bust"))
+            return ("fail", now, self.pick(), message, rnd.random() < 0.3, retry_after)
+        if kind in ("cancel", "lookup"):
+            return (kind, now, self.ref())
+        if kind == "set_capacity":
+            return (kind, now, self.pool(), rnd.randint(0, 4))
+        if kind in ("pause", "resume"):
+            return (kind, now, self.pool())
+        if kind == "delete":
+            return (kind, now, [rnd.randint(1, MAX_ID) for _ in range(rnd.randint(0, 4))])
+        return (kind, now)  # dispatch, advance, halt, abort_running
+
+
+@st.composite
+def scenarios(draw: st.DrawFn, max_ops: int = 80) -> tuple[Config, list[Op]]:
+    """A configuration and the operations to run on it."""
+    config = draw(configs())
+    kinds = list(OP_WEIGHTS)
+    weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]
+    for kind in RARE_KINDS:
+        kinds.append(kind)
+        weights.append(0.1 if draw(st.integers(0, 9)) == 0 else 0.0)
+    n = draw(st.integers(1, max_ops))
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    gen = _Ops(rnd, len(config[5]))
+    now = 0.0
+    ops: list[Op] = []
+    for kind in rnd.choices(kinds, weights, k=n):
+        if kind == "advance" or rnd.random() < 0.1:
+            now += gen.step()
+        ops.append(gen.op(kind, now))
+    return config, ops
+
+
+# --- the Python side -----------------------------------------------------------------------
+
+
+def _policy(r: Sequence[Any] | None) -> RetryPolicy | None:
+    return None if r is None else RetryPolicy(*r)
+
+
+def make_engine(config: Config) -> Engine:
+    seed, sc, level, retention, retention_max, pools = config
+    cfgs = [
+        PoolConfig(
+            name,
+            capacity=capacity,
+            lease_ttl=ttl,
+            retry=_policy(retry) or DEFAULT_RETRY,
+            default_duration=duration,
+            max_pending=max_pending,
+            overflow=overflow,
+            cost_per_worker_second=cost,
+        )
+        for name, capacity, ttl, retry, duration, max_pending, overflow, cost in pools
+    ]
+    scoring = Scoring(tuple(sc[0]), *sc[1:])
+    return Engine(
+        cfgs,
+        0.0,
+        rng=random.Random(seed),
+        scoring=scoring,
+        event_level=level,
+        retention=retention,
+        retention_max=retention_max,
+        journal=True,
+    )
+
+
+def record_row(r: TaskRecord) -> tuple[Any, ...]:
+    history = tuple(
+        (p.number, p.started_at, p.ended_at, p.outcome, p.message) for p in r.past_attempts
+    )
+    return (
+        r.id,
+        r.seq,
+        r.pool,
+        r.cls,
+        r.kind,
+        r.key,
+        r.deadline,
+        r.duration_hint,
+        r.timeout,
+        STATUS_NAMES[r.status],
+        r.attempt,
+        r.message,
+        r.submitted_at,
+        r.eligible_at,
+        r.ready_at,
+        r.started_at,
+        r.latest_start,
+        r.finished_at,
+        None if r.running is None else r.running.lease,
+        history,
+    )
+
+
+def attempt_row(a: Attempt) -> tuple[Any, ...]:
+    return (a.task.id, a.number, a.lease, a.started_at, a.lease_ttl, a.lease_expiry, a.abort_reason)
+
+
+def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
+    """The snapshot's fields that the Rust core has (not those of fixed starts, autoscaling)."""
+    pools = [
+        (
+            p.name,
+            p.capacity,
+            p.busy,
+            p.pending,
+            list(p.pending_by_class),
+            p.ready,
+            p.window,
+            p.dispatched,
+            p.succeeded,
+            p.failed,
+            p.retried,
+            p.priority_adherence,
+            p.utilization,
+            p.schedule_efficiency,
+            p.wait_mean,
+            p.wait_p50,
+            p.wait_p90,
+            p.wait_p99,
+            p.run_p50,
+            p.run_p99,
+            p.worker_seconds,
+            p.cost,
+            p.paused,
+            p.unserved,
+        )
+        for p in s.pools
+    ]
+    return (pools, s.live_tasks, s.running, s.pending, [s.totals[k] for k in TOTALS_KEYS])
+
+
+def _record(spec: Sequence[Any]) -> TaskRecord:
+    pool, cls, kind, key, deadline, hint, timeout, retry = spec
+    return TaskRecord(
+        None,
+        pool,
+        cls,
+        kind=kind,
+        key=key,
+        deadline=deadline,
+        duration_hint=hint,
+        timeout=timeout,
+        retry=_policy(retry),
+    )
+
+
+def run_python(config: Config, ops: Sequence[Op]) -> Trace:
+    """Run the operations on the Python engine; its trace (see the module docstring)."""
+    eng = make_engine(config)
+    attempts: dict[int, Attempt] = {}
+    issued = 0
+    trace: Trace = []
+
+    def pick(r: int) -> Attempt | None:
+        if r >= 0:
+            running = list(eng.running.values())
+            return running[r % len(running)] if running else None
+        return attempts[(-r - 1) % issued + 1] if issued else None
+
+    for op in ops:
+        kind, now = op[0], op[1]
+        result: Any = None
+        try:
+            if kind == "submit":
+                rec, existed = eng.submit(_record(op[2:]), now)
+                result = ("ok", rec.id, existed)
+            elif kind == "batch":
+                got = eng.submit_batch([_record(s) for s in op[2]], now)
+                result = ("ok", [(rec.id, existed) for rec, existed in got])
+        except SubmitError as e:
+            result = ("err", e.code, e.message)
+        if kind == "dispatch":
+            eng.dispatch(now)
+        elif kind == "advance":
+            eng.advance(now)
+        elif kind in ("complete", "fail", "heartbeat"):
+            att = pick(op[2])
+            if att is None:
+                result = "noop"
+            elif kind == "complete":
+                result = eng.complete(att, now)
+            elif kind == "fail":
+                result = eng.fail(att, now, op[3], permanent=op[4], retry_after=op[5])
+            else:
+                result = eng.heartbeat(att, now)
+        elif kind == "cancel":
+            result = eng.cancel(op[2], now)
+        elif kind == "lookup":
+            found = eng.lookup(op[2])
+            result = None if found is None else record_row(found)
+        elif kind == "set_capacity":
+            eng.set_capacity(op[2], op[3], now)
+        elif kind == "pause":
+            result = eng.pause(op[2], now)
+        elif kind == "resume":
+            result = eng.resume(op[2], now)
+        elif kind == "delete":
+            held = [eng.tasks[i] for i in op[2] if i in eng.tasks]
+            result = [rec.id for rec in eng.delete(held)]
+        elif kind == "halt":
+            eng.halt()
+        elif kind == "abort_running":
+            result = [attempt_row(a) for a in eng.abort_running(now)]
+        elif kind == "snapshot":
+            result = snapshot_row(eng.snapshot(now))
+        acts = eng.take()
+        for a in acts.starts:
+            attempts[a.lease] = a
+        if acts.starts:
+            issued = acts.starts[-1].lease
+        journal = eng.take_journal()
+        trace.append(
+            (
+                result,
+                [attempt_row(a) for a in acts.starts],
+                [attempt_row(a) for a in acts.aborts],
+                [record_row(r) for r in acts.finished],
+                [(e.id, e.pool, e.key, e.status, e.attempt, e.at, e.message) for e in acts.events],
+                eng.next_wake(),
+                eng.live,
+                [eng.totals[k] for k in TOTALS_KEYS],
+                [
+                    (
+                        p.capacity,
+                        p.busy,
+                        list(p.pending_by_class),
+                        list(p.retrying_by_class),
+                        p.queues.n,
+                        p.retries,
+                        p.dead_lettered,
+                        p.paused,
+                        p.learned,
+                        sorted(p.durations.items()),
+                    )
+                    for p in eng.pools.values()
+                ],
+                (
+                    [record_row(r) for r in journal.added],
+                    [record_row(r) for r in journal.changed.values()],
+                    list(journal.pools.items()),
+                    list(journal.deleted),
+                ),
+            )
+        )
+    return trace
+
+
+# --- comparing --------------------------------------------------------------------------------
+
+
+def first_difference(ops: Sequence[Op], python: Trace, rust: Trace) -> str | None:
+    """None when the traces agree; else the first differing operation with both sides."""
+    if len(python) != len(rust):
+        return f"trace lengths differ: python {len(python)}, rust {len(rust)}"
+    for i, (p, r) in enumerate(zip(python, rust, strict=True)):
+        if tuple(p) == tuple(r):
+            continue
+        lines = [f"operation {i}: {ops[i]!r}"]
+        for name, a, b in zip(FIELDS, p, r, strict=True):
+            if a != b:
+                lines += [f"  {name}:", f"    python: {a!r}", f"    rust:   {b!r}"]
+        lines.append("operations before it:")
+        lines += [f"  {j}: {op!r}" for j, op in enumerate(ops[:i])]
+        return "\n".join(lines)
+    return None
+
+
+def check(core_py: Any, config: Config, ops: list[Op]) -> None:
+    """Run both engines and fail with the first difference."""
+    python = run_python(config, ops)
+    rust = core_py.run_engine(config, ops)
+    diff = first_difference(ops, python, rust)
+    assert diff is None, f"the engines disagree (config {config!r}):\n{diff}"
