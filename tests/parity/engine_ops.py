@@ -13,9 +13,11 @@ ones (in start order) or, for stale outcomes, among every lease issued so far.
 Hypothesis draws the configuration, each sequence's mix of operation kinds, its length and a
 seed; the operations themselves are expanded from that seed (`_Ops`), which keeps a sequence
 cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry policy, default
-duration, max_pending with an overflow policy, price per slot-second), the scoring, the event
-level, retention, and operations: submit with random options (class, kind, key, deadline,
-duration hint, timeout, retry policy), submit_batch (keys may repeat: the batch error),
+duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
+settings, fair share with tenant weights), the scoring, the event level, retention, whether
+the engine is elastic (the autoscalers set the capacity), and operations: submit with random
+options (class, kind, key, deadline, duration hint, timeout, retry policy, tenant),
+submit_batch (keys may repeat: the batch error),
 dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes, cancel by
 id or key, lookup, set_capacity, pause/resume, delete, snapshot (the quality metrics), advance
 by steps drawn to cross timers, halt and abort_running.
@@ -29,6 +31,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.engine import Engine
 from cronoq.core.model import (
     DEFAULT_RETRY,
@@ -61,6 +64,7 @@ FIELDS = (
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
 KINDS = ("a", "b")
+TENANTS = ("t0", "t1", "t2")
 MAX_ID = 40  # cancel, lookup and delete name ids up to this (some never exist)
 
 # Operation kinds, with the range of their weights: each sequence draws its own mix, so some
@@ -123,7 +127,45 @@ def _scoring() -> st.SearchStrategy[tuple[Any, ...]]:
     return st.one_of(st.just(plain), drawn)
 
 
-def _pool(i: int) -> st.SearchStrategy[tuple[Any, ...]]:
+def _autoscale(rnd: random.Random) -> tuple[Any, ...]:
+    """AutoscaleSettings field by field, in the dataclass's order (slo as (class, seconds)
+    pairs). Intervals stay >= 1 s: an advance of 4000 s fires every evaluation on the way."""
+    c = rnd.choice
+    slo = [(rnd.randrange(4), c((0.0, 0.5, 5.0))) for _ in range(rnd.randint(0, 2))]
+    return (
+        c((1.0, 2.5, 10.0, 30.0)),
+        c((0.5, 0.75, 1.0)),
+        c((0.0, 2.0, 30.0)),
+        slo,
+        60.0,
+        c((0.0, 3.0, 10.0, 60.0)),
+        c((0.0, 2.5, 30.0)),
+        rnd.randint(0, 4),
+        rnd.randint(0, 2),
+        c((0.5, 1.0)),
+        c((0.5, 0.3)),
+        0.0,
+    )
+
+
+def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
+    """A pool's (min, max, autoscale, fair_share, tenant weights as (tenant, weight) pairs),
+    expanded from one drawn seed: drawing each through hypothesis doubles a sequence's cost.
+    `focus` ("autoscale", "fair") gives every pool that feature."""
+    rnd = random.Random(seed)
+    lo = rnd.randint(0, 2)
+    weights = [
+        (rnd.choice(TENANTS), rnd.choice((0.5, 1.0, 2.0, 3.0)))
+        for _ in range(rnd.randint(focus == "fair", 3))
+    ]
+    scaled = focus == "autoscale" or rnd.random() < 0.4
+    fair = focus == "fair" or rnd.random() < 0.5
+    return (lo, lo + rnd.randint(0, 6), _autoscale(rnd) if scaled else None, fair, weights)
+
+
+def _pool(i: int, focus: str | None) -> st.SearchStrategy[tuple[Any, ...]]:
+    """(name, capacity, ttl, retry, duration, max_pending, overflow, cost, min, max,
+    autoscale, fair_share, tenant weights): the last five from `_extras`."""
     return st.tuples(
         st.just(f"p{i}"),
         st.integers(0, 4),
@@ -133,20 +175,22 @@ def _pool(i: int) -> st.SearchStrategy[tuple[Any, ...]]:
         st.one_of(st.none(), st.integers(0, 8)),
         st.sampled_from(("wait", "reject", "shed_lowest", "shed_oldest")),
         st.sampled_from((0.0, 0.25, 1.5)),
-    )
+        st.integers(0, 2**32).map(lambda seed: _extras(seed, focus)),
+    ).map(lambda t: (*t[:-1], *t[-1]))
 
 
 @st.composite
-def configs(draw: st.DrawFn) -> Config:
-    """(seed, scoring, event level, retention, retention_max, pools)."""
-    n = draw(st.integers(1, 3))
+def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
+    """(seed, scoring, event level, retention, retention_max, pools, elastic)."""
+    n = draw(st.integers(1, 2 if focus == "fair" else 3))
     return (
         draw(st.integers(0, 2**40)),
         draw(_scoring()),
         draw(st.integers(0, 2)),
         draw(st.sampled_from((0.0, 0.5, 5.0, 60.0, 3600.0))),
         draw(st.sampled_from((0, 1, 3, 10, 100_000))),
-        [draw(_pool(i)) for i in range(n)],
+        [draw(_pool(i, focus)) for i in range(n)],
+        draw(st.booleans()),
     )
 
 
@@ -156,9 +200,10 @@ class _Ops:
     hypothesis costs some 50 ms per sequence, which would allow only hundreds per run). A
     difference is reported at its first operation, with the operations before it."""
 
-    def __init__(self, rnd: random.Random, pools: int) -> None:
+    def __init__(self, rnd: random.Random, pools: int, classes: Sequence[int]) -> None:
         self.rnd = rnd
         self.pools = pools
+        self.classes = classes
 
     def opt(self, values: Sequence[Any]) -> Any:
         return None if self.rnd.random() < 0.5 else self.rnd.choice(values)
@@ -189,18 +234,19 @@ class _Ops:
         return f"p{self.rnd.randrange(self.pools)}"
 
     def spec(self, now: float) -> tuple[Any, ...]:
-        """(pool, class, kind, key, deadline, duration hint, timeout, retry)."""
+        """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant)."""
         rnd = self.rnd
         deadline = self.seconds()
         return (
             self.pool(),
-            rnd.randrange(4),
+            rnd.choice(self.classes),
             rnd.choice(KINDS),
             self.opt(KEYS),
             None if deadline is None else now + deadline,
             self.opt((0.0, 0.5, 2.0)),
             self.opt((0.5, 1.0, 4.0)),
             self.retry(),
+            None if rnd.random() < 0.25 else rnd.choice(TENANTS),
         )
 
     def pick(self) -> int:
@@ -234,9 +280,11 @@ class _Ops:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, max_ops: int = 80) -> tuple[Config, list[Op]]:
-    """A configuration and the operations to run on it."""
-    config = draw(configs())
+def scenarios(
+    draw: st.DrawFn, max_ops: int = 80, focus: str | None = None
+) -> tuple[Config, list[Op]]:
+    """A configuration and the operations to run on it (`focus`: see `_extras`)."""
+    config = draw(configs(focus))
     kinds = list(OP_WEIGHTS)
     weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]
     for kind in RARE_KINDS:
@@ -244,7 +292,8 @@ def scenarios(draw: st.DrawFn, max_ops: int = 80) -> tuple[Config, list[Op]]:
         weights.append(0.1 if draw(st.integers(0, 9)) == 0 else 0.0)
     n = draw(st.integers(1, max_ops))
     rnd = random.Random(draw(st.integers(0, 2**32)))
-    gen = _Ops(rnd, len(config[5]))
+    # Fair share: tenants contend within a class, so crowd the tasks into two.
+    gen = _Ops(rnd, len(config[5]), (1, 2) if focus == "fair" else range(4))
     now = 0.0
     ops: list[Op] = []
     for kind in rnd.choices(kinds, weights, k=n):
@@ -261,20 +310,31 @@ def _policy(r: Sequence[Any] | None) -> RetryPolicy | None:
     return None if r is None else RetryPolicy(*r)
 
 
+def _settings(fields: Sequence[Any] | None) -> AutoscaleSettings | None:
+    if fields is None:
+        return None
+    return AutoscaleSettings(*fields[:3], dict(fields[3]), *fields[4:])
+
+
 def make_engine(config: Config) -> Engine:
-    seed, sc, level, retention, retention_max, pools = config
+    seed, sc, level, retention, retention_max, pools, elastic = config
     cfgs = [
         PoolConfig(
-            name,
-            capacity=capacity,
-            lease_ttl=ttl,
-            retry=_policy(retry) or DEFAULT_RETRY,
-            default_duration=duration,
-            max_pending=max_pending,
-            overflow=overflow,
-            cost_per_worker_second=cost,
+            p[0],
+            capacity=p[1],
+            lease_ttl=p[2],
+            retry=_policy(p[3]) or DEFAULT_RETRY,
+            default_duration=p[4],
+            max_pending=p[5],
+            overflow=p[6],
+            cost_per_worker_second=p[7],
+            min=p[8],
+            max=p[9],
+            autoscale=_settings(p[10]),
+            fair_share=p[11],
+            tenant_weights=dict(p[12]),
         )
-        for name, capacity, ttl, retry, duration, max_pending, overflow, cost in pools
+        for p in pools
     ]
     scoring = Scoring(tuple(sc[0]), *sc[1:])
     return Engine(
@@ -286,6 +346,7 @@ def make_engine(config: Config) -> Engine:
         retention=retention,
         retention_max=retention_max,
         journal=True,
+        elastic=elastic,
     )
 
 
@@ -303,6 +364,7 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         r.deadline,
         r.duration_hint,
         r.timeout,
+        r.tenant,
         STATUS_NAMES[r.status],
         r.attempt,
         r.message,
@@ -322,12 +384,13 @@ def attempt_row(a: Attempt) -> tuple[Any, ...]:
 
 
 def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
-    """The snapshot's fields that the Rust core has (not those of fixed starts, autoscaling)."""
+    """The snapshot's fields that the Rust core has (not those of fixed starts)."""
     pools = [
         (
             p.name,
             p.capacity,
             p.busy,
+            p.desired,
             p.pending,
             list(p.pending_by_class),
             p.ready,
@@ -356,7 +419,7 @@ def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
 
 
 def _record(spec: Sequence[Any]) -> TaskRecord:
-    pool, cls, kind, key, deadline, hint, timeout, retry = spec
+    pool, cls, kind, key, deadline, hint, timeout, retry, tenant = spec
     return TaskRecord(
         None,
         pool,
@@ -367,6 +430,7 @@ def _record(spec: Sequence[Any]) -> TaskRecord:
         duration_hint=hint,
         timeout=timeout,
         retry=_policy(retry),
+        tenant=tenant,
     )
 
 
@@ -457,6 +521,8 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                         p.paused,
                         p.learned,
                         sorted(p.durations.items()),
+                        p.desired(),
+                        p.arrivals,
                     )
                     for p in eng.pools.values()
                 ],

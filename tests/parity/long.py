@@ -1,10 +1,10 @@
 """A long differential run of the engines (tests/parity/engine_ops.py), on demand:
 
-    python tests/parity/long.py --ops 1000000
+    python tests/parity/long.py --ops 1000000 [--focus autoscale|fair]
 
 builds the Rust module as the suite does, then compares sequences drawn by the suite's
-strategies until at least that many operations were compared; prints the counts and the first
-difference, if any (exit status 1)."""
+strategies until at least that many operations were compared (`--focus`: every pool autoscaled,
+or with fair share); prints the counts and the first difference, if any (exit status 1)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=1_000_000, help="operations to compare")
     parser.add_argument("--max-ops", type=int, default=200, help="longest sequence")
+    parser.add_argument("--focus", choices=("autoscale", "fair"), help="one feature in every pool")
     args = parser.parse_args()
     core_py = core_module()
     counts = {"sequences": 0, "ops": 0}
@@ -38,7 +39,7 @@ def main() -> int:
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(scenarios(max_ops=args.max_ops))
+    @given(scenarios(max_ops=args.max_ops, focus=args.focus))
     def batch(scenario: tuple[Config, list[Op]]) -> None:
         check(core_py, *scenario)
         counts["sequences"] += 1

@@ -2,14 +2,17 @@
 operation sequences (parity/engine_ops.py), both engines run them, and every operation's return
 value, actions, next wake-up, counters and journal must be equal, field by field.
 
-A run compares 2,000 sequences (some 70k operations, about 20 s on this 2-core machine when it
-is quiet; CRONOQ_PARITY_SCALE=N: N times as many); `python tests/parity/long.py --ops 1000000`
-runs a long one on fresh seeds."""
+A run compares 2,000 sequences of every feature (some 60k operations) and 150 each where every
+pool is autoscaled or has fair share (some 6-7k operations each), about 25 s on this 2-core
+machine when it is quiet; CRONOQ_PARITY_SCALE=N: N times as many; `python
+tests/parity/long.py --ops 1000000` runs a long one on fresh seeds."""
 
 from __future__ import annotations
 
+import math
 from types import ModuleType
 
+import pytest
 from hypothesis import given
 
 from parity.budget import examples
@@ -17,22 +20,47 @@ from parity.engine_ops import Config, Op, check, run_python, scenarios
 
 
 @examples(2000)
-@given(scenarios())
+@given(scenarios(max_ops=120))
 def test_engines_make_the_same_decisions(
     core_py: ModuleType, scenario: tuple[Config, list[Op]]
 ) -> None:
     check(core_py, *scenario)
 
 
-def _config(**pool: object) -> Config:
+@examples(150)
+@given(scenarios(max_ops=200, focus="autoscale"))
+def test_autoscaled_pools_decide_the_same(
+    core_py: ModuleType, scenario: tuple[Config, list[Op]]
+) -> None:
+    """Every pool autoscaled: `desired`, the capacity it sets (elastic) or not, evaluations."""
+    check(core_py, *scenario)
+
+
+@examples(150)
+@given(scenarios(max_ops=200, focus="fair"))
+def test_fair_share_pools_decide_the_same(
+    core_py: ModuleType, scenario: tuple[Config, list[Op]]
+) -> None:
+    """Every pool with fair share: tenants' turns, weights, idle tenants re-entering."""
+    check(core_py, *scenario)
+
+
+def _config(*, elastic: bool = True, **pool: object) -> Config:
     base = {"name": "p0", "capacity": 1, "ttl": None, "retry": None, "duration": 1.0}
-    base |= {"max_pending": None, "overflow": "wait", "cost": 0.5} | pool
+    base |= {"max_pending": None, "overflow": "wait", "cost": 0.5, "min": 1, "max": 10}
+    base |= {"autoscale": None, "fair_share": False, "weights": []} | pool
     scoring = ((10000.0, 1000.0, 100.0, 10.0), 2.0, 800.0, 5.0, 5000.0, 10.0, 4000.0)
-    return (7, scoring, 2, 60.0, 100, [tuple(base.values())])
+    return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic)
 
 
-def _spec(cls: int, *, key: str | None = None, deadline: float | None = None) -> tuple[object, ...]:
-    return ("p0", cls, "a", key, deadline, None, None, None)
+def _spec(
+    cls: int,
+    *,
+    key: str | None = None,
+    deadline: float | None = None,
+    tenant: str | None = None,
+) -> tuple[object, ...]:
+    return ("p0", cls, "a", key, deadline, None, None, None, tenant)
 
 
 def test_a_retry_with_jitter_and_its_timer(core_py: ModuleType) -> None:
@@ -67,3 +95,67 @@ def test_overflow_sheds_and_aging_and_deadlines_order_the_queue(core_py: ModuleT
         ("snapshot", 9.5),
     ]
     check(core_py, _config(max_pending=3, overflow="shed_lowest"), ops)
+
+
+# AutoscaleSettings field by field (engine_ops._autoscale): 1 s interval, a 2 s drain time, a
+# 0.5 s wait objective for class 0, a 3 s window and a 2.5 s cooldown down.
+SCALED = (1.0, 0.75, 2.0, [(0, 0.5)], 60.0, 3.0, 2.5, 4, 1, 1.0, 0.5, 0.0)
+
+
+def test_an_autoscaled_pool_follows_its_backlog(core_py: ModuleType) -> None:
+    """Elastic, the targets become the capacity; not elastic, only `desired` moves."""
+    ops: list[Op] = [("submit", 0.0, *_spec(c % 4)) for c in range(10)]
+    ops += [("advance", 0.0), ("dispatch", 0.0), ("advance", 1.0), ("dispatch", 1.0)]
+    ops += [("complete", 1.5, 0), ("complete", 1.5, 0), ("advance", 2.0), ("dispatch", 2.0)]
+    ops += [("snapshot", 2.0), ("cancel", 2.5, 9), ("cancel", 2.5, 10), ("advance", 20.0)]
+    ops += [("snapshot", 20.0)]
+    for elastic in (True, False):
+        config = _config(elastic=elastic, capacity=0, min=0, max=6, autoscale=SCALED)
+        check(core_py, config, ops)
+        pools = [step[8][0] for step in run_python(config, ops)]
+        desired = [p[10] for p in pools]
+        capacity = [p[0] for p in pools]
+        assert max(desired) == 6, "a backlog with a wait objective asks for more"
+        assert max(capacity) == (6 if elastic else 0)
+
+
+def test_fair_share_takes_turns_by_weight(core_py: ModuleType) -> None:
+    """Tenant t0 weighs 2: two of its tasks start for one of t1's and of the untenanted."""
+    ops: list[Op] = [("set_capacity", 0.0, "p0", 0)]
+    ops += [("submit", 0.0, *_spec(2, tenant="t0")) for _ in range(4)]
+    ops += [("submit", 0.5, *_spec(2, tenant="t1")) for _ in range(3)]
+    ops += [("submit", 1.0, *_spec(2, deadline=60.0)) for _ in range(2)]
+    ops += [("set_capacity", 2.0, "p0", 1)]
+    for i in range(9):
+        ops += [("dispatch", 2.0 + i), ("complete", 2.5 + i, 0)]
+    config = _config(fair_share=True, weights=[("t0", 2.0), ("t2", 0.5)])
+    check(core_py, config, ops)
+    started = [step[1][0][0] for step in run_python(config, ops) if step[1]]
+    assert started == [1, 5, 8, 2, 3, 6, 9, 4, 7]
+
+
+def test_an_idle_tenant_reenters_level_with_the_others(core_py: ModuleType) -> None:
+    """t1 arrives after three of t0's tasks started: it starts at their position (no burst
+    of catching up), so t0's fourth, older, goes before t1's second."""
+    ops: list[Op] = [("submit", 0.0, *_spec(2, tenant="t0")) for _ in range(4)]
+    for i in range(3):
+        ops += [("dispatch", 1.0 + i), ("complete", 1.5 + i, 0)]
+    ops += [("submit", 10.0, *_spec(2, tenant="t1")) for _ in range(2)]
+    for i in range(3):
+        ops += [("dispatch", 11.0 + i), ("complete", 11.5 + i, 0)]
+    config = _config(fair_share=True)
+    check(core_py, config, ops)
+    started = [step[1][0][0] for step in run_python(config, ops) if step[1]]
+    assert started == [1, 2, 3, 5, 4, 6]
+
+
+def test_a_tenant_weight_is_refused_with_the_same_message(core_py: ModuleType) -> None:
+    for weight in (0.0, -1.0, math.inf, math.nan):
+        config = _config(fair_share=True, weights=[("t0", 2.0), ("t1", weight)])
+        with pytest.raises(ValueError) as python:
+            run_python(config, [])
+        with pytest.raises(ValueError) as rust:
+            core_py.run_engine(config, [])
+        assert str(python.value) == str(rust.value) == "tenant weights must be finite and > 0"
+    # Without fair share the weights are not read, in either engine.
+    check(core_py, _config(weights=[("t0", 0.0)]), [("submit", 0.0, *_spec(2, tenant="t0"))])

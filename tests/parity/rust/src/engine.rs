@@ -2,6 +2,8 @@
 //! operation sequence on the Rust engine in one call and returns its normalized trace, which
 //! the suite compares with the Python engine's, operation by operation and field by field.
 
+use crate::leaves::{SettingsFields, settings};
+use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::model::{Attempt, Lease, RetryPolicy, Scoring, Snapshot, TaskRecord};
 use cronoq_core::vocab::Overflow;
 use cronoq_core::{
@@ -51,6 +53,7 @@ struct Spec {
     duration_hint: Option<f64>,
     timeout: Option<f64>,
     retry: Option<RetryPolicy>,
+    tenant: Option<String>,
 }
 
 impl Spec {
@@ -64,6 +67,7 @@ impl Spec {
             duration_hint: item(t, at + 5)?,
             timeout: item(t, at + 6)?,
             retry: retry(&t.get_item(at + 7)?)?,
+            tenant: item(t, at + 8)?,
         })
     }
 
@@ -77,8 +81,17 @@ impl Spec {
             duration_hint: self.duration_hint,
             timeout: self.timeout,
             retry: self.retry,
+            tenant: self.tenant.as_deref(),
         }
     }
+}
+
+/// `AutoscaleSettings` field by field, as the leaves' suite passes them, or None.
+fn autoscale(t: &Obj<'_>) -> PyResult<Option<AutoscaleSettings>> {
+    if t.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(settings(t.extract::<SettingsFields>()?)))
 }
 
 fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
@@ -112,6 +125,11 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         cfg.overflow = Overflow::parse(&overflow)
             .ok_or_else(|| PyValueError::new_err(format!("unknown overflow {overflow}")))?;
         cfg.cost_per_worker_second = item(p, 7)?;
+        cfg.min = item(p, 8)?;
+        cfg.max = item(p, 9)?;
+        cfg.autoscale = autoscale(&p.get_item(10)?)?;
+        cfg.fair_share = item(p, 11)?;
+        cfg.tenant_weights = item(p, 12)?;
         pools.push(cfg);
     }
     let options = EngineOptions {
@@ -121,6 +139,7 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         retention_max: item(config, 4)?,
         first_id: 1,
         journal: true,
+        elastic: item(config, 6)?,
     };
     Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
         .map_err(|e| PyValueError::new_err(e.0))
@@ -143,6 +162,7 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
         r.deadline.into_bound_py_any(py)?,
         r.duration_hint.into_bound_py_any(py)?,
         r.timeout.into_bound_py_any(py)?,
+        r.tenant.as_deref().into_bound_py_any(py)?,
         r.status.name().into_bound_py_any(py)?,
         r.attempt.into_bound_py_any(py)?,
         r.message.as_deref().into_bound_py_any(py)?,
@@ -197,6 +217,7 @@ fn snapshot<'py>(py: Python<'py>, s: &Snapshot) -> PyResult<Obj<'py>> {
             (*p.name).into_bound_py_any(py)?,
             p.capacity.into_bound_py_any(py)?,
             p.busy.into_bound_py_any(py)?,
+            p.desired.into_bound_py_any(py)?,
             p.pending.into_bound_py_any(py)?,
             p.pending_by_class.to_vec().into_bound_py_any(py)?,
             p.ready.into_bound_py_any(py)?,
@@ -370,7 +391,8 @@ fn run_engine<'py>(
             durations.sort_by(|a, b| a.0.cmp(b.0));
             pools.append(tup!(py;
                 p.capacity, p.busy, p.pending_by_class.to_vec(), p.retrying_by_class.to_vec(),
-                p.queues.n, p.retries, p.dead_lettered, p.paused, p.learned, durations
+                p.queues.n, p.retries, p.dead_lettered, p.paused, p.learned, durations,
+                p.desired(), p.arrivals
             ))?;
         }
         let journal = eng

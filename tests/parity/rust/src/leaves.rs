@@ -6,7 +6,7 @@ use cronoq_core::stats::{Histogram, PoolStats, Slot, bucket_of, bucket_value, fr
 use pyo3::prelude::*;
 
 /// `AutoscaleSettings` field by field, in the dataclass's order (`slo` as (class, seconds)).
-type SettingsFields = (
+pub(crate) type SettingsFields = (
     f64,
     f64,
     f64,
@@ -21,7 +21,7 @@ type SettingsFields = (
     f64,
 );
 
-fn settings(f: SettingsFields) -> AutoscaleSettings {
+pub(crate) fn settings(f: SettingsFields) -> AutoscaleSettings {
     AutoscaleSettings {
         interval: f.0,
         target_utilization: f.1,

@@ -5,10 +5,10 @@
 //! what the driver must do to the outbox, an `Actions` drained with `take()`: `starts`
 //! (attempts to run now), `aborts` (attempts given up on), `finished` (tasks that ended) and
 //! `events` (status changes, as `EngineOptions::event_level` asks). The driver calls
-//! `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry) and prune
-//! retained tasks, `dispatch(now)` to fill free slots, drains the outbox, and calls back at
-//! `next_wake()`: one timer for the whole engine. A driver with a store also calls
-//! `take_journal()` after each turn for the rows to write.
+//! `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry, autoscaler
+//! evaluations) and prune retained tasks, `dispatch(now)` to fill free slots, drains the
+//! outbox, and calls back at `next_wake()`: one timer for the whole engine. A driver with a
+//! store also calls `take_journal()` after each turn for the rows to write.
 //!
 //! Differences from the Python driver interface, none of which changes a decision: attempts
 //! are named by lease and tasks by id or key (Python passes the objects); records name their
@@ -59,6 +59,10 @@ pub struct EngineOptions {
     pub first_id: TaskId,
     /// Keep a journal of what changed, for a driver with a store.
     pub journal: bool,
+    /// The autoscalers' targets become the pools' capacity. False: capacity comes from
+    /// outside (remote workers' grants) and the autoscalers only compute `desired`, for
+    /// external scalers to act on.
+    pub elastic: bool,
 }
 
 impl Default for EngineOptions {
@@ -70,6 +74,7 @@ impl Default for EngineOptions {
             retention_max: DEFAULT_RETENTION_MAX,
             first_id: 1,
             journal: false,
+            elastic: true,
         }
     }
 }
@@ -107,8 +112,9 @@ impl Engine<MersenneTwister> {
 }
 
 impl<R: Random> Engine<R> {
-    /// An engine over these pools (at least one, names unique), starting at `now` (the pool
-    /// statistics count from there), jittering with `rng`.
+    /// An engine over these pools (at least one, names unique, tenant weights finite and > 0,
+    /// autoscaled ones with `min <= max`), starting at `now` (the pool statistics count from
+    /// there and the autoscalers first evaluate then), jittering with `rng`.
     pub fn new(
         pools: Vec<PoolConfig>,
         now: f64,
@@ -361,8 +367,7 @@ impl<R: Random> Engine<R> {
             return Err(SubmitError::new("overloaded", "overloaded"));
         };
         let st = &mut self.st;
-        let v = st.tasks.get_mut(&victim).expect("a queued task is held");
-        st.pools[p].queues.discard(v);
+        st.pools[p].queues.discard(victim, &mut st.tasks);
         st.finish(victim, Status::Shed, now, Some(MSG_SHED));
         Ok(())
     }
@@ -459,8 +464,8 @@ impl<R: Random> Engine<R> {
             }
         } else if status == Status::Ready {
             let st = &mut self.st;
-            let rec = st.tasks.get_mut(&id).expect("a live task is held");
-            st.pools[rec.pool].queues.discard(rec);
+            let pool = st.tasks[&id].pool;
+            st.pools[pool].queues.discard(id, &mut st.tasks);
         }
         self.st
             .finish(id, Status::Cancelled, now, Some(MSG_CANCELLED));
@@ -527,11 +532,13 @@ impl<R: Random> Engine<R> {
     /// Set the pool's slots.
     pub fn set_capacity(&mut self, pool: &str, n: u32, now: f64) -> Result<(), UnknownPool> {
         let p = self.pool_id(pool)?;
-        let pool = &mut self.st.pools[p];
-        let capacity = i64::from(n);
-        pool.stats.level(now, pool.busy, capacity);
-        pool.capacity = capacity;
+        self.st.set_capacity(p, i64::from(n), now);
         Ok(())
+    }
+
+    /// The pool's target capacity now (`PoolSnapshot::desired`), without a snapshot.
+    pub fn desired(&self, pool: &str) -> Result<i64, UnknownPool> {
+        Ok(self.st.pools[self.pool_id(pool)?].desired())
     }
 
     /// Every pool now with its quality metrics, the live and running counts and the totals.

@@ -11,7 +11,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::model::TaskId;
+use crate::model::{TaskId, py_cmp};
 use crate::state::Tasks;
 
 /// One heap entry.
@@ -30,14 +30,8 @@ pub struct QEntry {
 impl Ord for QEntry {
     fn cmp(&self, other: &Self) -> Ordering {
         // Reversed: std's heap is a max-heap, heapq a min-heap.
-        let k = if other.key < self.key {
-            Ordering::Less
-        } else if other.key > self.key {
-            Ordering::Greater
-        } else {
-            Ordering::Equal
-        };
-        k.then(other.seq.cmp(&self.seq))
+        py_cmp(other.key, self.key)
+            .then(other.seq.cmp(&self.seq))
             .then(other.generation.cmp(&self.generation))
     }
 }

@@ -6,8 +6,9 @@
 //! # How it maps to the Python core
 //!
 //! One Rust module per Python module of `src/cronoq/core`, under the same name: `vocab`, `model`,
-//! `actions`, `timers`, `heaps`, `queue`, `pool`, `state` (the tables and the transition
-//! primitives), `dispatch` and `engine` (the driver interface), `stats`, `autoscale` and `cron`;
+//! `actions`, `timers`, `heaps`, `queue`, `fair` (fair share's class queue), `pool`, `state`
+//! (the tables and the transition primitives), `dispatch` and `engine` (the driver interface),
+//! `stats`, `autoscale` (evaluated by the pools' timers) and `cron`;
 //! `table` is the task table (Python's `tasks` dict), `rng` the injected randomness and `pyrepr`
 //! Python's `repr()` of a name, for error messages. Python's records and attempts are shared
 //! objects; here the engine's tables own them and everything else names them by task id or lease.
@@ -19,16 +20,17 @@
 //! `random.Random`).
 //!
 //! Not ported yet, and absent rather than ignored: dependencies and batches with them, resources
-//! and parking, worker groups and labels, fixed starts, recurring schedules (`cron` is ported and
-//! checked on its own, not yet used by the engine), fair share, autoscaling (`autoscale` likewise,
-//! not yet wired into the pools), restore, the observer, `ready_view`, and the snapshot fields of
-//! those features. Snapshots take their quality metrics from `stats`.
+//! and parking, worker groups and labels, fixed starts (so the autoscaler sees no due task and
+//! no reservation), recurring schedules (`cron` is ported and checked on its own, not yet used by
+//! the engine), restore, the observer, `ready_view`, and the snapshot fields of those features.
+//! Snapshots take their quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;
 pub mod cron;
 pub mod dispatch;
 pub mod engine;
+pub mod fair;
 pub mod heaps;
 pub mod model;
 pub mod pool;

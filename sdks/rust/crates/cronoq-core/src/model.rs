@@ -9,6 +9,7 @@ pub use crate::pyrepr::py_repr;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::autoscale::AutoscaleSettings;
 use crate::vocab::{Overflow, STATUSES};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
@@ -242,6 +243,18 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Python's `<` / `>` between two floats as an ordering, for heap keys (never NaN there;
+/// `-0.0 == 0.0` as in Python).
+pub fn py_cmp(a: f64, b: f64) -> std::cmp::Ordering {
+    if a < b {
+        std::cmp::Ordering::Less
+    } else if a > b {
+        std::cmp::Ordering::Greater
+    } else {
+        std::cmp::Ordering::Equal
+    }
+}
+
 /// Python's `min(a, b)`: `a` unless `b < a` (ties and NaN keep the first).
 pub fn py_min(a: f64, b: f64) -> f64 {
     if b < a { b } else { a }
@@ -294,8 +307,8 @@ impl Default for Scoring {
 
 // --- pool configuration ------------------------------------------------------------------------
 
-/// What the core needs to know about a pool. Options of features not ported yet (autoscaling
-/// and its min/max, fair share, dependencies, fixed starts) are absent, not ignored.
+/// What the core needs to know about a pool. Options of features not ported yet (dependencies,
+/// fixed starts and their reservable fraction) are absent, not ignored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name, unique in an engine.
@@ -314,6 +327,16 @@ pub struct PoolConfig {
     pub overflow: Overflow,
     /// The price of a slot per second (`PoolSnapshot::cost`).
     pub cost_per_worker_second: f64,
+    /// The autoscaler's lowest target.
+    pub min: u32,
+    /// The autoscaler's highest target.
+    pub max: u32,
+    /// The autoscaler's settings (None: the capacity changes only when a driver sets it).
+    pub autoscale: Option<AutoscaleSettings>,
+    /// Tenants take turns within each class (`fair::FairClassQueue`).
+    pub fair_share: bool,
+    /// Tenant -> weight under fair share (a tenant not listed weighs 1.0), in insertion order.
+    pub tenant_weights: Vec<(String, f64)>,
 }
 
 impl PoolConfig {
@@ -328,6 +351,11 @@ impl PoolConfig {
             max_pending: None,
             overflow: Overflow::Wait,
             cost_per_worker_second: 0.0,
+            min: 1,
+            max: 10,
+            autoscale: None,
+            fair_share: false,
+            tenant_weights: Vec::new(),
         }
     }
 }
@@ -396,6 +424,8 @@ pub struct TaskSpec<'a> {
     pub timeout: Option<f64>,
     /// Its own retry policy (None: the pool's).
     pub retry: Option<RetryPolicy>,
+    /// Its tenant, for fair share (None: the untenanted group).
+    pub tenant: Option<&'a str>,
 }
 
 impl<'a> TaskSpec<'a> {
@@ -410,6 +440,7 @@ impl<'a> TaskSpec<'a> {
             duration_hint: None,
             timeout: None,
             retry: None,
+            tenant: None,
         }
     }
 }
@@ -437,6 +468,8 @@ pub struct TaskRecord {
     pub timeout: Option<f64>,
     /// Its own retry policy.
     pub retry: Option<RetryPolicy>,
+    /// Its tenant (fair share).
+    pub tenant: Option<Arc<str>>,
     /// Its status.
     pub status: Status,
     /// The number of its latest attempt (0: none yet).
@@ -477,6 +510,7 @@ impl TaskRecord {
             duration_hint: spec.duration_hint,
             timeout: spec.timeout,
             retry: spec.retry,
+            tenant: spec.tenant.map(Arc::from),
             status: Status::Blocked,
             attempt: 0,
             message: None,
@@ -580,7 +614,7 @@ pub struct StatusEvent {
 
 /// One pool now, plus quality metrics over the last `window` seconds (Python's
 /// `PoolSnapshot`, without the fields of features not ported yet: held slots and reservations
-/// of fixed starts, the autoscaler's desired capacity, the fixed-start hit rate).
+/// of fixed starts, the fixed-start hit rate).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolSnapshot {
     /// The pool's name.
@@ -589,6 +623,8 @@ pub struct PoolSnapshot {
     pub capacity: i64,
     /// Attempts running.
     pub busy: i64,
+    /// The target capacity: the autoscaler's last one, or the capacity without it.
+    pub desired: i64,
     /// Tasks admitted and not running or ended.
     pub pending: i64,
     /// The same per class.

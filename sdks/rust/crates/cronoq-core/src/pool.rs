@@ -1,10 +1,14 @@
 //! The engine's state of one pool (Python: `cronoq.core.pool`): slots, queues, counters,
-//! learned durations and the quality statistics (`stats::PoolStats`). Not ported yet: worker
-//! groups, fixed-start bookkeeping and the autoscaler.
+//! learned durations, the quality statistics (`stats::PoolStats`) and the autoscaler. Not
+//! ported yet: worker groups and fixed-start bookkeeping (so the pool's slots are all
+//! unlabeled, and no task is due or reserved).
 
 use std::sync::Arc;
 
-use crate::model::{KindId, PoolConfig, PoolSnapshot, RetryPolicy, Scoring, TaskRecord};
+use crate::autoscale::{Autoscaler, Signals};
+use crate::model::{
+    ConfigError, KindId, PoolConfig, PoolSnapshot, RetryPolicy, Scoring, TaskRecord,
+};
 use crate::queue::ReadyQueues;
 use crate::stats::PoolStats;
 
@@ -44,16 +48,43 @@ pub struct PoolState {
     pub paused: bool,
     /// Quality metrics over a sliding window (snapshots).
     pub stats: PoolStats,
+    /// Its autoscaler, if configured.
+    pub scaler: Option<Autoscaler>,
+    /// Tasks admitted since the last autoscaler evaluation.
+    pub arrivals: i64,
 }
 
 impl PoolState {
-    /// A pool as configured at `now`, with nothing admitted.
-    pub fn new(cfg: PoolConfig, sc: Scoring, now: f64) -> Self {
-        PoolState {
+    /// A pool as configured at `now`, with nothing admitted. Refused: tenant weights that are
+    /// not finite and > 0 under fair share (Python's `ValueError`), and autoscaler bounds with
+    /// `min > max` (Python's assertion).
+    pub fn new(cfg: PoolConfig, sc: Scoring, now: f64) -> Result<Self, ConfigError> {
+        let fair = if cfg.fair_share {
+            Some(cfg.tenant_weights.as_slice())
+        } else {
+            None
+        };
+        let queues = ReadyQueues::new(sc, fair)?;
+        let scaler = match &cfg.autoscale {
+            Some(_) if cfg.min > cfg.max => {
+                return Err(ConfigError(format!(
+                    "autoscaler bounds must satisfy 0 <= min <= max ({}, {})",
+                    cfg.min, cfg.max
+                )));
+            }
+            Some(settings) => Some(Autoscaler::new(
+                settings.clone(),
+                i64::from(cfg.min),
+                i64::from(cfg.max),
+                now,
+            )),
+            None => None,
+        };
+        Ok(PoolState {
             name: Arc::from(cfg.name.as_str()),
             capacity: i64::from(cfg.capacity),
             busy: 0,
-            queues: ReadyQueues::new(sc),
+            queues,
             pending_by_class: [0; 4],
             retrying_by_class: [0; 4],
             retry: cfg.retry,
@@ -64,8 +95,10 @@ impl PoolState {
             dead_lettered: 0,
             paused: false,
             stats: PoolStats::new(now, i64::from(cfg.capacity)),
+            scaler,
+            arrivals: 0,
             cfg,
-        }
+        })
     }
 
     /// The task's expected duration: its hint, the learned one of its kind, or the default.
@@ -83,6 +116,44 @@ impl PoolState {
     /// The learned mean runtime, or the pool's default before any task succeeded.
     pub fn service_time(&self) -> f64 {
         self.learned.unwrap_or(self.cfg.default_duration)
+    }
+
+    /// One autoscaler evaluation: the slots the pool should have (Python's `evaluate_scaler`,
+    /// whose docstring says why, without `elastic`, the autoscaler steps from its own last
+    /// target). Resets the arrivals counted since the last one. The backlog is the queued and
+    /// retrying tasks per class (no fixed start is ever due here, none reserves a slot).
+    ///
+    /// # Panics
+    /// Without an autoscaler (the engine evaluates only pools that have one).
+    pub fn evaluate_scaler(&mut self, now: f64, elastic: bool) -> i64 {
+        let mut backlog = [0i64; 4];
+        for (c, q) in self.queues.classes.iter().enumerate() {
+            backlog[c] = q.n() + self.retrying_by_class[c];
+        }
+        let sig = Signals {
+            arrivals: self.arrivals,
+            service_time: self.service_time(),
+            backlog_by_class: backlog,
+            busy: self.busy,
+            capacity: if elastic {
+                self.capacity
+            } else {
+                self.desired()
+            },
+            reserved: 0,
+            stranded: !elastic && self.capacity == 0,
+        };
+        let scaler = self.scaler.as_mut().expect("a pool with an autoscaler");
+        let new = scaler.evaluate(now, &sig);
+        self.arrivals = 0;
+        new
+    }
+
+    /// The target capacity: the autoscaler's last one, or the capacity without it.
+    pub fn desired(&self) -> i64 {
+        self.scaler
+            .as_ref()
+            .map_or(self.capacity, Autoscaler::desired)
     }
 
     /// Slots ready tasks may take.
@@ -111,6 +182,7 @@ impl PoolState {
             name: self.name.clone(),
             capacity: self.capacity,
             busy: self.busy,
+            desired: self.desired(),
             pending,
             pending_by_class: self.pending_by_class,
             ready: self.queues.n,

@@ -7,15 +7,106 @@
 //! `latest_start`, so tasks with a deadline also sit in a second heap keyed by it. Choosing the
 //! next task compares at most two heads per class: O(classes + log n) per decision. The score
 //! arithmetic is Python's, operation for operation, so ties and near-ties fall the same way.
+//! With fair share, a class's queue is a `fair::FairClassQueue` instead (tenants take turns
+//! within each class; classes stay strict).
 
+use std::sync::Arc;
+
+use crate::fair::{self, FairClassQueue};
 use crate::heaps::{QEntry, TaskHeap, is_live, live_head};
-use crate::model::{Scoring, TaskId, TaskRecord};
+use crate::model::{ConfigError, Scoring, TaskId, TaskRecord};
 use crate::state::Tasks;
 use crate::vocab::NUM_CLASSES;
 
-/// The ready tasks of one class.
+/// The ready tasks of one class: in FIFO order, or by fair share between tenants.
+#[derive(Debug)]
+pub enum ClassQueue {
+    /// Oldest eligible first.
+    Fifo(FifoQueue),
+    /// Start-time fair queueing between tenants.
+    Fair(FairClassQueue),
+}
+
+impl ClassQueue {
+    /// Tasks queued.
+    pub fn n(&self) -> i64 {
+        match self {
+            ClassQueue::Fifo(q) => q.n,
+            ClassQueue::Fair(q) => q.n,
+        }
+    }
+
+    fn push(&mut self, rec: &mut TaskRecord) {
+        match self {
+            ClassQueue::Fifo(q) => q.push(rec),
+            ClassQueue::Fair(q) => q.push(rec),
+        }
+    }
+
+    fn discard(&mut self, id: TaskId, tasks: &mut Tasks) {
+        match self {
+            ClassQueue::Fifo(q) => q.discard(tasks.get_mut(&id).expect("a queued task is held")),
+            ClassQueue::Fair(q) => q.discard(id, tasks),
+        }
+    }
+
+    fn take(&mut self, id: TaskId, tasks: &mut Tasks) {
+        match self {
+            ClassQueue::Fifo(q) => q.take(tasks.get_mut(&id).expect("a queued task is held")),
+            ClassQueue::Fair(q) => q.take(id, tasks),
+        }
+    }
+
+    /// Python's `not q.dl`: the deadline heap holds no entry, dead ones included.
+    fn dl_is_empty(&self) -> bool {
+        match self {
+            ClassQueue::Fifo(q) => q.dl.is_empty(),
+            ClassQueue::Fair(q) => q.dl.is_empty(),
+        }
+    }
+
+    /// Whether no queued task has a latest start, known without a look-up.
+    fn no_deadlines(&self) -> bool {
+        match self {
+            ClassQueue::Fifo(q) => q.ndl == 0,
+            ClassQueue::Fair(q) => q.dl.is_empty(),
+        }
+    }
+
+    fn fifo_head(&mut self, tasks: &Tasks) -> Option<QEntry> {
+        match self {
+            ClassQueue::Fifo(q) => q.fifo_head(tasks),
+            ClassQueue::Fair(q) => q.fifo_head(),
+        }
+    }
+
+    fn dl_head(&mut self, tasks: &Tasks) -> Option<QEntry> {
+        match self {
+            ClassQueue::Fifo(q) => q.dl_head(tasks),
+            ClassQueue::Fair(q) => q.dl_head(tasks),
+        }
+    }
+
+    /// The oldest queued task (smallest `(eligible_at, seq)`).
+    pub fn oldest(&mut self, tasks: &Tasks) -> Option<TaskId> {
+        match self {
+            ClassQueue::Fifo(q) => q.oldest(tasks),
+            ClassQueue::Fair(q) => q.oldest(),
+        }
+    }
+
+    /// The most recently admitted queued task: a scan, only used under overload.
+    pub fn newest(&self, tasks: &Tasks) -> Option<TaskId> {
+        match self {
+            ClassQueue::Fifo(q) => q.newest(tasks),
+            ClassQueue::Fair(q) => q.newest(tasks),
+        }
+    }
+}
+
+/// The ready tasks of one class in FIFO order (Python's `ClassQueue`).
 #[derive(Debug, Default)]
-pub struct ClassQueue {
+pub struct FifoQueue {
     fifo: TaskHeap,
     dl: TaskHeap,
     /// Tasks queued (live entries of the FIFO heap).
@@ -24,7 +115,7 @@ pub struct ClassQueue {
     ndl: i64,
 }
 
-impl ClassQueue {
+impl FifoQueue {
     fn push(&mut self, rec: &mut TaskRecord) {
         rec.qgen += 1;
         let g = rec.qgen;
@@ -121,21 +212,29 @@ pub struct ReadyQueues {
 }
 
 impl ReadyQueues {
-    /// Empty queues scored by `sc`.
-    pub fn new(sc: Scoring) -> Self {
+    /// Empty queues scored by `sc`; with `fair_weights`, tenants take turns within each class
+    /// (refused: a weight that is not finite and > 0).
+    pub fn new(sc: Scoring, fair_weights: Option<&[(String, f64)]>) -> Result<Self, ConfigError> {
         let bound = sc.base.map(|b| {
             (
                 b + sc.age_cap,
                 b + sc.age_cap + sc.urgency_max + sc.overdue_cap,
             )
         });
-        ReadyQueues {
-            classes: Default::default(),
+        let classes = match fair_weights {
+            None => std::array::from_fn(|_| ClassQueue::Fifo(FifoQueue::default())),
+            Some(list) => {
+                let weights = Arc::new(fair::weights(list)?);
+                std::array::from_fn(|_| ClassQueue::Fair(FairClassQueue::new(weights.clone())))
+            }
+        };
+        Ok(ReadyQueues {
+            classes,
             n: 0,
             sc,
             adherent: true,
             bound,
-        }
+        })
     }
 
     /// Queue a ready task in its class.
@@ -145,8 +244,9 @@ impl ReadyQueues {
     }
 
     /// Take a queued task out (its heap entries die lazily).
-    pub fn discard(&mut self, rec: &mut TaskRecord) {
-        self.classes[usize::from(rec.cls)].discard(rec);
+    pub fn discard(&mut self, id: TaskId, tasks: &mut Tasks) {
+        let cls = usize::from(tasks[&id].cls);
+        self.classes[cls].discard(id, tasks);
         self.n -= 1;
     }
 
@@ -156,13 +256,13 @@ impl ReadyQueues {
             return None;
         }
         let total = self.n;
-        if let Some(q) = self.classes.iter_mut().find(|q| q.n != 0)
-            && q.n == total
-            && q.dl.is_empty()
+        if let Some(q) = self.classes.iter_mut().find(|q| q.n() != 0)
+            && q.n() == total
+            && q.dl_is_empty()
         {
             // Only one class has tasks and none has a deadline: its FIFO head wins.
             let id = q.fifo_head(tasks).expect("a queued task").task;
-            q.take(tasks.get_mut(&id).expect("a queued task is held"));
+            q.take(id, tasks);
             self.n -= 1;
             self.adherent = true;
             return Some(id);
@@ -174,11 +274,11 @@ impl ReadyQueues {
         let mut best_dl = 0.0;
         let mut first: Option<usize> = None;
         for (c, q) in self.classes.iter_mut().enumerate() {
-            if q.n == 0 {
+            if q.n() == 0 {
                 continue;
             }
             first.get_or_insert(c);
-            let bound = if q.dl.is_empty() {
+            let bound = if q.dl_is_empty() {
                 self.bound[c].0
             } else {
                 self.bound[c].1
@@ -188,7 +288,7 @@ impl ReadyQueues {
             }
             let e = q.fifo_head(tasks).expect("a queued task");
             // Only a class with deadlines needs the head's record for its latest start.
-            let ls = if q.ndl == 0 {
+            let ls = if q.no_deadlines() {
                 None
             } else {
                 tasks[&e.task].latest_start
@@ -206,7 +306,7 @@ impl ReadyQueues {
                 s += urgency(ls, now, &sc);
             }
             let (mut cand, mut cand_s) = (head, s);
-            if !q.dl.is_empty()
+            if !q.dl_is_empty()
                 && let Some(d) = q.dl_head(tasks)
                 && d.task != head.task
             {
@@ -246,8 +346,7 @@ impl ReadyQueues {
             }
         }
         let best = best.expect("a non-empty class");
-        let rec = tasks.get_mut(&best.task).expect("a queued task is held");
-        self.classes[best.cls].take(rec);
+        self.classes[best.cls].take(best.task, tasks);
         self.n -= 1;
         self.adherent = Some(best.cls) == first;
         Some(best.task)

@@ -69,6 +69,8 @@ pub struct State<R> {
     pub timers: Timers,
     /// The id the next admitted task gets.
     pub next_id: TaskId,
+    /// Whether the autoscalers' targets become the pools' capacity (`EngineOptions::elastic`).
+    pub elastic: bool,
     seq: u64,
     lease: Lease,
     /// Boxes of forgotten tasks, reused by the next admissions (no allocator round trip):
@@ -94,7 +96,7 @@ impl<R: Random> State<R> {
         let mut states: Vec<PoolState> = Vec::with_capacity(pools.len());
         let mut pool_index = HashMap::default();
         for cfg in pools {
-            let pool = PoolState::new(cfg, options.scoring, now);
+            let pool = PoolState::new(cfg, options.scoring, now)?;
             if pool_index.insert(pool.name.clone(), states.len()).is_some() {
                 return Err(ConfigError(format!(
                     "duplicate pool name {}",
@@ -102,6 +104,13 @@ impl<R: Random> State<R> {
                 )));
             }
             states.push(pool);
+        }
+        let mut timers = Timers::default();
+        for (p, pool) in states.iter().enumerate() {
+            if let Some(scaler) = &pool.scaler {
+                // The first evaluation happens at start.
+                timers.set(scaler.next_eval(), Timer::Scale { pool: p });
+            }
         }
         Ok(State {
             pools: states,
@@ -117,8 +126,9 @@ impl<R: Random> State<R> {
             out: Actions::default(),
             journal: options.journal.then(JournalLog::default),
             retained: VecDeque::new(),
-            timers: Timers::default(),
+            timers,
             next_id: options.first_id,
+            elastic: options.elastic,
             seq: 0,
             lease: 0,
             spare: Vec::new(),
@@ -167,7 +177,9 @@ impl<R: Random> State<R> {
         self.tasks.insert(id, boxed);
         self.live += 1;
         self.totals.submitted += 1;
-        self.pools[pool].pending_by_class[cls] += 1;
+        let p = &mut self.pools[pool];
+        p.pending_by_class[cls] += 1;
+        p.arrivals += 1; // the autoscaler's signal
         if let Some(j) = &mut self.journal {
             j.add(id);
         }
@@ -346,7 +358,25 @@ impl<R: Random> State<R> {
                 let msg = AbortReason::Lease.message();
                 self.after_failure(task, now, msg, false, None, Outcome::LeaseExpired);
             }
+            Timer::Scale { pool: p } => {
+                let elastic = self.elastic;
+                let pool = &mut self.pools[p];
+                let new = pool.evaluate_scaler(now, elastic);
+                if elastic && new != pool.capacity {
+                    self.set_capacity(p, new, now);
+                }
+                let scaler = self.pools[p].scaler.as_ref().expect("a scaled pool");
+                self.timers
+                    .set(scaler.next_eval(), Timer::Scale { pool: p });
+            }
         }
+    }
+
+    /// Set the pool's slots (all unlabeled: worker groups are not ported).
+    pub fn set_capacity(&mut self, p: usize, capacity: i64, now: f64) {
+        let pool = &mut self.pools[p];
+        pool.stats.level(now, pool.busy, capacity);
+        pool.capacity = capacity;
     }
 
     /// Fire every timer due at or before `now`, also those set meanwhile.

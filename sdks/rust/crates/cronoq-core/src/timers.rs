@@ -9,7 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::model::{Lease, TaskId};
+use crate::model::{Lease, TaskId, py_cmp};
 
 /// What a timer is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,11 @@ pub enum Timer {
         /// The attempt.
         lease: Lease,
     },
+    /// A pool's autoscaler evaluation is due; it sets the next one.
+    Scale {
+        /// The pool's index.
+        pool: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -40,21 +45,10 @@ struct Entry {
     timer: Timer,
 }
 
-/// Python's tuple order on (when, seq), reversed for std's max-heap. Times are never NaN;
-/// `-0.0 == 0.0` as in Python.
-fn cmp_time(a: f64, b: f64) -> Ordering {
-    if a < b {
-        Ordering::Less
-    } else if a > b {
-        Ordering::Greater
-    } else {
-        Ordering::Equal
-    }
-}
-
 impl Ord for Entry {
+    /// Python's tuple order on (when, seq), reversed for std's max-heap.
     fn cmp(&self, other: &Self) -> Ordering {
-        cmp_time(other.when, self.when).then(other.seq.cmp(&self.seq))
+        py_cmp(other.when, self.when).then(other.seq.cmp(&self.seq))
     }
 }
 

@@ -1,10 +1,11 @@
 //! Property tests of the invariants the Python simulations check (tests/sim), over random
 //! operation sequences: the live count is the tasks not ended, dispatch never fills more than
 //! the capacity, pending counts match the statuses, every attempt ends at most once, and after
-//! `advance(t)` nothing is overdue.
+//! `advance(t)` nothing is overdue; with an autoscaled pool (elastic) and a fair-share one.
 
 use std::collections::HashSet;
 
+use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::model::Lease;
 use cronoq_core::vocab::Overflow;
 use cronoq_core::{
@@ -20,6 +21,7 @@ enum Op {
         key: Option<u8>,
         deadline: Option<f64>,
         timeout: Option<f64>,
+        tenant: Option<u8>,
     },
     Dispatch,
     Advance(f64),
@@ -36,8 +38,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let secs = prop_oneof![Just(None), (0.0f64..20.0).prop_map(Some)];
     prop_oneof![
-        4 => (0usize..2, 0u8..4, proptest::option::of(0u8..4), secs.clone(), secs)
-            .prop_map(|(pool, cls, key, deadline, timeout)| Op::Submit { pool, cls, key, deadline, timeout }),
+        4 => (0usize..2, 0u8..4, proptest::option::of(0u8..4), secs.clone(), secs, proptest::option::of(0u8..3))
+            .prop_map(|(pool, cls, key, deadline, timeout, tenant)| Op::Submit { pool, cls, key, deadline, timeout, tenant }),
         3 => Just(Op::Dispatch),
         3 => prop_oneof![0.0f64..3.0, Just(60.0)].prop_map(Op::Advance),
         2 => (0usize..8).prop_map(Op::Complete),
@@ -58,11 +60,20 @@ fn pools() -> Vec<PoolConfig> {
             lease_ttl: Some(1.0),
             max_pending: Some(4),
             overflow: Overflow::ShedLowest,
+            min: 0,
+            max: 4,
+            autoscale: Some(AutoscaleSettings {
+                stabilization_window: 3.0,
+                cooldown: 1.0,
+                ..AutoscaleSettings::default()
+            }),
             ..PoolConfig::new("a")
         },
         PoolConfig {
             capacity: 1,
             retry: RetryPolicy::new(3, 0.5, 2.0, 4.0, true).unwrap(),
+            fair_share: true,
+            tenant_weights: vec![("t0".into(), 3.0), ("t1".into(), 0.5)],
             ..PoolConfig::new("b")
         },
     ]
@@ -94,6 +105,11 @@ fn check(eng: &Engine) -> Result<(), TestCaseError> {
             .filter(|r| r.pool == p && r.status == Status::Ready)
             .count();
         prop_assert_eq!(pool.queues.n, queued as i64);
+        let by_class: i64 = pool.queues.classes.iter().map(|q| q.n()).sum();
+        prop_assert_eq!(by_class, pool.queues.n);
+        if let Some(scaler) = &pool.scaler {
+            prop_assert!(scaler.min() <= pool.desired() && pool.desired() <= scaler.max());
+        }
     }
     Ok(())
 }
@@ -113,9 +129,10 @@ proptest! {
         for op in ops {
             let busy_before: Vec<i64> = eng.pools().iter().map(|p| p.busy).collect();
             match op {
-                Op::Submit { pool, cls, key, deadline, timeout } => {
+                Op::Submit { pool, cls, key, deadline, timeout, tenant } => {
                     let spec = TaskSpec {
                         cls,
+                        tenant: tenant.map(|t| ["t0", "t1", "t2"][usize::from(t)]),
                         key: key.map(|k| ["k0", "k1", "k2", "k3"][usize::from(k)]),
                         deadline: deadline.map(|d| now + d),
                         timeout,
