@@ -17,7 +17,8 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
-use crate::model::py_max;
+use crate::model::{check_seconds, py_max};
+use crate::pyrepr::py_float_repr;
 
 /// Demand below this fraction of one worker counts as none.
 const MIN_DEMAND: f64 = 0.01;
@@ -95,15 +96,11 @@ fn invalid(message: String) -> Result<(), SettingsError> {
     Err(SettingsError { message })
 }
 
-/// `errors.check_seconds`: finite and non-negative.
-fn check_seconds(name: &str, v: f64) -> Result<(), SettingsError> {
-    if v.is_nan() || v < 0.0 || v.is_infinite() {
-        return invalid(format!(
-            "{name} must be a finite, non-negative number of seconds (got {})",
-            python_float_repr(v)
-        ));
-    }
-    Ok(())
+/// `errors.check_seconds`, with the settings' error.
+fn valid_seconds(name: &str, v: f64) -> Result<(), SettingsError> {
+    check_seconds(name, v)
+        .map(drop)
+        .map_err(|message| SettingsError { message })
 }
 
 impl AutoscaleSettings {
@@ -114,7 +111,7 @@ impl AutoscaleSettings {
         if self.interval <= 0.0 {
             return invalid("interval must be > 0".to_owned());
         }
-        check_seconds("interval", self.interval)?;
+        valid_seconds("interval", self.interval)?;
         let u = self.target_utilization;
         if !(0.0 < u && u <= 1.0) {
             return invalid(format!(
@@ -122,16 +119,16 @@ impl AutoscaleSettings {
                 python_shown(u)
             ));
         }
-        check_seconds("drain_time", self.drain_time)?;
+        valid_seconds("drain_time", self.drain_time)?;
         for (&cls, &seconds) in &self.slo {
             let Some(name) = CLASS_NAMES.get(cls) else {
                 return invalid("slo key must be 0..=3".to_owned());
             };
-            check_seconds(&format!("slo['{name}']"), seconds)?;
+            valid_seconds(&format!("slo['{name}']"), seconds)?;
         }
-        check_seconds("reservation_horizon", self.reservation_horizon)?;
-        check_seconds("stabilization_window", self.stabilization_window)?;
-        check_seconds("cooldown", self.cooldown)?;
+        valid_seconds("reservation_horizon", self.reservation_horizon)?;
+        valid_seconds("stabilization_window", self.stabilization_window)?;
+        valid_seconds("cooldown", self.cooldown)?;
         // `_count`: an OverflowError in Python
         for (name, value) in [
             ("max_step_up_abs", self.max_step_up_abs),
@@ -362,46 +359,10 @@ impl Autoscaler {
     }
 }
 
-/// Python's `repr(float)`: the shortest round-trip digits, in exponent form below 1e-4 and from
-/// 1e16 on, with a two-digit signed exponent (`1e-05`, `1e+16`).
-pub(crate) fn python_float_repr(x: f64) -> String {
-    if x.is_nan() {
-        return "nan".to_owned();
-    }
-    if x.is_infinite() {
-        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
-    }
-    let sign = if x.is_sign_negative() { "-" } else { "" };
-    if x == 0.0 {
-        return format!("{sign}0.0");
-    }
-    // `{:e}` gives the shortest round-trip digits as d[.ddd]e<exp>
-    let sci = format!("{:e}", x.abs());
-    let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
-    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
-    let digits: String = mantissa.chars().filter(|&c| c != '.').collect();
-    if (-4..16).contains(&exp) {
-        let body = if exp < 0 {
-            format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
-        } else {
-            let point = exp as usize + 1;
-            if digits.len() <= point {
-                format!("{digits}{}.0", "0".repeat(point - digits.len()))
-            } else {
-                format!("{}.{}", &digits[..point], &digits[point..])
-            }
-        };
-        format!("{sign}{body}")
-    } else {
-        let exp_sign = if exp < 0 { '-' } else { '+' };
-        format!("{sign}{mantissa}e{exp_sign}{:02}", exp.unsigned_abs())
-    }
-}
-
 /// `_options._shown`: an integral float as Python's exact `repr(int(value))`, else its repr.
 fn python_shown(v: f64) -> String {
     if !v.is_finite() || v.fract() != 0.0 {
-        return python_float_repr(v);
+        return py_float_repr(v);
     }
     let sign = if v < 0.0 { "-" } else { "" };
     let a = v.abs();
@@ -453,24 +414,7 @@ mod tests {
     }
 
     #[test]
-    fn float_repr_matches_python() {
-        let cases = [
-            (0.1, "0.1"),
-            (1.0, "1.0"),
-            (-0.0, "-0.0"),
-            (1e-5, "1e-05"),
-            (0.0001, "0.0001"),
-            (1e16, "1e+16"),
-            (9999999999999998.0, "9999999999999998.0"),
-            (1.5e300, "1.5e+300"),
-            (123.456, "123.456"),
-            (f64::NAN, "nan"),
-            (f64::NEG_INFINITY, "-inf"),
-            (5e-324, "5e-324"),
-        ];
-        for (x, want) in cases {
-            assert_eq!(python_float_repr(x), want);
-        }
+    fn integral_floats_are_shown_as_ints() {
         assert_eq!(python_shown(2.0), "2");
         assert_eq!(python_shown(-3.0), "-3");
         assert_eq!(python_shown(1.5), "1.5");

@@ -24,6 +24,8 @@ mod zone;
 use std::fmt;
 
 use zone::{MAX_SECOND, MIN_SECOND};
+
+use crate::pyrepr::py_float_repr;
 pub use zone::{Zone, zone};
 
 const PREFIX: &str = "Invalid pattern: ";
@@ -565,15 +567,8 @@ impl CronSpec {
     /// [`CronSpec::next_after`], with Python's `ValueError` as an error.
     pub fn try_next_after(&self, t: f64, tz: &Zone) -> Result<Option<f64>, TimeError> {
         if !t.is_finite() {
-            let repr = if t.is_nan() {
-                "nan"
-            } else if t > 0.0 {
-                "inf"
-            } else {
-                "-inf"
-            };
             return Err(TimeError {
-                message: format!("t must be a finite number (got {repr})"),
+                message: format!("t must be a finite number (got {})", py_float_repr(t)),
             });
         }
         let floor = t.floor();

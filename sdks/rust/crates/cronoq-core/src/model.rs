@@ -5,6 +5,7 @@
 //! history only, as `TaskRecord::history`. Payloads and outputs are not held by the core: it
 //! never reads them, so a driver keeps them by task id.
 
+use crate::pyrepr::py_float_repr;
 pub use crate::pyrepr::py_repr;
 use std::fmt;
 use std::sync::Arc;
@@ -147,11 +148,13 @@ pub struct RetryPolicy {
     jitter: bool,
 }
 
-fn check_seconds(name: &str, v: f64) -> Result<f64, ConfigError> {
+/// `errors.check_seconds`: a finite, non-negative number of seconds, else Python's message.
+pub(crate) fn check_seconds(name: &str, v: f64) -> Result<f64, String> {
     if v.is_nan() || v < 0.0 || v.is_infinite() {
-        return Err(ConfigError(format!(
-            "{name} must be a finite, non-negative number of seconds (got {v})"
-        )));
+        return Err(format!(
+            "{name} must be a finite, non-negative number of seconds (got {})",
+            py_float_repr(v)
+        ));
     }
     Ok(v)
 }
@@ -169,11 +172,13 @@ impl RetryPolicy {
         if max_attempts < 1 {
             return Err(ConfigError("max_attempts must be >= 1".into()));
         }
-        let initial_backoff = check_seconds("initial_backoff", initial_backoff)?;
-        let max_backoff = check_seconds("max_backoff", max_backoff)?;
+        let initial_backoff =
+            check_seconds("initial_backoff", initial_backoff).map_err(ConfigError)?;
+        let max_backoff = check_seconds("max_backoff", max_backoff).map_err(ConfigError)?;
         if !multiplier.is_finite() || multiplier < 1.0 {
             return Err(ConfigError(format!(
-                "multiplier must be a finite number >= 1 (got {multiplier})"
+                "multiplier must be a finite number >= 1 (got {})",
+                py_float_repr(multiplier)
             )));
         }
         Ok(RetryPolicy {

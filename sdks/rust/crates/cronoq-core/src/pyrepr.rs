@@ -1,5 +1,5 @@
-//! Python's `repr()` of a `str`, for error messages that quote a user's text as the Python
-//! core does (`{name!r}`).
+//! Python's `repr()` of a `str` and of a `float`, for error messages that quote a user's text or
+//! value as the Python core does (`{name!r}`, `{value!r}`).
 //!
 //! Python escapes the characters that `str.isprintable()` rejects; that depends on the Unicode
 //! database, so the table below was generated from Python 3.11 (Unicode 14.0), the version the
@@ -177,4 +177,66 @@ pub fn py_repr(text: &str) -> String {
     }
     out.push(quote);
     out
+}
+
+/// Python's `repr(float)`: the shortest round-trip digits, in exponent form below 1e-4 and from
+/// 1e16 on, with a two-digit signed exponent (`1e-05`, `1e+16`).
+pub fn py_float_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".to_owned();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    let sign = if x.is_sign_negative() { "-" } else { "" };
+    if x == 0.0 {
+        return format!("{sign}0.0");
+    }
+    // `{:e}` gives the shortest round-trip digits as d[.ddd]e<exp>
+    let sci = format!("{:e}", x.abs());
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} always has an exponent");
+    let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
+    let digits: String = mantissa.chars().filter(|&c| c != '.').collect();
+    if (-4..16).contains(&exp) {
+        let body = if exp < 0 {
+            format!("0.{}{digits}", "0".repeat((-exp - 1) as usize))
+        } else {
+            let point = exp as usize + 1;
+            if digits.len() <= point {
+                format!("{digits}{}.0", "0".repeat(point - digits.len()))
+            } else {
+                format!("{}.{}", &digits[..point], &digits[point..])
+            }
+        };
+        format!("{sign}{body}")
+    } else {
+        let exp_sign = if exp < 0 { '-' } else { '+' };
+        format!("{sign}{mantissa}e{exp_sign}{:02}", exp.unsigned_abs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_repr_matches_python() {
+        let cases = [
+            (0.1, "0.1"),
+            (1.0, "1.0"),
+            (-0.0, "-0.0"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (1e16, "1e+16"),
+            (9999999999999998.0, "9999999999999998.0"),
+            (1.5e300, "1.5e+300"),
+            (123.456, "123.456"),
+            (f64::NAN, "nan"),
+            (f64::NEG_INFINITY, "-inf"),
+            (5e-324, "5e-324"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(py_float_repr(x), want);
+        }
+    }
 }

@@ -49,6 +49,30 @@ fn backoff_grows_by_the_multiplier_up_to_the_cap_and_overflows_to_the_cap() {
 }
 
 #[test]
+fn a_refused_retry_policy_quotes_the_value_as_python_does() {
+    // The Python core's messages, value for value (`{value!r}`: `-1.0`, `nan`, not `-1`, `NaN`).
+    let message =
+        |a: u32, i: f64, m: f64, x: f64| RetryPolicy::new(a, i, m, x, true).unwrap_err().0;
+    let seconds = "must be a finite, non-negative number of seconds";
+    assert_eq!(
+        message(1, -1.0, 2.0, 1.0),
+        format!("initial_backoff {seconds} (got -1.0)")
+    );
+    assert_eq!(
+        message(1, f64::NAN, 2.0, 1.0),
+        format!("initial_backoff {seconds} (got nan)")
+    );
+    assert_eq!(
+        message(1, 1.0, 2.0, f64::INFINITY),
+        format!("max_backoff {seconds} (got inf)")
+    );
+    assert_eq!(
+        message(1, 1.0, 0.5, 1.0),
+        "multiplier must be a finite number >= 1 (got 0.5)"
+    );
+}
+
+#[test]
 fn classes_are_strict_but_a_waiting_low_task_ages_past_a_fresh_normal_one() {
     let mut eng = engine(vec![pool(0)], EngineOptions::default());
     let low = eng.submit(task(3), 0.0).unwrap().0;
