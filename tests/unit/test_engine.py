@@ -787,6 +787,24 @@ def test_ended_tasks_leave_the_collector_only_when_they_cannot_be_in_a_cycle() -
     assert sys.getrefcount(plain) == sys.getrefcount(failed) == 2
 
 
+def test_an_ended_attempt_is_not_held_by_its_lease_and_timeout_timers() -> None:
+    """The lease and timeout timers outlive the attempt (up to the TTL); they name it by its
+    lease id, so an ended attempt is freed at once rather than kept alive by the timer heap."""
+    eng = make_engine(1, lease_ttl=30.0)
+    sim = Driver(eng, catch_up=False)
+    submit(eng, 0.0, timeout=60.0)
+    att = sim.start_one(0.0)
+    marker = _Marker()
+    alive = weakref.ref(marker)
+    att.slot = marker  # (a slot is any object the driver gives; this one can be watched)
+    eng.complete(att, 1.0)
+    assert eng.next_wake() == 30.0  # the lease timer is still pending
+    del att, sim, marker
+    eng.take()
+    gc.collect()
+    assert alive() is None
+
+
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's collector")
 def test_untracking_through_the_native_extension_and_through_ctypes() -> None:
     """The native extension's call where it was built, ctypes' where not: both untrack."""
