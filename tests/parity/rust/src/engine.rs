@@ -147,7 +147,7 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
 
 fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'py>> {
     let history = PyList::empty(py);
-    for p in &r.history {
+    for p in r.history() {
         history.append(
             tup!(py; p.number, p.started_at, p.ended_at, p.outcome.name(), p.message.as_str()),
         )?;

@@ -46,7 +46,8 @@ pub mod vocab;
 pub use actions::{Actions, Journal};
 pub use engine::{Engine, EngineOptions, TaskRef};
 pub use model::{
-    Attempt, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId, TaskRecord, TaskSpec,
+    Attempt, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId, TaskRecord,
+    TaskSpec,
 };
 pub use rng::{MersenneTwister, Random};
 pub use state::EventLevel;

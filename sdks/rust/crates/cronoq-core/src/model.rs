@@ -1,9 +1,9 @@
 //! Plain values of the core (Python: `cronoq.core.model`): statuses and the life-cycle table,
 //! scoring, retry policies, pool configuration, task records, attempts and status events.
 //!
-//! Python keeps a task's rarely used options in `Extras`; of those this crate has the attempt
-//! history only, as `TaskRecord::history`. Payloads and outputs are not held by the core: it
-//! never reads them, so a driver keeps them by task id.
+//! A task's rarely used options and the engine state they need are in `Extras`, boxed on the
+//! record and absent for a plain task, so the records a busy engine holds stay small. Payloads
+//! and outputs are not held by the core: it never reads them, so a driver keeps them by task id.
 
 use crate::pyrepr::py_float_repr;
 pub use crate::pyrepr::py_repr;
@@ -367,7 +367,7 @@ impl PoolConfig {
 
 // --- tasks and attempts ------------------------------------------------------------------------
 
-/// How many ended attempts of a retried task its record keeps (`TaskRecord::history`).
+/// How many ended attempts of a retried task its record keeps (`Extras::history`).
 pub const HISTORY_MAX: usize = 20;
 
 /// How an attempt ended (`PastAttempt::outcome`).
@@ -497,11 +497,28 @@ pub struct TaskRecord {
     pub running: Option<Lease>,
     /// Its queue generation: a queue entry is live while it matches.
     pub qgen: u64,
+    /// Its rarely used options and their state (None: a plain task that never retried).
+    pub extra: Option<Box<Extras>>,
+}
+
+/// A task's rarely used options and the engine state they need (Python: `model.Extras`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Extras {
     /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
     pub history: Vec<PastAttempt>,
 }
 
 impl TaskRecord {
+    /// The attempts after which it retried, oldest first.
+    pub fn history(&self) -> &[PastAttempt] {
+        self.extra.as_ref().map_or(&[], |e| &e.history)
+    }
+
+    /// Its extras, made when it needs its first one.
+    pub(crate) fn extra_mut(&mut self) -> &mut Extras {
+        self.extra.get_or_insert_default()
+    }
+
     /// The record of a spec about to be admitted (id 0 until then).
     pub(crate) fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
         TaskRecord {
@@ -527,7 +544,7 @@ impl TaskRecord {
             finished_at: 0.0,
             running: None,
             qgen: 0,
-            history: Vec::new(),
+            extra: None,
         }
     }
 }

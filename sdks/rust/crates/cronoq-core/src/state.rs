@@ -303,16 +303,18 @@ impl<R: Random> State<R> {
         let cls = usize::from(rec.cls);
         p.pending_by_class[cls] += 1;
         p.retrying_by_class[cls] += 1;
-        if rec.history.len() == HISTORY_MAX {
-            rec.history.remove(0);
-        }
-        rec.history.push(PastAttempt {
+        let past = PastAttempt {
             number: rec.attempt,
             started_at: rec.started_at,
             ended_at: now,
             outcome,
             message: message.to_string(),
-        });
+        };
+        let history = &mut rec.extra_mut().history;
+        if history.len() == HISTORY_MAX {
+            history.remove(0);
+        }
+        history.push(past);
         rec.message = Some(message.clone());
         rec.ready_at = now + delay;
         let (when, attempt) = (rec.ready_at, rec.attempt);

@@ -118,7 +118,7 @@ fn a_failed_attempt_retries_after_a_jittered_backoff_drawn_as_python_does() {
     // random.Random(0).uniform(0.0, 1.0) = 0.8444218515250481
     assert_eq!(rec.ready_at, 10.0 + 0.8444218515250481);
     assert_eq!(rec.status, Status::Retrying);
-    assert_eq!(rec.history[0].outcome, Outcome::Failed);
+    assert_eq!(rec.history()[0].outcome, Outcome::Failed);
     assert_eq!(eng.next_wake(), Some(10.0 + 0.8444218515250481));
     eng.advance(10.8);
     assert!(eng.take().is_empty());
@@ -193,7 +193,7 @@ fn an_attempt_past_its_timeout_is_aborted_and_retried() {
     assert_eq!(acts.aborts[0].abort_reason, Some(AbortReason::Timeout));
     let rec = eng.lookup(TaskRef::Id(id)).unwrap();
     assert_eq!(rec.status, Status::Retrying);
-    assert_eq!(rec.history[0].outcome, Outcome::TimedOut);
+    assert_eq!(rec.history()[0].outcome, Outcome::TimedOut);
     assert_eq!(eng.totals().timeouts, 1);
     assert_eq!(eng.pools()[0].busy, 0);
 }
