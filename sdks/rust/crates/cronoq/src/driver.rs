@@ -380,6 +380,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             }
             Wake::Timer => {}
         }
+        // Ends are carried out before the next message, so that a call sees them (a late
+        // handle finds the output in the cache).
+        let now = self.now();
+        self.apply(now);
     }
 
     // --- time ----------------------------------------------------------------------------
@@ -601,7 +605,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         match c {
             Control::Cancel(target) => {
                 self.engine.cancel(target.to_core(), now);
-                self.apply(now);
             }
             Control::Heartbeat(beat) => {
                 beat.in_flight.store(false, Ordering::Release);
@@ -689,6 +692,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Command::Cancel { target, reply } => {
                 let now = self.now();
                 let cancelled = self.engine.cancel(target.to_core(), now);
+                // The attempt is given up before the caller hears back.
                 self.apply(now);
                 let _ = reply.send(cancelled);
             }
