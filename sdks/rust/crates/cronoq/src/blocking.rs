@@ -189,8 +189,13 @@ fn block<T: Send>(runtime: &tokio::runtime::Runtime, f: impl Future<Output = T> 
 }
 
 /// A [`TaskHandle`] to wait on by blocking the thread; waiting needs no runtime.
-#[derive(Debug)]
 pub struct BlockingHandle<O>(TaskHandle<O>);
+
+impl<O> std::fmt::Debug for BlockingHandle<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("BlockingHandle").field(&self.0).finish()
+    }
+}
 
 impl<O> BlockingHandle<O> {
     /// The task's id.

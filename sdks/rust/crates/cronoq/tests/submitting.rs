@@ -499,3 +499,27 @@ async fn the_gated_executor_reports_what_it_saw() {
     gate.open(1);
     assert_eq!(*h.await.unwrap(), 9);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_autoscaled_pool_grows_with_its_backlog() {
+    let (exec, mut gate) = gated();
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(Pool::new("default").executor(exec))
+        .build()
+        .await
+        .unwrap();
+    for n in 0..40 {
+        s.enqueue(Task::new(n)).await.unwrap();
+    }
+    gate.next().await;
+    tokio::time::sleep(secs(3)).await;
+    let pool = s.snapshot().await.unwrap().pools.remove(0);
+    assert!(pool.capacity > 1 && pool.capacity <= 10, "{pool:?}");
+    assert_eq!(pool.busy, pool.capacity);
+    let mut started = 1;
+    while gate.started.try_recv().is_ok() {
+        started += 1;
+    }
+    assert_eq!(started, pool.capacity);
+    gate.open(40);
+}
