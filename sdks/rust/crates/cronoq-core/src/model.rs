@@ -190,6 +190,25 @@ impl RetryPolicy {
         })
     }
 
+    /// A policy as given, without `new`'s Python checks, for a driver whose public rules differ:
+    /// the Rust library takes any finite multiplier >= 0 (below 1 the waits shrink). The caller
+    /// keeps `max_attempts >= 1`, the backoffs >= 0 and the multiplier finite and >= 0.
+    pub fn from_parts(
+        max_attempts: u32,
+        initial_backoff: f64,
+        multiplier: f64,
+        max_backoff: f64,
+        jitter: bool,
+    ) -> Self {
+        RetryPolicy {
+            max_attempts,
+            initial_backoff,
+            multiplier,
+            max_backoff,
+            jitter,
+        }
+    }
+
     /// One attempt, no retries.
     pub fn none() -> Self {
         RetryPolicy {
