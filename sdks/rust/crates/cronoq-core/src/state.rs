@@ -1,6 +1,7 @@
 //! The tables the engine shares and the transition primitives that change them (Python:
-//! `cronoq.core.state`): admitting, making ready, starting, ending and retrying attempts,
-//! finishing, retaining and forgetting tasks.
+//! `cronoq.core.state`): admitting, releasing, making ready, starting, ending and retrying
+//! attempts, finishing, retaining and forgetting tasks. `admit`, `finish` and the await timer
+//! reach into the dependency graph through the primitives of deps.rs (Python's `DepsHooks`).
 //!
 //! Every status change goes through `State::move_to`, which checks the life-cycle table
 //! (`model::TRANSITIONS`) and records the event; an illegal change panics (an engine bug).
