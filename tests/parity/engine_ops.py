@@ -14,13 +14,16 @@ Hypothesis draws the configuration, each sequence's mix of operation kinds, its 
 seed; the operations themselves are expanded from that seed (`_Ops`), which keeps a sequence
 cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry policy, default
 duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
-settings, fair share with tenant weights), the scoring, the event level, retention, whether
+settings, fair share with tenant weights, unknown dependencies rejected or awaited with an
+await timeout), the scoring, the event level, retention, whether
 the engine is elastic (the autoscalers set the capacity), and operations: submit with random
-options (class, kind, key, deadline, duration hint, timeout, retry policy, tenant),
-submit_batch (keys may repeat: the batch error),
+options (class, kind, key, deadline, duration hint, timeout, retry policy, tenant, dependency
+edges on recent ids and on keys, some never submitted, with every condition), submit_batch
+(keys may repeat: the batch error; edges may name batch-mates' keys, forward, backward, in
+cycles or their own),
 dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes, cancel by
-id or key, lookup, set_capacity, pause/resume, delete, snapshot (the quality metrics), advance
-by steps drawn to cross timers, halt and abort_running.
+id or key, lookup, dependents, set_capacity, pause/resume, delete, snapshot (the quality
+metrics), advance by steps drawn to cross timers, halt and abort_running.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from cronoq.core.model import (
     STATUS_NAMES,
     TOTALS_KEYS,
     Attempt,
+    Extras,
     PoolConfig,
     RetryPolicy,
     Scoring,
@@ -63,6 +67,8 @@ FIELDS = (
     "journal",
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
+DEP_KEYS = (*KEYS, "k5")  # dependencies also name a key no task takes (awaited or unknown)
+CONDITIONS = ("success", "complete", "failure")
 KINDS = ("a", "b")
 TENANTS = ("t0", "t1", "t2")
 MAX_ID = 40  # cancel, lookup and delete name ids up to this (some never exist)
@@ -79,6 +85,7 @@ OP_WEIGHTS = {
     "heartbeat": (0, 3),
     "cancel": (0, 3),
     "lookup": (0, 2),
+    "dependents": (0, 2),
     "set_capacity": (0, 2),
     "pause": (0, 1),
     "resume": (0, 2),
@@ -149,9 +156,10 @@ def _autoscale(rnd: random.Random) -> tuple[Any, ...]:
 
 
 def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
-    """A pool's (min, max, autoscale, fair_share, tenant weights as (tenant, weight) pairs),
-    expanded from one drawn seed: drawing each through hypothesis doubles a sequence's cost.
-    `focus` ("autoscale", "fair") gives every pool that feature."""
+    """A pool's (min, max, autoscale, fair_share, tenant weights as (tenant, weight) pairs,
+    unknown_dependency, await_timeout), expanded from one drawn seed: drawing each through
+    hypothesis doubles a sequence's cost. `focus` ("autoscale", "fair") gives every pool that
+    feature; "deps" makes every pool await unknown keys."""
     rnd = random.Random(seed)
     lo = rnd.randint(0, 2)
     weights = [
@@ -160,12 +168,23 @@ def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
     ]
     scaled = focus == "autoscale" or rnd.random() < 0.4
     fair = focus == "fair" or rnd.random() < 0.5
-    return (lo, lo + rnd.randint(0, 6), _autoscale(rnd) if scaled else None, fair, weights)
+    unknown = "await" if focus == "deps" or rnd.random() < 0.5 else "reject"
+    timeout = rnd.choice((None, None, -1.0, 0.0, 0.5, 3.0, 30.0))
+    return (
+        lo,
+        lo + rnd.randint(0, 6),
+        _autoscale(rnd) if scaled else None,
+        fair,
+        weights,
+        unknown,
+        timeout,
+    )
 
 
 def _pool(i: int, focus: str | None) -> st.SearchStrategy[tuple[Any, ...]]:
     """(name, capacity, ttl, retry, duration, max_pending, overflow, cost, min, max,
-    autoscale, fair_share, tenant weights): the last five from `_extras`."""
+    autoscale, fair_share, tenant weights, unknown_dependency, await_timeout): the last seven
+    from `_extras`."""
     return st.tuples(
         st.just(f"p{i}"),
         st.integers(0, 4),
@@ -200,10 +219,36 @@ class _Ops:
     hypothesis costs some 50 ms per sequence, which would allow only hundreds per run). A
     difference is reported at its first operation, with the operations before it."""
 
-    def __init__(self, rnd: random.Random, pools: int, classes: Sequence[int]) -> None:
+    def __init__(
+        self, rnd: random.Random, pools: int, classes: Sequence[int], dep_rate: float
+    ) -> None:
         self.rnd = rnd
         self.pools = pools
         self.classes = classes
+        self.dep_rate = dep_rate  # the share of tasks submitted with dependencies
+        self.submitted = 0  # tasks submitted so far, at most: ids to depend on
+
+    def target(self) -> int | str:
+        """A task to depend on or to ask the dependents of: a recent id (about 3/5 of the
+        tasks submitted get one, the others fail or find their key taken; some ids named are
+        not given yet) or a key (taken, awaited or never taken)."""
+        rnd = self.rnd
+        if rnd.random() < 0.4:
+            return rnd.choice(DEP_KEYS)
+        recent = self.submitted * 3 // 5
+        return rnd.randint(max(1, recent - 6), recent + 1)
+
+    def deps(self, mates: Sequence[str]) -> list[tuple[int | str, str]] | None:
+        """1-3 edges (mostly one), on `target()`s or on batch-mates' keys (`mates`, their
+        own included: a cycle), with any condition."""
+        rnd = self.rnd
+        if rnd.random() >= self.dep_rate:
+            return None
+        out: list[tuple[int | str, str]] = []
+        for _ in range(rnd.choice((1, 1, 1, 2, 3))):
+            target = rnd.choice(mates) if mates and rnd.random() < 0.4 else self.target()
+            out.append((target, rnd.choice(CONDITIONS)))
+        return out
 
     def opt(self, values: Sequence[Any]) -> Any:
         return None if self.rnd.random() < 0.5 else self.rnd.choice(values)
@@ -233,20 +278,21 @@ class _Ops:
     def pool(self) -> str:
         return f"p{self.rnd.randrange(self.pools)}"
 
-    def spec(self, now: float) -> tuple[Any, ...]:
-        """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant)."""
+    def spec(self, now: float, key: str | None, mates: Sequence[str] = ()) -> tuple[Any, ...]:
+        """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant, deps)."""
         rnd = self.rnd
         deadline = self.seconds()
         return (
             self.pool(),
             rnd.choice(self.classes),
             rnd.choice(KINDS),
-            self.opt(KEYS),
+            key,
             None if deadline is None else now + deadline,
             self.opt((0.0, 0.5, 2.0)),
             self.opt((0.5, 1.0, 4.0)),
             self.retry(),
             None if rnd.random() < 0.25 else rnd.choice(TENANTS),
+            self.deps(mates),
         )
 
     def pick(self) -> int:
@@ -259,9 +305,15 @@ class _Ops:
     def op(self, kind: str, now: float) -> Op:
         rnd = self.rnd
         if kind == "submit":
-            return ("submit", now, *self.spec(now))
+            spec = self.spec(now, self.opt(KEYS))
+            self.submitted += 1
+            return ("submit", now, *spec)
         if kind == "batch":
-            return ("batch", now, [self.spec(now) for _ in range(rnd.randint(0, 4))])
+            keys = [self.opt(KEYS) for _ in range(rnd.randint(0, 4))]
+            mates = [k for k in keys if k is not None]
+            specs = [self.spec(now, key, mates) for key in keys]
+            self.submitted += len(specs)
+            return ("batch", now, specs)
         if kind in ("complete", "heartbeat"):
             return (kind, now, self.pick())
         if kind == "fail":
@@ -270,6 +322,8 @@ class _Ops:
             return ("fail", now, self.pick(), message, rnd.random() < 0.3, retry_after)
         if kind in ("cancel", "lookup"):
             return (kind, now, self.ref())
+        if kind == "dependents":
+            return (kind, now, self.target())
         if kind == "set_capacity":
             return (kind, now, self.pool(), rnd.randint(0, 4))
         if kind in ("pause", "resume"):
@@ -293,7 +347,12 @@ def scenarios(
     n = draw(st.integers(1, max_ops))
     rnd = random.Random(draw(st.integers(0, 2**32)))
     # Fair share: tenants contend within a class, so crowd the tasks into two.
-    gen = _Ops(rnd, len(config[5]), (1, 2) if focus == "fair" else range(4))
+    gen = _Ops(
+        rnd,
+        len(config[5]),
+        (1, 2) if focus == "fair" else range(4),
+        0.6 if focus == "deps" else 0.2,
+    )
     now = 0.0
     ops: list[Op] = []
     for kind in rnd.choices(kinds, weights, k=n):
@@ -333,6 +392,8 @@ def make_engine(config: Config) -> Engine:
             autoscale=_settings(p[10]),
             fair_share=p[11],
             tenant_weights=dict(p[12]),
+            unknown_dependency=p[13],
+            await_timeout=p[14],
         )
         for p in pools
     ]
@@ -347,6 +408,24 @@ def make_engine(config: Config) -> Engine:
         retention_max=retention_max,
         journal=True,
         elastic=elastic,
+    )
+
+
+def deps_row(e: Extras | None) -> tuple[Any, ...]:
+    """The dependency fields of a record's extras: the edges as submitted, the unmet count,
+    the keys awaited (sorted: a set), the resolved edges (parent id or None, awaited key or
+    None, condition) or None, the awaited keys' parents and the waiting children."""
+    if e is None:
+        return (None, 0, (), None, (), ())
+    return (
+        None if e.deps is None else tuple(e.deps),
+        e.waiting,
+        tuple(sorted(e.awaits or ())),
+        None
+        if e.resolved is None
+        else tuple((None if p is None else p.id, k, on) for p, k, on in e.resolved),
+        tuple(p.id for p in e.parents or ()),
+        tuple((c.id, on) for c, on in e.children or ()),
     )
 
 
@@ -376,6 +455,7 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         r.finished_at,
         None if r.running is None else r.running.lease,
         history,
+        deps_row(r.extra),
     )
 
 
@@ -419,7 +499,7 @@ def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
 
 
 def _record(spec: Sequence[Any]) -> TaskRecord:
-    pool, cls, kind, key, deadline, hint, timeout, retry, tenant = spec
+    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, deps = spec
     return TaskRecord(
         None,
         pool,
@@ -431,6 +511,7 @@ def _record(spec: Sequence[Any]) -> TaskRecord:
         timeout=timeout,
         retry=_policy(retry),
         tenant=tenant,
+        extra=None if deps is None else Extras(deps=list(deps)),
     )
 
 
@@ -478,6 +559,9 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
         elif kind == "lookup":
             found = eng.lookup(op[2])
             result = None if found is None else record_row(found)
+        elif kind == "dependents":
+            found = eng.lookup(op[2])
+            result = None if found is None else [(c.id, on) for c, on in eng.dependents(found)]
         elif kind == "set_capacity":
             eng.set_capacity(op[2], op[3], now)
         elif kind == "pause":
@@ -523,6 +607,7 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                         sorted(p.durations.items()),
                         p.desired(),
                         p.arrivals,
+                        list(p.unready_by_class),
                     )
                     for p in eng.pools.values()
                 ],

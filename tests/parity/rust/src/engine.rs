@@ -4,10 +4,13 @@
 
 use crate::leaves::{SettingsFields, settings};
 use cronoq_core::autoscale::AutoscaleSettings;
-use cronoq_core::model::{Attempt, Lease, RetryPolicy, Scoring, Snapshot, TaskRecord};
+use cronoq_core::model::{
+    Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord,
+};
 use cronoq_core::vocab::Overflow;
 use cronoq_core::{
-    Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, TaskRef, TaskSpec,
+    DepOn, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, TaskRef, TaskSpec,
+    UnknownDependency,
 };
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyValueError;
@@ -43,6 +46,32 @@ fn retry(t: &Obj<'_>) -> PyResult<Option<RetryPolicy>> {
     .map_err(|e| PyValueError::new_err(e.0))
 }
 
+/// A dependency's target as the suite encodes it: an id (int) or a key (str).
+enum Target {
+    Id(u64),
+    Key(String),
+}
+
+impl Target {
+    fn read(t: &Obj<'_>) -> PyResult<Target> {
+        Ok(match t.extract::<u64>() {
+            Ok(id) => Target::Id(id),
+            Err(_) => Target::Key(t.extract()?),
+        })
+    }
+
+    fn task_ref(&self) -> TaskRef<'_> {
+        match self {
+            Target::Id(id) => TaskRef::Id(*id),
+            Target::Key(key) => TaskRef::Key(key),
+        }
+    }
+}
+
+fn dep_on(name: &str) -> PyResult<DepOn> {
+    DepOn::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown condition {name}")))
+}
+
 /// A submit's options as the suite encodes them, owning the names a `TaskSpec` borrows.
 struct Spec {
     pool: String,
@@ -54,6 +83,7 @@ struct Spec {
     timeout: Option<f64>,
     retry: Option<RetryPolicy>,
     tenant: Option<String>,
+    deps: Vec<(Target, DepOn)>,
 }
 
 impl Spec {
@@ -68,10 +98,30 @@ impl Spec {
             timeout: item(t, at + 6)?,
             retry: retry(&t.get_item(at + 7)?)?,
             tenant: item(t, at + 8)?,
+            deps: match t.get_item(at + 9)? {
+                d if d.is_none() => Vec::new(),
+                d => {
+                    let mut out = Vec::new();
+                    for edge in d.cast::<PyList>()?.iter() {
+                        let edge = edge.cast::<PyTuple>()?;
+                        let on: String = item(edge, 1)?;
+                        out.push((Target::read(&edge.get_item(0)?)?, dep_on(&on)?));
+                    }
+                    out
+                }
+            },
         })
     }
 
-    fn spec(&self) -> TaskSpec<'_> {
+    /// The edges as a `TaskSpec` borrows them.
+    fn edges(&self) -> Vec<(TaskRef<'_>, DepOn)> {
+        self.deps
+            .iter()
+            .map(|(t, on)| (t.task_ref(), *on))
+            .collect()
+    }
+
+    fn spec<'a>(&'a self, edges: &'a [(TaskRef<'a>, DepOn)]) -> TaskSpec<'a> {
         TaskSpec {
             pool: &self.pool,
             cls: self.cls,
@@ -82,6 +132,7 @@ impl Spec {
             timeout: self.timeout,
             retry: self.retry,
             tenant: self.tenant.as_deref(),
+            deps: edges,
         }
     }
 }
@@ -130,6 +181,10 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         cfg.autoscale = autoscale(&p.get_item(10)?)?;
         cfg.fair_share = item(p, 11)?;
         cfg.tenant_weights = item(p, 12)?;
+        let unknown: String = item(p, 13)?;
+        cfg.unknown_dependency = UnknownDependency::parse(&unknown)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown policy {unknown}")))?;
+        cfg.await_timeout = item(p, 14)?;
         pools.push(cfg);
     }
     let options = EngineOptions {
@@ -143,6 +198,56 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
     };
     Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
         .map_err(|e| PyValueError::new_err(e.0))
+}
+
+/// engine_ops.deps_row: the dependency fields of the extras.
+fn deps_row<'py>(py: Python<'py>, e: Option<&Extras>) -> PyResult<Obj<'py>> {
+    let Some(e) = e else {
+        let empty = PyTuple::empty(py);
+        return Ok(tup!(py; py.None(), 0u32, &empty, py.None(), &empty, &empty));
+    };
+    let target = |t: &DepTarget| match t {
+        DepTarget::Id(id) => id.into_bound_py_any(py),
+        DepTarget::Key(key) => (**key).into_bound_py_any(py),
+    };
+    let deps = if e.deps.is_empty() {
+        py.None().into_bound(py)
+    } else {
+        let edges: Vec<Obj<'py>> = e
+            .deps
+            .iter()
+            .map(|(t, on)| Ok(tup!(py; target(t)?, on.name())))
+            .collect::<PyResult<_>>()?;
+        PyTuple::new(py, edges)?.into_any()
+    };
+    let mut awaits: Vec<&str> = e.awaits.iter().map(|k| &**k).collect();
+    awaits.sort_unstable();
+    let resolved = match &e.resolved {
+        None => py.None().into_bound(py),
+        Some(edges) => {
+            let rows: Vec<Obj<'py>> = edges
+                .iter()
+                .map(|(r, on)| match r {
+                    Resolved::Parent(id) => Ok(tup!(py; *id, py.None(), on.name())),
+                    Resolved::Awaited(key) => Ok(tup!(py; py.None(), &**key, on.name())),
+                })
+                .collect::<PyResult<_>>()?;
+            PyTuple::new(py, rows)?.into_any()
+        }
+    };
+    let children: Vec<Obj<'py>> = e
+        .children
+        .iter()
+        .map(|(id, on)| Ok(tup!(py; *id, on.name())))
+        .collect::<PyResult<_>>()?;
+    Ok(tup!(py;
+        deps,
+        e.waiting,
+        PyTuple::new(py, awaits)?,
+        resolved,
+        PyTuple::new(py, &e.parents)?,
+        PyTuple::new(py, children)?,
+    ))
 }
 
 fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'py>> {
@@ -174,6 +279,7 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
         r.finished_at.into_bound_py_any(py)?,
         r.running.into_bound_py_any(py)?,
         PyTuple::new(py, history)?.into_any(),
+        deps_row(py, r.extra.as_deref())?,
     ];
     Ok(PyTuple::new(py, fields)?.into_any())
 }
@@ -280,13 +386,19 @@ fn run_engine<'py>(
         let kind: String = item(t, 0)?;
         let now: f64 = item(t, 1)?;
         let result: Obj<'py> = match kind.as_str() {
-            "submit" => submit_result(py, eng.submit(Spec::read(t, 2)?.spec(), now))?,
+            "submit" => {
+                let spec = Spec::read(t, 2)?;
+                let edges = spec.edges();
+                submit_result(py, eng.submit(spec.spec(&edges), now))?
+            }
             "batch" => {
                 let mut owned = Vec::new();
                 for s in t.get_item(2)?.cast::<PyList>()?.iter() {
                     owned.push(Spec::read(s.cast::<PyTuple>()?, 0)?);
                 }
-                let specs: Vec<TaskSpec<'_>> = owned.iter().map(Spec::spec).collect();
+                let edges: Vec<Vec<(TaskRef<'_>, DepOn)>> = owned.iter().map(Spec::edges).collect();
+                let specs: Vec<TaskSpec<'_>> =
+                    owned.iter().zip(&edges).map(|(s, e)| s.spec(e)).collect();
                 match eng.submit_batch(&specs, now) {
                     Ok(v) => {
                         let out = PyList::empty(py);
@@ -329,15 +441,22 @@ fn run_engine<'py>(
                 done.into_bound_py_any(py)?
             }
             "lookup" => {
-                let target = t.get_item(2)?;
-                let found = if let Ok(id) = target.extract::<u64>() {
-                    eng.lookup(TaskRef::Id(id))
-                } else {
-                    let key: String = target.extract()?;
-                    eng.lookup(TaskRef::Key(&key))
-                };
-                match found {
+                let target = Target::read(&t.get_item(2)?)?;
+                match eng.lookup(target.task_ref()) {
                     Some(r) => record(py, &eng, r)?,
+                    None => py.None().into_bound(py),
+                }
+            }
+            "dependents" => {
+                let target = Target::read(&t.get_item(2)?)?;
+                match eng.dependents(target.task_ref()) {
+                    Some(children) => {
+                        let out = PyList::empty(py);
+                        for (id, on) in children {
+                            out.append(tup!(py; id, on.name()))?;
+                        }
+                        out.into_any()
+                    }
                     None => py.None().into_bound(py),
                 }
             }
@@ -392,7 +511,7 @@ fn run_engine<'py>(
             pools.append(tup!(py;
                 p.capacity, p.busy, p.pending_by_class.to_vec(), p.retrying_by_class.to_vec(),
                 p.queues.n, p.retries, p.dead_lettered, p.paused, p.learned, durations,
-                p.desired(), p.arrivals
+                p.desired(), p.arrivals, p.unready_by_class.to_vec()
             ))?;
         }
         let journal = eng

@@ -7,7 +7,8 @@
 //!
 //! One Rust module per Python module of `src/cronoq/core`, under the same name: `vocab`, `model`,
 //! `actions`, `timers`, `heaps`, `queue`, `fair` (fair share's class queue), `pool`, `state`
-//! (the tables and the transition primitives), `dispatch` and `engine` (the driver interface),
+//! (the tables and the transition primitives), `deps` (dependencies, blocking and releasing
+//! tasks), `dispatch` and `engine` (the driver interface),
 //! `stats`, `autoscale` (evaluated by the pools' timers) and `cron`;
 //! `table` is the task table (Python's `tasks` dict), `rng` the injected randomness and `pyrepr`
 //! Python's `repr()` of a name, for error messages. Python's records and attempts are shared
@@ -19,15 +20,15 @@
 //! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
 //! `random.Random`).
 //!
-//! Not ported yet, and absent rather than ignored: dependencies and batches with them, resources
-//! and parking, worker groups and labels, fixed starts (so the autoscaler sees no due task and
-//! no reservation), recurring schedules (`cron` is ported and checked on its own, not yet used by
+//! Not ported yet, and absent rather than ignored: resources and parking, worker groups and
+//! labels, fixed starts (so the autoscaler sees no due task and no reservation), recurring schedules (`cron` is ported and checked on its own, not yet used by
 //! the engine), restore, the observer, `ready_view`, and the snapshot fields of those features.
 //! Snapshots take their quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;
 pub mod cron;
+pub mod deps;
 pub mod dispatch;
 pub mod engine;
 pub mod fair;
@@ -46,8 +47,9 @@ pub mod vocab;
 pub use actions::{Actions, Journal};
 pub use engine::{Engine, EngineOptions, TaskRef};
 pub use model::{
-    Attempt, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId, TaskRecord,
-    TaskSpec,
+    Attempt, DepTarget, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId,
+    TaskRecord, TaskSpec,
 };
 pub use rng::{MersenneTwister, Random};
 pub use state::EventLevel;
+pub use vocab::{DepOn, UnknownDependency};

@@ -11,7 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::autoscale::AutoscaleSettings;
-use crate::vocab::{Overflow, STATUSES};
+use crate::engine::TaskRef;
+use crate::vocab::{DepOn, Overflow, STATUSES, UnknownDependency};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
 pub type TaskId = u64;
@@ -45,7 +46,8 @@ pub enum Status {
     DeadLettered = 7,
     /// Ended: cancelled.
     Cancelled = 8,
-    /// Ended: skipped (a recurring occurrence).
+    /// Ended: skipped (a dependency ended without meeting its edge, or an awaited key did not
+    /// come in time).
     Skipped = 9,
     /// Ended: its fixed start was missed.
     Missed = 10,
@@ -331,8 +333,8 @@ impl Default for Scoring {
 
 // --- pool configuration ------------------------------------------------------------------------
 
-/// What the core needs to know about a pool. Options of features not ported yet (dependencies,
-/// fixed starts and their reservable fraction) are absent, not ignored.
+/// What the core needs to know about a pool. Options of features not ported yet (fixed starts
+/// and their reservable fraction) are absent, not ignored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name, unique in an engine.
@@ -361,6 +363,11 @@ pub struct PoolConfig {
     pub fair_share: bool,
     /// Tenant -> weight under fair share (a tenant not listed weighs 1.0), in insertion order.
     pub tenant_weights: Vec<(String, f64)>,
+    /// What a dependency on a key no task holds does.
+    pub unknown_dependency: UnknownDependency,
+    /// Seconds from its submit after which a task still awaiting a key is skipped (None:
+    /// forever; a negative one times out at once).
+    pub await_timeout: Option<f64>,
 }
 
 impl PoolConfig {
@@ -380,6 +387,8 @@ impl PoolConfig {
             autoscale: None,
             fair_share: false,
             tenant_weights: Vec::new(),
+            unknown_dependency: UnknownDependency::Reject,
+            await_timeout: None,
         }
     }
 }
@@ -450,6 +459,10 @@ pub struct TaskSpec<'a> {
     pub retry: Option<RetryPolicy>,
     /// Its tenant, for fair share (None: the untenanted group).
     pub tenant: Option<&'a str>,
+    /// The tasks it waits for, by id or key, each with the way it must end (none: it may run
+    /// at once). A key may name a task of the same batch, or, if the pool awaits unknown
+    /// keys, one not submitted yet.
+    pub deps: &'a [(TaskRef<'a>, DepOn)],
 }
 
 impl<'a> TaskSpec<'a> {
@@ -465,6 +478,7 @@ impl<'a> TaskSpec<'a> {
             timeout: None,
             retry: None,
             tenant: None,
+            deps: &[],
         }
     }
 }
@@ -521,10 +535,43 @@ pub struct TaskRecord {
 }
 
 /// A task's rarely used options and the engine state they need (Python: `model.Extras`).
+/// Python's `None` and empty lists are alike here (empty), but for `resolved`, whose
+/// presence decides how a task is admitted and what the await-cycle check walks.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Extras {
     /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
     pub history: Vec<PastAttempt>,
+    /// Its dependency edges as submitted: (parent id or key, condition).
+    pub deps: Vec<(DepTarget, DepOn)>,
+    /// The edges resolved at admission; kept while it is blocked only as long as some task
+    /// awaits a key (the await-cycle check walks them), cleared when it is released or ends.
+    pub resolved: Option<Vec<(Resolved, DepOn)>>,
+    /// Unmet edges of a blocked task.
+    pub waiting: u32,
+    /// Keys it awaits (`UnknownDependency::Await`), each once.
+    pub awaits: Vec<Arc<str>>,
+    /// Parents that took an awaited key since it was admitted.
+    pub parents: Vec<TaskId>,
+    /// Dependents waiting on it, with their edges' conditions, in the order they came.
+    pub children: Vec<(TaskId, DepOn)>,
+}
+
+/// A dependency's target as submitted (`TaskRef`, owned).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DepTarget {
+    /// A task id.
+    Id(TaskId),
+    /// A key.
+    Key(Arc<str>),
+}
+
+/// An edge resolved at admission: its parent task, or the key it awaits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// A task admitted before it (or earlier in its batch).
+    Parent(TaskId),
+    /// A key no task held at its submit.
+    Awaited(Arc<str>),
 }
 
 impl TaskRecord {
@@ -563,7 +610,19 @@ impl TaskRecord {
             finished_at: 0.0,
             running: None,
             qgen: 0,
-            extra: None,
+            extra: (!spec.deps.is_empty()).then(|| {
+                let deps = spec.deps.iter().map(|&(target, on)| {
+                    let target = match target {
+                        TaskRef::Id(id) => DepTarget::Id(id),
+                        TaskRef::Key(key) => DepTarget::Key(Arc::from(key)),
+                    };
+                    (target, on)
+                });
+                Box::new(Extras {
+                    deps: deps.collect(),
+                    ..Extras::default()
+                })
+            }),
         }
     }
 }
@@ -748,7 +807,7 @@ pub struct Totals {
     pub retries: u64,
     /// Tasks shed under overload.
     pub shed: u64,
-    /// Tasks skipped (not ported: always 0).
+    /// Tasks skipped.
     pub skipped: u64,
     /// Outcomes reported for attempts that had ended.
     pub stale_completions: u64,
@@ -804,7 +863,8 @@ impl Totals {
 /// is Python's message, word for word.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitError {
-    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch" or "invalid".
+    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch", "invalid",
+    /// "unknown_dependency" or "cycle".
     pub code: &'static str,
     /// For people.
     pub message: String,

@@ -32,6 +32,9 @@ pub struct PoolState {
     pub pending_by_class: [i64; 4],
     /// Retrying tasks per class.
     pub retrying_by_class: [i64; 4],
+    /// Pending tasks not ready yet (blocked on dependencies) per class: only tasks with extras
+    /// ever are, so a plain task never touches it.
+    pub unready_by_class: [i64; 4],
     /// The default retry policy of its tasks.
     pub retry: RetryPolicy,
     /// Its lease time to live.
@@ -87,6 +90,7 @@ impl PoolState {
             queues,
             pending_by_class: [0; 4],
             retrying_by_class: [0; 4],
+            unready_by_class: [0; 4],
             retry: cfg.retry,
             lease_ttl: cfg.lease_ttl,
             durations: Vec::new(),

@@ -1,6 +1,7 @@
 //! The tables the engine shares and the transition primitives that change them (Python:
-//! `cronoq.core.state`): admitting, making ready, starting, ending and retrying attempts,
-//! finishing, retaining and forgetting tasks.
+//! `cronoq.core.state`): admitting, releasing, making ready, starting, ending and retrying
+//! attempts, finishing, retaining and forgetting tasks. `admit`, `finish` and the await timer
+//! reach into the dependency graph through the primitives of deps.rs (Python's `DepsHooks`).
 //!
 //! Every status change goes through `State::move_to`, which checks the life-cycle table
 //! (`model::TRANSITIONS`) and records the event; an illegal change panics (an engine bug).
@@ -13,6 +14,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::actions::{Actions, JournalLog};
+use crate::deps::Dependencies;
 use crate::engine::EngineOptions;
 use crate::model::{
     AbortReason, Attempt, ConfigError, HISTORY_MAX, Lease, Outcome, PastAttempt, PoolConfig,
@@ -71,6 +73,9 @@ pub struct State<R> {
     pub next_id: TaskId,
     /// Whether the autoscalers' targets become the pools' capacity (`EngineOptions::elastic`).
     pub elastic: bool,
+    /// The dependency graph's state beyond the records (deps.rs, whose primitives `admit` and
+    /// `finish` call).
+    pub deps: Dependencies,
     seq: u64,
     lease: Lease,
     /// Boxes of forgotten tasks, reused by the next admissions (no allocator round trip):
@@ -129,6 +134,7 @@ impl<R: Random> State<R> {
             timers,
             next_id: options.first_id,
             elastic: options.elastic,
+            deps: Dependencies::default(),
             seq: 0,
             lease: 0,
             spare: Vec::new(),
@@ -153,7 +159,8 @@ impl<R: Random> State<R> {
         rec.seq = self.seq;
     }
 
-    /// Take a new task in: indexed, counted, and ready (nothing else of it waits here).
+    /// Take a new task in: indexed and counted; it becomes the parent of the tasks awaiting
+    /// its key, and is ready at once unless it has dependencies (then `attach` decides).
     pub fn admit(&mut self, mut rec: TaskRecord, now: f64) -> TaskId {
         if rec.id == 0 {
             self.assign_id(&mut rec);
@@ -186,12 +193,37 @@ impl<R: Random> State<R> {
         if self.event_level == EventLevel::All {
             self.event(id, Status::Blocked, now, None);
         }
+        if !self.deps.awaiting.is_empty()
+            && let Some(key) = self.rec(id).key.clone()
+            && self.deps.awaiting.contains_key(&key)
+        {
+            self.key_admitted(id, &key);
+        }
         let rec = self.rec_mut(id);
+        if rec.extra.as_ref().is_some_and(|e| e.resolved.is_some()) {
+            self.pools[pool].unready_by_class[cls] += 1; // until release or finish
+            self.attach(id, now);
+            return id;
+        }
         if rec.eligible_at == 0.0 {
             rec.eligible_at = now;
         }
         self.make_ready(id, now);
         id
+    }
+
+    /// Every dependency of a blocked task is satisfied: it may run.
+    pub fn release(&mut self, id: TaskId, now: f64) {
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        if let Some(e) = &mut rec.extra {
+            e.resolved = None;
+            e.parents = Vec::new();
+        }
+        self.pools[rec.pool].unready_by_class[usize::from(rec.cls)] -= 1;
+        if rec.eligible_at == 0.0 {
+            rec.eligible_at = now;
+        }
+        self.make_ready(id, now);
     }
 
     /// The task may run: it joins its pool's ready queue.
@@ -360,6 +392,7 @@ impl<R: Random> State<R> {
                 let msg = AbortReason::Lease.message();
                 self.after_failure(task, now, msg, false, None, Outcome::LeaseExpired);
             }
+            Timer::Await { task } => self.await_expired(task, now),
             Timer::Scale { pool: p } => {
                 let elastic = self.elastic;
                 let pool = &mut self.pools[p];
@@ -400,6 +433,8 @@ impl<R: Random> State<R> {
             pool.pending_by_class[cls] -= 1;
             if old == Status::Retrying {
                 pool.retrying_by_class[cls] -= 1;
+            } else if old == Status::Blocked {
+                pool.unready_by_class[cls] -= 1;
             }
         }
         let message: Option<Arc<str>> = message.map(Arc::from);
@@ -412,11 +447,23 @@ impl<R: Random> State<R> {
         }
         self.live -= 1;
         self.totals.ended(status);
+        // Its children are taken before it may be forgotten below; they settle last.
+        let children = match &mut rec.extra {
+            Some(e) => {
+                e.resolved = None;
+                e.parents = Vec::new();
+                std::mem::take(&mut e.children)
+            }
+            None => Vec::new(),
+        };
         self.out.finished.push(rec.clone());
         self.retained.push_back((id, now));
         if self.retained.len() > self.retention_max {
             let (old, _) = self.retained.pop_front().expect("not empty");
             self.forget(old);
+        }
+        if !children.is_empty() {
+            self.deps_ended(id, status, children, now);
         }
     }
 
@@ -426,6 +473,7 @@ impl<R: Random> State<R> {
         let Some(rec) = self.tasks.remove(&id) else {
             return;
         };
+        self.deps.forgotten(id, rec.status);
         if let Some(key) = &rec.key
             && let Entry::Occupied(e) = self.keys.entry(key.clone())
             && *e.get() == id
