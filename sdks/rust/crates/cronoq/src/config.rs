@@ -375,6 +375,7 @@ impl PoolConfig {
             autoscale,
             fair_share: fair.is_some(),
             tenant_weights: fair.unwrap_or_default(),
+            ..cronoq_core::PoolConfig::new(self.name.to_string())
         })
     }
 }

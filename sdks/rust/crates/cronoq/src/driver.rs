@@ -1091,6 +1091,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             timeout: spec.timeout.map(|d| d.as_secs_f64()),
             retry: spec.retry.map(|r| r.to_core()),
             tenant: spec.tenant.as_deref(),
+            ..cronoq_core::TaskSpec::new(&spec.pool)
         }
     }
 
