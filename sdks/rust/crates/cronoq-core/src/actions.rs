@@ -32,6 +32,16 @@ impl Actions {
             && self.finished.is_empty()
             && self.events.is_empty()
     }
+
+    /// Empty lists with room for as many entries as these hold.
+    pub(crate) fn sized_as(&self) -> Actions {
+        Actions {
+            starts: Vec::with_capacity(self.starts.len()),
+            aborts: Vec::with_capacity(self.aborts.len()),
+            finished: Vec::with_capacity(self.finished.len()),
+            events: Vec::with_capacity(self.events.len()),
+        }
+    }
 }
 
 /// What changed since the driver last persisted (`Engine::take_journal`): tasks admitted (whole
