@@ -83,6 +83,7 @@ impl TaskHeap {
     }
 
     /// Add an entry.
+    #[inline]
     pub fn push(&mut self, e: QEntry) {
         // The greater entry pops first (the order is reversed for std's max-heap).
         match self.run.back() {
@@ -92,6 +93,7 @@ impl TaskHeap {
     }
 
     /// Whether the top is the run's first entry (false: the binary heap's, or none).
+    #[inline]
     fn top_in_run(&self) -> bool {
         match (self.run.front(), self.heap.peek()) {
             (Some(r), Some(h)) => r > h,
@@ -100,6 +102,7 @@ impl TaskHeap {
     }
 
     /// The first entry.
+    #[inline]
     pub fn peek(&self) -> Option<&QEntry> {
         if self.top_in_run() {
             self.run.front()
@@ -109,6 +112,7 @@ impl TaskHeap {
     }
 
     /// Remove and return the first entry.
+    #[inline]
     pub fn pop(&mut self) -> Option<QEntry> {
         if self.top_in_run() {
             self.run.pop_front()
@@ -143,6 +147,7 @@ pub fn is_live(e: &QEntry, tasks: &Tasks) -> bool {
 /// The first live entry, dropping dead entries above it. `live` is how many entries of the
 /// heap are live: when all are, the top is, and no task is looked up (dead entries are
 /// dropped exactly as Python drops them: when one is at the top at a lookup).
+#[inline]
 pub fn live_head(heap: &mut TaskHeap, tasks: &Tasks, live: i64) -> Option<QEntry> {
     if heap.len() as i64 == live {
         return heap.peek().copied();

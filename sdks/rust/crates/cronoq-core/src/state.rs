@@ -380,7 +380,7 @@ impl<R: Random> State<R> {
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
         let (old, cls) = (rec.status, usize::from(rec.cls));
         transition(rec, status);
-        rec.message = message.clone();
+        rec.message = message;
         rec.finished_at = now;
         let pool = &mut self.pools[rec.pool];
         if old != Status::Running {
@@ -396,7 +396,8 @@ impl<R: Random> State<R> {
         self.live -= 1;
         self.totals.ended(status);
         self.out.finished.push(rec.clone());
-        self.moved(id, status, now, message);
+        let message = rec.message.clone();
+        self.moved(id, status, now, message.as_ref());
         self.retained.push_back((id, now));
         if self.retained.len() > self.retention_max {
             let (old, _) = self.retained.pop_front().expect("not empty");
@@ -434,18 +435,19 @@ impl<R: Random> State<R> {
 
     fn move_to_msg(&mut self, id: TaskId, new: Status, now: f64, message: Option<Arc<str>>) {
         transition(self.rec_mut(id), new);
-        self.moved(id, new, now, message);
+        self.moved(id, new, now, message.as_ref());
     }
 
     /// After the task's status changed to `new`: journal it and record the event the level
     /// asks for.
-    fn moved(&mut self, id: TaskId, new: Status, now: f64, message: Option<Arc<str>>) {
+    #[inline]
+    fn moved(&mut self, id: TaskId, new: Status, now: f64, message: Option<&Arc<str>>) {
         if let Some(j) = &mut self.journal {
             j.change(id);
         }
         let level = self.event_level;
         if level == EventLevel::All || (level == EventLevel::Terminal && new.is_terminal()) {
-            self.event_msg(id, new, now, message);
+            self.event_msg(id, new, now, message.cloned());
         }
     }
 
@@ -474,6 +476,7 @@ impl<R: Random> State<R> {
 ///
 /// # Panics
 /// On a change the table forbids (an engine bug).
+#[inline]
 fn transition(rec: &mut TaskRecord, new: Status) {
     assert!(
         rec.status.may_move_to(new),

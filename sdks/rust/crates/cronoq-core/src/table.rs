@@ -40,12 +40,17 @@ impl Hasher for FastHasher {
             self.mix(u64::from_le_bytes(c.try_into().expect("8 bytes")));
         }
         let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let last = rest
-                .iter()
-                .rev()
-                .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
-            self.mix(last);
+        let n = rest.len();
+        if n >= 4 {
+            // two overlapping words cover the 4 to 7 bytes
+            let word = |i: usize| {
+                u64::from(u32::from_le_bytes(
+                    rest[i..i + 4].try_into().expect("4 bytes"),
+                ))
+            };
+            self.mix(word(0) | (word(n - 4) << 32));
+        } else if n > 0 {
+            self.mix(rest.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b)));
         }
     }
 
@@ -247,6 +252,20 @@ mod tests {
         let mut r = TaskRecord::from_spec(TaskSpec::new("p"), 0, 0);
         r.id = id;
         r
+    }
+
+    #[test]
+    fn short_names_differing_in_one_byte_hash_apart() {
+        use std::hash::BuildHasher;
+        let h = |s: &[u8]| FastBuild::default().hash_one(s);
+        for len in 1..=17 {
+            let base = vec![b'a'; len];
+            for i in 0..len {
+                let mut other = base.clone();
+                other[i] = b'b';
+                assert_ne!(h(&base), h(&other), "length {len}, byte {i}");
+            }
+        }
     }
 
     #[test]
