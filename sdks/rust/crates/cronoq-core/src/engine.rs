@@ -238,7 +238,10 @@ impl<R: Random> Engine<R> {
 
     /// Hand the accumulated actions to the driver and start a fresh outbox.
     pub fn take(&mut self) -> Actions {
-        std::mem::take(&mut self.st.out)
+        // The next outbox is sized as this one: a driver in a steady state allocates each
+        // list once per turn instead of growing it.
+        let next = self.st.out.sized_as();
+        std::mem::replace(&mut self.st.out, next)
     }
 
     /// Hand what changed since the last call to a driver with a store (None: the engine
@@ -638,7 +641,7 @@ impl<R: Random> Engine<R> {
     /// End every running attempt without a status change (shutdown after grace), in start
     /// order; returns them.
     pub fn abort_running(&mut self, now: f64) -> Vec<Attempt> {
-        let leases: Vec<Lease> = self.st.running.keys().copied().collect();
+        let leases: Vec<Lease> = self.st.running.keys().collect();
         leases
             .into_iter()
             .map(|lease| self.st.abort(lease, now, AbortReason::Shutdown))

@@ -10,9 +10,10 @@
 //! (the tables and the transition primitives), `deps` (dependencies, blocking and releasing
 //! tasks), `dispatch` and `engine` (the driver interface),
 //! `stats`, `autoscale` (evaluated by the pools' timers) and `cron`;
-//! `table` is the task table (Python's `tasks` dict), `rng` the injected randomness and `pyrepr`
-//! Python's `repr()` of a name, for error messages. Python's records and attempts are shared
-//! objects; here the engine's tables own them and everything else names them by task id or lease.
+//! `table` the tables of tasks and running attempts (Python's `tasks` and `running` dicts),
+//! `rng` the injected randomness and `pyrepr` Python's `repr()` of a name, for error messages.
+//! Python's records and attempts are shared objects; here the engine's tables own them and
+//! everything else names them by task id or lease.
 //! Parity rules kept throughout: iteration orders that reach a decision are Python's (configuration
 //! order for pools, start order for attempts, insertion order for the journal), float arithmetic is
 //! done in Python's order on `f64` (no fused operations), `min`/`max` keep Python's tie rules

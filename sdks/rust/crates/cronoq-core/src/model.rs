@@ -586,6 +586,7 @@ impl TaskRecord {
     }
 
     /// The record of a spec about to be admitted (id 0 until then).
+    #[inline]
     pub(crate) fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
         TaskRecord {
             id: 0,
@@ -674,6 +675,7 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    #[inline]
     pub(crate) fn new(
         task: TaskId,
         number: u32,
@@ -842,6 +844,7 @@ impl Totals {
     }
 
     /// The counter of tasks that ended with `status`.
+    #[inline]
     pub(crate) fn ended(&mut self, status: Status) {
         let n = match status {
             Succeeded => &mut self.succeeded,

@@ -10,7 +10,7 @@
 //! longer in `running`, which is Python's `Attempt.ended`.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::actions::{Actions, JournalLog};
@@ -23,7 +23,7 @@ use crate::model::{
 use crate::pool::PoolState;
 use crate::rng::Random;
 use crate::table::FastBuild;
-pub use crate::table::Tasks;
+pub use crate::table::{Running, Tasks};
 use crate::timers::{Timer, Timers};
 
 /// Which status changes become events.
@@ -56,7 +56,7 @@ pub struct State<R> {
     /// Task by key, for the tasks holding one.
     pub keys: HashMap<Arc<str>, TaskId>,
     /// Running attempts by lease (lease order is start order, as Python's dict).
-    pub running: BTreeMap<Lease, Attempt>,
+    pub running: Running,
     /// Tasks not ended.
     pub live: u64,
     /// Counters.
@@ -78,14 +78,7 @@ pub struct State<R> {
     pub deps: Dependencies,
     seq: u64,
     lease: Lease,
-    /// Boxes of forgotten tasks, reused by the next admissions (no allocator round trip):
-    /// the boxes themselves are what is kept, hence boxes in a Vec.
-    #[allow(clippy::vec_box)]
-    spare: Vec<Box<TaskRecord>>,
 }
-
-/// Most boxes of forgotten tasks kept for reuse.
-const SPARE_MAX: usize = 64;
 
 impl<R: Random> State<R> {
     /// The tables of an engine with these pools (at least one, names unique) and options.
@@ -125,7 +118,7 @@ impl<R: Random> State<R> {
             retention_max: options.retention_max,
             tasks: Tasks::default(),
             keys: HashMap::new(),
-            running: BTreeMap::new(),
+            running: Running::default(),
             live: 0,
             totals: Totals::default(),
             out: Actions::default(),
@@ -137,7 +130,6 @@ impl<R: Random> State<R> {
             deps: Dependencies::default(),
             seq: 0,
             lease: 0,
-            spare: Vec::new(),
         })
     }
 
@@ -174,14 +166,7 @@ impl<R: Random> State<R> {
         }
         let pool = rec.pool;
         let cls = usize::from(rec.cls);
-        let boxed = match self.spare.pop() {
-            Some(mut b) => {
-                *b = rec;
-                b
-            }
-            None => Box::new(rec),
-        };
-        self.tasks.insert(id, boxed);
+        self.tasks.insert(id, rec);
         self.live += 1;
         self.totals.submitted += 1;
         let p = &mut self.pools[pool];
@@ -228,14 +213,15 @@ impl<R: Random> State<R> {
 
     /// The task may run: it joins its pool's ready queue.
     pub fn make_ready(&mut self, id: TaskId, now: f64) {
-        self.move_to(id, Status::Ready, now, None);
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        transition(rec, Status::Ready);
         rec.ready_at = now;
         let pool = &mut self.pools[rec.pool];
         if let Some(deadline) = rec.deadline {
             rec.latest_start = Some(deadline - pool.expected_duration(rec));
         }
         pool.queues.push(rec);
+        self.moved(id, Status::Ready, now, None);
     }
 
     // --- attempts --------------------------------------------------------------------------
@@ -244,6 +230,7 @@ impl<R: Random> State<R> {
     /// important class that had tasks).
     pub fn start(&mut self, id: TaskId, now: f64, adherent: bool) {
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        transition(rec, Status::Running);
         let pool = &mut self.pools[rec.pool];
         pool.busy += 1;
         pool.pending_by_class[usize::from(rec.cls)] -= 1;
@@ -253,13 +240,10 @@ impl<R: Random> State<R> {
         rec.running = Some(att.lease);
         rec.started_at = now;
         let timeout = rec.timeout;
+        pool.stats.on_dispatch(now, now - rec.ready_at, adherent);
         self.running.insert(att.lease, att.clone());
-        self.move_to(id, Status::Running, now, None);
+        self.moved(id, Status::Running, now, None);
         self.totals.dispatched += 1;
-        let rec = &self.tasks[&id];
-        self.pools[rec.pool]
-            .stats
-            .on_dispatch(now, now - rec.ready_at, adherent);
         if let Some(timeout) = timeout {
             self.timers
                 .set(now + timeout, Timer::Timeout { lease: att.lease });
@@ -425,11 +409,15 @@ impl<R: Random> State<R> {
 
     /// The task ends with `status` (terminal).
     pub fn finish(&mut self, id: TaskId, status: Status, now: f64, message: Option<&str>) {
-        let rec = self.rec(id);
-        let (old, p, cls) = (rec.status, rec.pool, usize::from(rec.cls));
+        let message: Option<Arc<str>> = message.map(Arc::from);
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        let (old, cls) = (rec.status, usize::from(rec.cls));
+        transition(rec, status);
+        rec.message = message;
+        rec.finished_at = now;
+        let pool = &mut self.pools[rec.pool];
         if old != Status::Running {
             // it was pending until now
-            let pool = &mut self.pools[p];
             pool.pending_by_class[cls] -= 1;
             if old == Status::Retrying {
                 pool.retrying_by_class[cls] -= 1;
@@ -437,13 +425,8 @@ impl<R: Random> State<R> {
                 pool.unready_by_class[cls] -= 1;
             }
         }
-        let message: Option<Arc<str>> = message.map(Arc::from);
-        self.move_to_msg(id, status, now, message.clone());
-        let rec = self.tasks.get_mut(&id).expect("a live task is held");
-        rec.message = message;
-        rec.finished_at = now;
         if status == Status::DeadLettered {
-            self.pools[rec.pool].dead_lettered += 1;
+            pool.dead_lettered += 1;
         }
         self.live -= 1;
         self.totals.ended(status);
@@ -457,6 +440,8 @@ impl<R: Random> State<R> {
             None => Vec::new(),
         };
         self.out.finished.push(rec.clone());
+        let message = rec.message.clone();
+        self.moved(id, status, now, message.as_ref());
         self.retained.push_back((id, now));
         if self.retained.len() > self.retention_max {
             let (old, _) = self.retained.pop_front().expect("not empty");
@@ -470,7 +455,7 @@ impl<R: Random> State<R> {
     /// Drop an ended task from memory. One deleted before (`Engine::delete`) is gone already
     /// and still listed in `retained`: nothing is left to drop.
     pub fn forget(&mut self, id: TaskId) {
-        let Some(rec) = self.tasks.remove(&id) else {
+        let Some(rec) = self.tasks.get(&id) else {
             return;
         };
         self.deps.forgotten(id, rec.status);
@@ -481,9 +466,10 @@ impl<R: Random> State<R> {
             e.remove();
         }
         match &mut self.journal {
-            Some(j) => j.forgotten(*rec),
-            None if self.spare.len() < SPARE_MAX => self.spare.push(rec),
-            None => {}
+            Some(j) => j.forgotten(self.tasks.remove(&id).expect("a held task")),
+            None => {
+                self.tasks.delete(&id);
+            }
         }
     }
 
@@ -496,19 +482,20 @@ impl<R: Random> State<R> {
     }
 
     fn move_to_msg(&mut self, id: TaskId, new: Status, now: f64, message: Option<Arc<str>>) {
-        let rec = self.tasks.get_mut(&id).expect("a live task is held");
-        assert!(
-            rec.status.may_move_to(new),
-            "illegal transition: task {id}: {} -> {new}",
-            rec.status
-        );
-        rec.status = new;
+        transition(self.rec_mut(id), new);
+        self.moved(id, new, now, message.as_ref());
+    }
+
+    /// After the task's status changed to `new`: journal it and record the event the level
+    /// asks for.
+    #[inline]
+    fn moved(&mut self, id: TaskId, new: Status, now: f64, message: Option<&Arc<str>>) {
         if let Some(j) = &mut self.journal {
             j.change(id);
         }
         let level = self.event_level;
         if level == EventLevel::All || (level == EventLevel::Terminal && new.is_terminal()) {
-            self.event_msg(id, new, now, message);
+            self.event_msg(id, new, now, message.cloned());
         }
     }
 
@@ -530,4 +517,20 @@ impl<R: Random> State<R> {
         };
         self.out.events.push(ev);
     }
+}
+
+/// Change the task's status, checked against the life-cycle table (the caller then calls
+/// `State::moved`).
+///
+/// # Panics
+/// On a change the table forbids (an engine bug).
+#[inline]
+fn transition(rec: &mut TaskRecord, new: Status) {
+    assert!(
+        rec.status.may_move_to(new),
+        "illegal transition: task {}: {} -> {new}",
+        rec.id,
+        rec.status
+    );
+    rec.status = new;
 }
