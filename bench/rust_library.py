@@ -1,12 +1,19 @@
 """Library mode in Rust: the crate `cronoq` of sdks/rust ("ours") against the published crate
 `cronoq` 0.2.1 ("published") and the Python library (`cronoq.Scheduler`), on one no-op
-workload, in the same run.
+workload, in the same run, with a tokio floor as the baseline.
 
 Every system runs a scheduler with one fixed pool of 64 slots named "default" whose executor
 returns its payload at once (Rust: `Pool::fixed("default", 64).executor_fn(|_ctx, p| async move
 { Ok(*p) })` with `u64` payloads and outputs; Python: bench/library.py's `_scheduler()` and its
 `async def noop(ctx, p)`). A new scheduler is built for each phase and shut down after it (both
 untimed); the process first runs every throughput phase once on 1,000 tasks (untimed warm-up).
+
+The floor (bench/rust-library/src/floor.rs) is the least a tokio scheduler of this design does
+per task, driven by the same bench body: a driver task owns the state, a call sends it a
+command and awaits a oneshot reply, each attempt is a spawned task reporting on a channel,
+each handle is a oneshot, and a FIFO queue feeds the 64 slots; nothing else (no engine,
+priorities, timers, clock, retries, keys, events, output cache or panic catching). What a
+crate spends above it is its scheduling and bookkeeping.
 
 [1] One at a time: for i in 0..N, submit task i, await its handle (checking that the output is
     i), repeat. Tasks per second of the whole loop.
@@ -16,8 +23,13 @@ untimed); the process first runs every throughput phase once on 1,000 tasks (unt
     timed alone from just before the submit to the handle's output; p50 and p99
     (nearest rank) in microseconds. For Python this is bench/library.py's `phase_roundtrip`.
 
+[1] and [2] also print the CPU time per task over the same timed region: of every thread of
+the Rust program (the sum of /proc/self/task/*/schedstat run times), of the Python process
+(`time.process_time`). On a shared machine wall-clock time also counts the time other
+processes held the CPU; CPU time does not (though it still moves with cache and SMT sharing).
+
 The Rust phases run in the program of bench/rust-library (a Cargo workspace of its own, so the
-published crate never enters sdks/rust's lock file or build), one process per crate, runtime
+published crate never enters sdks/rust's lock file or build), one process per system, runtime
 and round, on each of two tokio runtimes, with the bench body in `block_on` on the main thread
 as `#[tokio::main]` has it:
 
@@ -30,27 +42,30 @@ The published crate is built without its default feature `otel` (OpenTelemetry m
 trace-context capture, which ours does not have), so it is measured at its cheapest. Both
 crates are built in one `cargo build --release --locked` with the same profile and tokio.
 
-Rounds interleave everything: in each round Python runs [1]-[3], then on each runtime the two
-crates run [1]-[3] each, ours first in even rounds and the published crate first in odd ones.
-Each figure is the best of its rounds (for [3], the lowest p50 and, separately, the lowest
-p99), and every round's figure is printed. Targets, per runtime: ours >= 1.5x the published
-crate's throughput in [1] and [2], and ours' [3] p50 <= the published crate's.
+Rounds interleave everything: in each round Python runs [1]-[3], then on each runtime the
+floor, ours and the published crate run [1]-[3] each, in an order that rotates by one per
+round. Each figure is the best of its rounds (for [3], the lowest p50 and, separately, the
+lowest p99; for CPU per task, the lowest), and every round's figure is printed. Targets, per
+runtime: ours >= 1.5x the published crate's throughput in [1] and [2], and ours' [3] p50 <= the
+published crate's.
 
 Usage: python bench/rust_library.py [--quick] [--n N] [--rounds K] [--instructions]
 
 --instructions counts instead of timing, for figures that the machine's load does not move:
 valgrind's callgrind counts the instructions of the bench program (release build, current-thread
 runtime, which callgrind runs as it is; the multi-thread one it would serialise) running [1]
-and [2] for each crate at two sizes, 2,000 and 6,000 tasks, and the difference divided by
-4,000 is printed as instructions per task (so set-up, warm-up and shutdown cancel out, except
-what grows with the number of tasks, such as dropping the engine's retained records). No
-targets are held to these counts.
+and [2] for the floor and each crate at two sizes, 2,000 and 6,000 tasks, and the difference
+divided by 4,000 is printed as instructions per task (so set-up, warm-up and shutdown cancel
+out, except what grows with the number of tasks, such as dropping the engine's retained
+records). No targets are held to these counts.
 
 --quick runs every phase on small sizes with one round, for a smoke run of the script, and
-builds the bench program in debug mode: that build is about half the CPU time of the release
-one (tokio, both crates and the published crate's dependencies, chrono-tz among them, compiled
-without optimisations), and the test command runs it at every CI run; its figures are not
-comparable with a full run's. The exit status is 0 whether targets are met or not.
+builds the bench program in debug mode. The test command runs it at every CI run, and no build
+of sdks/rust can stand in for this one (another workspace, other tokio features, the published
+crate and its dependencies, chrono-tz among them), so it is a build of its own either way; the
+debug build takes about half the CPU time of the release one (about 1 min against 2 min
+here, from scratch). Its figures are not comparable with a full run's. The exit status is 0
+whether targets are met or not.
 """
 
 from __future__ import annotations
@@ -78,7 +93,8 @@ TARGET_THROUGHPUT = 1.5  # ours / published, [1] and [2]
 TARGET_RT = 1.0  # ours' p50 / published's p50, [3]
 
 RUNTIMES = {"ct": "current", "mt": "multi"}
-CRATES = ("ours", "published")
+CRATES = ("ours", "published")  # what the targets compare
+SYSTEMS = ("floor", *CRATES)  # what the bench program runs
 
 
 @dataclass(frozen=True)
@@ -89,7 +105,7 @@ class Sizes:
     rounds: int
 
 
-FULL = Sizes(n=20_000, rt_warmup=500, rt_samples=5_000, rounds=5)
+FULL = Sizes(n=20_000, rt_warmup=500, rt_samples=5_000, rounds=7)
 QUICK = Sizes(n=500, rt_warmup=50, rt_samples=200, rounds=1)
 
 
@@ -181,7 +197,7 @@ def build(quick: bool) -> tuple[Path, float]:
 
 
 def rust_round(program: Path, crate: str, runtime: str, sz: Sizes, runs: Runs) -> int:
-    """One process of the bench program: [1]-[3] of one crate on one runtime, added to `runs`.
+    """One process of the bench program: [1]-[3] of one system on one runtime, into `runs`.
     Returns the runtime's worker threads (0 for the current-thread runtime)."""
     out = subprocess.run(
         [str(program), crate, runtime, str(sz.n), str(sz.rt_warmup), str(sz.rt_samples)],
@@ -255,12 +271,14 @@ def count(quick: bool) -> int:
         per = {
             c: (instructions(program, c, phase, hi) - instructions(program, c, phase, lo))
             / (hi - lo)
-            for c in CRATES
+            for c in SYSTEMS
         }
+        floor = per["floor"]
         print(
-            f"[{num} instructions]  {title + ':':<15}ours {per['ours']:>8,.0f} per task  "
-            f"published {per['published']:>8,.0f} per task  "
-            f"published / ours = {per['published'] / per['ours']:.2f}x"
+            f"[{num} instructions]  {title + ':':<15}"
+            + "  ".join(f"{c} {per[c]:>7,.0f}" for c in SYSTEMS)
+            + f" per task;  published / ours = {per['published'] / per['ours']:.2f}x;  above "
+            f"the floor: ours {per['ours'] - floor:,.0f}, published {per['published'] - floor:,.0f}"
         )
     return 0
 
@@ -292,10 +310,20 @@ def _throughput(
     return rate, cpu
 
 
+def _latency(tag: str, label: str, runs: Runs) -> float:
+    """Prints a [3] figure line and returns its best p50 (seconds)."""
+    p50, p99 = min(runs.p50), min(runs.p99)
+    print(
+        f"{tag:<18}{label:<26}p50 {_us([p50]):>6} us  p99 {_us([p99]):>6} us   "
+        f"(runs p50 {_us(runs.p50)}; p99 {_us(runs.p99)})"
+    )
+    return p50
+
+
 def run(sz: Sizes, quick: bool) -> int:
     print_about(
-        "cronoq library mode in Rust: ours (sdks/rust) against the published crate 0.2.1 and "
-        "the Python library"
+        "cronoq library mode in Rust: ours (sdks/rust) against the published crate 0.2.1, the "
+        "Python library and a tokio floor"
         + (" (quick: debug build, one round, figures not comparable)" if quick else "")
     )
     print_cpus("this script (the Python library's phases) and one bench program at a time")
@@ -310,14 +338,15 @@ def run(sz: Sizes, quick: bool) -> int:
     print()
 
     python = Runs()
-    rust = {(c, r): Runs() for c in CRATES for r in RUNTIMES}
+    rust = {(c, r): Runs() for c in SYSTEMS for r in RUNTIMES}
     threads: dict[str, int] = {}
     asyncio.run(python_warmup())
     for k in range(sz.rounds):
         asyncio.run(python_round(sz, python))
         for rt, flavor in RUNTIMES.items():
-            for crate in CRATES if k % 2 == 0 else CRATES[::-1]:
-                threads[rt] = rust_round(program, crate, flavor, sz, rust[(crate, rt)])
+            for j in range(len(SYSTEMS)):
+                system = SYSTEMS[(k + j) % len(SYSTEMS)]
+                threads[rt] = rust_round(program, system, flavor, sz, rust[(system, rt)])
 
     met = 0
     total = 0
@@ -342,13 +371,16 @@ def run(sz: Sizes, quick: bool) -> int:
         for rt in RUNTIMES:
             best = {
                 c: _throughput(f"[{num} {c} {rt}]", labels[rt], rust[(c, rt)], key, py)
-                for c in CRATES
+                for c in SYSTEMS
             }
             r = best["ours"][0] / best["published"][0]
+            above = {c: 1e6 / best[c][0] - 1e6 / best["floor"][0] for c in CRATES}
             print(
                 f"{f'[{num} {rt}]':<18}ours / published = {r:.2f}x  "
                 f"target >= {TARGET_THROUGHPUT}x  {target(r >= TARGET_THROUGHPUT)}   "
-                f"(by CPU per task: {best['published'][1] / best['ours'][1]:.2f}x)"
+                f"(by CPU per task: {best['published'][1] / best['ours'][1]:.2f}x; above the "
+                f"floor: ours {above['ours']:.2f} us, published {above['published']:.2f} us "
+                "per task)"
             )
         print()
 
@@ -356,22 +388,9 @@ def run(sz: Sizes, quick: bool) -> int:
         f"[3] idle round trip: one task submitted and awaited on an idle scheduler; "
         f"{sz.rt_samples:,} samples per round"
     )
-    print(
-        f"{'[3 python]':<18}{'cronoq.Scheduler':<26}p50 {min(python.p50) * 1e6:>7.1f} us  "
-        f"p99 {min(python.p99) * 1e6:>7.1f} us   "
-        f"(runs p50 {_us(python.p50)}; p99 {_us(python.p99)})"
-    )
+    _latency("[3 python]", "cronoq.Scheduler", python)
     for rt in RUNTIMES:
-        p50 = {}
-        for crate in CRATES:
-            runs = rust[(crate, rt)]
-            p50[crate] = min(runs.p50)
-            tag = f"[3 {crate} {rt}]"
-            print(
-                f"{tag:<18}{labels[rt]:<26}p50 {p50[crate] * 1e6:>7.1f} us  "
-                f"p99 {min(runs.p99) * 1e6:>7.1f} us   "
-                f"(runs p50 {_us(runs.p50)}; p99 {_us(runs.p99)})"
-            )
+        p50 = {c: _latency(f"[3 {c} {rt}]", labels[rt], rust[(c, rt)]) for c in SYSTEMS}
         r = p50["ours"] / p50["published"]
         print(
             f"{f'[3 {rt}]':<18}ours p50 / published p50 = {r:.2f}x  "
@@ -386,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one round, debug build")
     ap.add_argument("--n", type=int, default=None, help="tasks per [1]/[2] run (20000)")
-    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (5)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (7)")
     ap.add_argument(
         "--instructions", action="store_true", help="count instructions (callgrind) instead"
     )

@@ -1,11 +1,13 @@
-//! One round of bench/rust_library.py for one crate on one tokio runtime: no-op tasks submitted
-//! and awaited one at a time, in a batch, and the idle round trip (the phases are defined in
-//! the script's docstring). The same body is compiled twice, once against each crate, by
-//! `bench_crate!`: the two crates share their API, so only the crate path differs.
+//! One round of bench/rust_library.py for one scheduler on one tokio runtime: no-op tasks
+//! submitted and awaited one at a time, in a batch, and the idle round trip (the phases are
+//! defined in the script's docstring). The same body is compiled three times by
+//! `bench_crate!`, against each crate and against the floor (`floor.rs`): they share the API
+//! the body uses, so only the path differs.
 //!
 //! Usage: `cronoq-bench-rust-library CRATE RUNTIME N RT_WARMUP RT_SAMPLES [PHASES]`
 //!
-//! * CRATE: `ours` (sdks/rust's `cronoq`) or `published` (`cronoq` 0.2.1 from crates.io);
+//! * CRATE: `ours` (sdks/rust's `cronoq`), `published` (`cronoq` 0.2.1 from crates.io) or
+//!   `floor` (the baseline of `floor.rs`);
 //! * RUNTIME: `current` (tokio's current-thread runtime) or `multi` (the multi-thread runtime
 //!   with its default worker count, as `#[tokio::main]` builds it); the bench body runs in
 //!   `block_on` on the main thread, as `#[tokio::main]`'s `main` does;
@@ -49,12 +51,12 @@ struct Timed {
 }
 
 macro_rules! bench_crate {
-    ($module:ident, $krate:ident) => {
+    ($module:ident, $($krate:tt)+) => {
         mod $module {
             use std::sync::Arc;
             use std::time::{Duration, Instant};
 
-            use $krate::{Pool, Scheduler, Task, TaskContext, TaskError};
+            use $($krate)+::{Pool, Scheduler, Task, TaskContext, TaskError};
 
             use crate::{Timed, cpu_ns};
 
@@ -134,11 +136,22 @@ macro_rules! bench_crate {
     };
 }
 
+mod floor;
+
 bench_crate!(ours, cronoq);
 bench_crate!(theirs, published);
+bench_crate!(bare, crate::floor);
+
+/// Which scheduler a run measures.
+#[derive(Clone, Copy, PartialEq)]
+enum Which {
+    Ours,
+    Published,
+    Floor,
+}
 
 struct Args {
-    published: bool,
+    which: Which,
     multi: bool,
     n: u64,
     rt_warmup: u64,
@@ -155,10 +168,11 @@ fn parse() -> Result<Args, String> {
         return Err("usage: CRATE RUNTIME N RT_WARMUP RT_SAMPLES [PHASES]".into());
     }
     let number = |s: &str| s.parse::<u64>().map_err(|e| format!("{s:?}: {e}"));
-    let published = match argv[0].as_str() {
-        "ours" => false,
-        "published" => true,
-        other => return Err(format!("unknown crate {other:?} (ours, published)")),
+    let which = match argv[0].as_str() {
+        "ours" => Which::Ours,
+        "published" => Which::Published,
+        "floor" => Which::Floor,
+        other => return Err(format!("unknown crate {other:?} (ours, published, floor)")),
     };
     let multi = match argv[1].as_str() {
         "current" => false,
@@ -166,7 +180,7 @@ fn parse() -> Result<Args, String> {
         other => return Err(format!("unknown runtime {other:?} (current, multi)")),
     };
     let mut args = Args {
-        published,
+        which,
         multi,
         n: number(&argv[2])?,
         rt_warmup: number(&argv[3])?,
@@ -257,10 +271,10 @@ fn main() {
         runtime.metrics().num_workers() * usize::from(args.multi)
     );
     runtime.block_on(async {
-        if args.published {
-            run_phases!(theirs, &args);
-        } else {
-            run_phases!(ours, &args);
+        match args.which {
+            Which::Ours => run_phases!(ours, &args),
+            Which::Published => run_phases!(theirs, &args),
+            Which::Floor => run_phases!(bare, &args),
         }
     });
 }
