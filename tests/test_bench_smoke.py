@@ -1,6 +1,6 @@
 """bench/library.py, server.py, store.py, takeover.py, shards.py, workers.py, app.py,
-tracing.py, operations.py, fleet.py, peers.py and core.py --quick run to the end and print every
-figure (targets are not checked)."""
+tracing.py, operations.py, fleet.py, peers.py, core.py and rust_library.py --quick run to the end
+and print every figure (targets are not checked)."""
 
 from __future__ import annotations
 
@@ -319,3 +319,43 @@ CORE_FIGURES = {
 
 def test_quick_core_benchmark_prints_every_figure() -> None:
     _run(CORE_BENCH, ["--quick"], CORE_FIGURES, timeout=600)
+
+
+RUST_LIBRARY_BENCH = BENCH.parent / "rust_library.py"
+_SYSTEMS = [(system, rt) for system in ("floor", "ours", "published") for rt in ("ct", "mt")]
+RUST_LIBRARY_FIGURES = {
+    "header-python": r"^python: ",
+    "header-cpus": r"^cpus: ",
+    "header-rust": r"^rust: +ours = sdks/rust/crates/cronoq \(git \w+.*published = cronoq 0\.2\.1",
+    "built": r"^built: +debug in [\d.]+ s",
+    "1-python": r"^\[1 python\] .*[\d,]+ tasks/s \([\d.]+ us each\)  CPU [\d.]+ us/task",
+    "2-python": r"^\[2 python\] .*[\d,]+ tasks/s \([\d.]+ us each\)  CPU [\d.]+ us/task",
+    "3-python": r"^\[3 python\] .*p50 +[\d.]+ us  p99 +[\d.]+ us",
+    **{
+        f"{num}-{system}-{rt}": rf"^\[{num} {system} {rt}\] .*[\d,]+ tasks/s .*CPU [\d.]+ us/task  "
+        r"[\d.]+x python"
+        for num in ("1", "2")
+        for system, rt in _SYSTEMS
+    },
+    **{
+        f"3-{system}-{rt}": rf"^\[3 {system} {rt}\] .*p50 +[\d.]+ us  p99 +[\d.]+ us"
+        for system, rt in _SYSTEMS
+    },
+    **{
+        f"{num}-{rt}": rf"^\[{num} {rt}\] +ours / published = [\d.]+x  target >= 1\.5x  "
+        r"(PASS|MISS)   \(by CPU per task: [\d.]+x; above the floor: ours -?[\d.]+ us, "
+        r"published -?[\d.]+ us per task\)"
+        for num in ("1", "2")
+        for rt in ("ct", "mt")
+    },
+    **{
+        f"3-{rt}": rf"^\[3 {rt}\] +ours p50 / published p50 = [\d.]+x  target <= 1x  (PASS|MISS)"
+        for rt in ("ct", "mt")
+    },
+    "summary": r"^targets:  \d/6 met",
+}
+
+
+def test_quick_rust_library_benchmark_prints_every_figure() -> None:
+    """Builds bench/rust-library in debug mode (see the script's docstring for why)."""
+    _run(RUST_LIBRARY_BENCH, ["--quick"], RUST_LIBRARY_FIGURES, timeout=900)
