@@ -11,10 +11,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::autoscale::AutoscaleSettings;
-use crate::vocab::{Overflow, STATUSES};
+use crate::vocab::{OnMiss, Overflow, STATUSES};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
 pub type TaskId = u64;
+
+/// A recurring schedule as added (`recurring::Recurring`): each add or resume makes a new
+/// one, even under a name in use, as each is a new object in Python.
+pub type ScheduleId = u64;
 
 /// An attempt's lease number: unique per engine, ascending from 1.
 pub type Lease = u64;
@@ -312,8 +316,8 @@ impl Default for Scoring {
 
 // --- pool configuration ------------------------------------------------------------------------
 
-/// What the core needs to know about a pool. Options of features not ported yet (dependencies,
-/// fixed starts and their reservable fraction) are absent, not ignored.
+/// What the core needs to know about a pool. Options of features not ported yet (dependencies)
+/// are absent, not ignored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name, unique in an engine.
@@ -342,6 +346,9 @@ pub struct PoolConfig {
     pub fair_share: bool,
     /// Tenant -> weight under fair share (a tenant not listed weighs 1.0), in insertion order.
     pub tenant_weights: Vec<(String, f64)>,
+    /// The share of `max` that fixed-start reservations may take at one instant (0 to 1; at
+    /// least one reservation is always allowed).
+    pub reservable_fraction: f64,
 }
 
 impl PoolConfig {
@@ -361,6 +368,7 @@ impl PoolConfig {
             autoscale: None,
             fair_share: false,
             tenant_weights: Vec::new(),
+            reservable_fraction: 0.5,
         }
     }
 }
@@ -431,6 +439,12 @@ pub struct TaskSpec<'a> {
     pub retry: Option<RetryPolicy>,
     /// Its tenant, for fair share (None: the untenanted group).
     pub tenant: Option<&'a str>,
+    /// A fixed start (seconds): it reserves a slot at admission and starts then.
+    pub start_at: Option<f64>,
+    /// How late the fixed start may be (seconds) before `on_miss` applies.
+    pub tolerance: f64,
+    /// What a fixed start not made within its tolerance does.
+    pub on_miss: OnMiss,
 }
 
 impl<'a> TaskSpec<'a> {
@@ -446,6 +460,9 @@ impl<'a> TaskSpec<'a> {
             timeout: None,
             retry: None,
             tenant: None,
+            start_at: None,
+            tolerance: 1.0,
+            on_miss: OnMiss::RunLate,
         }
     }
 }
@@ -501,11 +518,47 @@ pub struct TaskRecord {
     pub extra: Option<Box<Extras>>,
 }
 
-/// A task's rarely used options and the engine state they need (Python: `model.Extras`).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A task's rarely used options and the engine state they need (Python: `model.Extras`): the
+/// fixed start as submitted, then engine state set and cleared by the fixed-start and recurring
+/// code, and the attempt history of a task that retried.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Extras {
+    /// A fixed start (seconds), with `tolerance` and `on_miss`.
+    pub start_at: Option<f64>,
+    /// How late the fixed start may be (seconds).
+    pub tolerance: f64,
+    /// What a fixed start not made within its tolerance does.
+    pub on_miss: OnMiss,
+    /// A slot of its pool is held for its fixed start.
+    pub held: bool,
+    /// Its fixed start came: it waits ahead of the ready queues.
+    pub due: bool,
+    /// Its reservation and held slot are gone (it started or ended).
+    pub fixed_done: bool,
+    /// The schedule whose earlier occurrences its start checks (overlap skip).
+    pub recurring: Option<ScheduleId>,
+    /// The name of the schedule it is an occurrence of (Python: its `cronoq.recurring` tag,
+    /// the one tag the core reads).
+    pub schedule: Option<Arc<str>>,
     /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
     pub history: Vec<PastAttempt>,
+}
+
+impl Default for Extras {
+    /// Python's `Extras()`: no fixed start (tolerance 1 s, run late), no state.
+    fn default() -> Self {
+        Extras {
+            start_at: None,
+            tolerance: 1.0,
+            on_miss: OnMiss::RunLate,
+            held: false,
+            due: false,
+            fixed_done: false,
+            recurring: None,
+            schedule: None,
+            history: Vec::new(),
+        }
+    }
 }
 
 impl TaskRecord {
@@ -544,8 +597,20 @@ impl TaskRecord {
             finished_at: 0.0,
             running: None,
             qgen: 0,
-            extra: None,
+            extra: spec.start_at.map(|start_at| {
+                Box::new(Extras {
+                    start_at: Some(start_at),
+                    tolerance: spec.tolerance,
+                    on_miss: spec.on_miss,
+                    ..Extras::default()
+                })
+            }),
         }
+    }
+
+    /// Its fixed start, if it has one.
+    pub fn start_at(&self) -> Option<f64> {
+        self.extra.as_ref().and_then(|e| e.start_at)
     }
 }
 
@@ -635,8 +700,7 @@ pub struct StatusEvent {
 }
 
 /// One pool now, plus quality metrics over the last `window` seconds (Python's
-/// `PoolSnapshot`, without the fields of features not ported yet: held slots and reservations
-/// of fixed starts, the fixed-start hit rate).
+/// `PoolSnapshot`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolSnapshot {
     /// The pool's name.
@@ -645,6 +709,8 @@ pub struct PoolSnapshot {
     pub capacity: i64,
     /// Attempts running.
     pub busy: i64,
+    /// Slots held for fixed starts and free (at most the free slots).
+    pub held: i64,
     /// The target capacity: the autoscaler's last one, or the capacity without it.
     pub desired: i64,
     /// Tasks admitted and not running or ended.
@@ -653,6 +719,8 @@ pub struct PoolSnapshot {
     pub pending_by_class: [i64; 4],
     /// Tasks in its ready queues.
     pub ready: i64,
+    /// Fixed starts admitted and not started or ended.
+    pub reservations: usize,
     /// The metrics' window (seconds).
     pub window: f64,
     /// Attempts started in the window.
@@ -665,6 +733,8 @@ pub struct PoolSnapshot {
     pub retried: u64,
     /// Share of dispatches that took from the most important non-empty class.
     pub priority_adherence: f64,
+    /// Share of fixed starts that started within their tolerance.
+    pub fixed_start_hit_rate: f64,
     /// Busy slot-seconds over capacity slot-seconds.
     pub utilization: f64,
     /// Slot-seconds of successful attempts over capacity slot-seconds.
@@ -719,17 +789,18 @@ pub struct Totals {
     pub failed: u64,
     /// Attempts whose lease expired.
     pub lease_expiries: u64,
-    /// Fixed starts missed (not ported: always 0).
+    /// Fixed starts missed.
     pub missed: u64,
-    /// Recurring conflicts (not ported: always 0).
+    /// Recurring occurrences not created: refused at submit (a reservation conflict, a full
+    /// pool).
     pub recurring_conflicts: u64,
-    /// Invalid recurring occurrences (not ported: always 0).
+    /// Invalid recurring occurrences (no rule of the core counts it: always 0, as in Python).
     pub recurring_invalid: u64,
     /// Retries scheduled.
     pub retries: u64,
     /// Tasks shed under overload.
     pub shed: u64,
-    /// Tasks skipped (not ported: always 0).
+    /// Tasks skipped (recurring occurrences overlapping an earlier one).
     pub skipped: u64,
     /// Outcomes reported for attempts that had ended.
     pub stale_completions: u64,
@@ -785,7 +856,8 @@ impl Totals {
 /// is Python's message, word for word.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitError {
-    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch" or "invalid".
+    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch",
+    /// "reservation_conflict" or "invalid".
     pub code: &'static str,
     /// For people.
     pub message: String,

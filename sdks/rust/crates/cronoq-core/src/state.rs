@@ -14,12 +14,14 @@ use std::sync::Arc;
 
 use crate::actions::{Actions, JournalLog};
 use crate::engine::EngineOptions;
+use crate::fixed::FixedStarts;
 use crate::model::{
     AbortReason, Attempt, ConfigError, HISTORY_MAX, Lease, Outcome, PastAttempt, PoolConfig,
     Status, StatusEvent, TaskId, TaskRecord, Totals, py_repr,
 };
 use crate::pool::PoolState;
 use crate::rng::Random;
+use crate::schedules::Schedules;
 use crate::table::FastBuild;
 pub use crate::table::Tasks;
 use crate::timers::{Timer, Timers};
@@ -71,6 +73,10 @@ pub struct State<R> {
     pub next_id: TaskId,
     /// Whether the autoscalers' targets become the pools' capacity (`EngineOptions::elastic`).
     pub elastic: bool,
+    /// The fixed-start batch being checked (the rules are in `fixed`).
+    pub fixed: FixedStarts,
+    /// The recurring schedules (their timers fire here, their occurrences' starts read them).
+    pub schedules: Schedules,
     seq: u64,
     lease: Lease,
     /// Boxes of forgotten tasks, reused by the next admissions (no allocator round trip):
@@ -129,6 +135,8 @@ impl<R: Random> State<R> {
             timers,
             next_id: options.first_id,
             elastic: options.elastic,
+            fixed: FixedStarts::default(),
+            schedules: Schedules::default(),
             seq: 0,
             lease: 0,
             spare: Vec::new(),
@@ -153,7 +161,7 @@ impl<R: Random> State<R> {
         rec.seq = self.seq;
     }
 
-    /// Take a new task in: indexed, counted, and ready (nothing else of it waits here).
+    /// Take a new task in: indexed, counted, and ready, or waiting for its fixed start.
     pub fn admit(&mut self, mut rec: TaskRecord, now: f64) -> TaskId {
         if rec.id == 0 {
             self.assign_id(&mut rec);
@@ -167,6 +175,7 @@ impl<R: Random> State<R> {
         }
         let pool = rec.pool;
         let cls = usize::from(rec.cls);
+        let fixed = rec.start_at().is_some();
         let boxed = match self.spare.pop() {
             Some(mut b) => {
                 *b = rec;
@@ -179,12 +188,22 @@ impl<R: Random> State<R> {
         self.totals.submitted += 1;
         let p = &mut self.pools[pool];
         p.pending_by_class[cls] += 1;
-        p.arrivals += 1; // the autoscaler's signal
+        if !fixed {
+            p.arrivals += 1; // the autoscaler's signal (a fixed start arrives at its start)
+        }
         if let Some(j) = &mut self.journal {
             j.add(id);
         }
         if self.event_level == EventLevel::All {
             self.event(id, Status::Blocked, now, None);
+        }
+        if fixed {
+            let p = &mut self.pools[pool];
+            p.unready_by_class[cls] += 1; // until fixed's make_due or finish
+            let reserved = p.reservation(&self.tasks[&id]);
+            p.reservations.insert(id, reserved);
+            self.arrive(id, now);
+            return id;
         }
         let rec = self.rec_mut(id);
         if rec.eligible_at == 0.0 {
@@ -363,13 +382,21 @@ impl<R: Random> State<R> {
             Timer::Scale { pool: p } => {
                 let elastic = self.elastic;
                 let pool = &mut self.pools[p];
-                let new = pool.evaluate_scaler(now, elastic);
+                let new = pool.evaluate_scaler(now, elastic, &self.tasks);
                 if elastic && new != pool.capacity {
                     self.set_capacity(p, new, now);
                 }
                 let scaler = self.pools[p].scaler.as_ref().expect("a scaled pool");
                 self.timers
                     .set(scaler.next_eval(), Timer::Scale { pool: p });
+            }
+            Timer::Hold { task } => self.on_hold(task),
+            Timer::Start { task } => self.on_start(task, now),
+            Timer::Miss { task } => self.on_miss(task, now),
+            Timer::Cron { schedule } => {
+                if self.schedules.is_current(schedule) {
+                    self.schedules.due.push(schedule); // created by the dispatch that follows
+                }
             }
         }
     }
@@ -400,10 +427,22 @@ impl<R: Random> State<R> {
             pool.pending_by_class[cls] -= 1;
             if old == Status::Retrying {
                 pool.retrying_by_class[cls] -= 1;
+            } else if old == Status::Blocked || old == Status::Scheduled {
+                pool.unready_by_class[cls] -= 1;
             }
         }
         let message: Option<Arc<str>> = message.map(Arc::from);
         self.move_to_msg(id, status, now, message.clone());
+        // Before the record is copied to the outbox, which Python's driver reads after this
+        // drop (its outbox holds the record itself).
+        if self
+            .rec(id)
+            .extra
+            .as_deref()
+            .is_some_and(|e| e.start_at.is_some() && !e.fixed_done)
+        {
+            self.drop_fixed(id);
+        }
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
         rec.message = message;
         rec.finished_at = now;
@@ -436,6 +475,24 @@ impl<R: Random> State<R> {
             Some(j) => j.forgotten(*rec),
             None if self.spare.len() < SPARE_MAX => self.spare.push(rec),
             None => {}
+        }
+    }
+
+    /// The task gives its key up for good (a new task may take it). Also in the outbox's copy
+    /// and the journal's row of it, as Python's driver reads the record itself there.
+    pub fn free_key(&mut self, id: TaskId) {
+        let rec = match self.tasks.get_mut(&id) {
+            Some(rec) => Some(rec),
+            None => self.journal.as_mut().and_then(|j| j.gone.get_mut(&id)),
+        };
+        if let Some(key) = rec.and_then(|r| r.key.take())
+            && let Entry::Occupied(e) = self.keys.entry(key)
+            && *e.get() == id
+        {
+            e.remove();
+        }
+        if let Some(copy) = self.out.finished.iter_mut().rev().find(|r| r.id == id) {
+            copy.key = None;
         }
     }
 
