@@ -378,7 +378,9 @@ class _Ops:
 def scenarios(
     draw: st.DrawFn, max_ops: int = 80, focus: str | None = None
 ) -> tuple[Config, list[Op]]:
-    """A configuration and the operations to run on it (`focus`: see `_extras`)."""
+    """A configuration and the operations to run on it. `focus`: "autoscale" or "fair" in
+    every pool (`_extras`), or "fixed": most submits with a fixed start, a schedule in every
+    sequence, dispatches enough to create occurrences, short steps of time (`_Ops.step`)."""
     config = draw(configs(focus))
     kinds = list(OP_WEIGHTS)
     weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]

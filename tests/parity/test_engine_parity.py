@@ -289,3 +289,31 @@ def test_schedules_removed_replaced_and_resumed(core_py: ModuleType) -> None:
     trace = run_python(config, ops)
     assert [step[0] for step in trace[5:7]] == [True, False]
     assert trace[10][0] is not None, "the key freed by the removal is taken again"
+
+
+def test_a_start_checks_the_schedule_that_created_it(core_py: ModuleType) -> None:
+    """Occurrence 1 (of a schedule with overlap allow) runs; the name is added again with
+    overlap skip, whose occurrence 2 then waits for its start; a resume under the name takes
+    both over. At its start occurrence 2 asks the schedule that created it, which never knew
+    occurrence 1: it starts (asking the resumed one would skip it)."""
+    allow = _schedule("r0", "*/5 * * * * *", "allow", key=None)
+    skip = _schedule("r0", "*/5 * * * * *", "skip", key=None)
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 2),
+        ("add_recurring", 0.0, *allow),
+        ("advance", 4.0),
+        ("dispatch", 4.0),
+        ("advance", 5.0),
+        ("dispatch", 5.0),
+        ("add_recurring", 5.5, *skip),
+        ("advance", 8.0),
+        ("dispatch", 8.0),
+        ("resume_recurring", 8.5, *skip, None, None),
+        ("advance", 10.0),
+        ("dispatch", 10.0),
+    ]
+    config = _config()
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert trace[-1][10] == [("r0", None, 2, [1, 2])]
+    assert [a[0] for a in trace[-1][1]] == [2] and trace[-1][7][10] == 0

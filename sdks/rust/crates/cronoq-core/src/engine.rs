@@ -6,7 +6,8 @@
 //! (attempts to run now), `aborts` (attempts given up on), `finished` (tasks that ended) and
 //! `events` (status changes, as `EngineOptions::event_level` asks). The driver calls
 //! `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry, autoscaler
-//! evaluations) and prune retained tasks, `dispatch(now)` to fill free slots, drains the
+//! evaluations, fixed starts, recurring occurrences) and prune retained tasks,
+//! `dispatch(now)` to fill free slots (and create the recurring occurrences due), drains the
 //! outbox, and calls back at `next_wake()`: one timer for the whole engine. A driver with a
 //! store also calls `take_journal()` after each turn for the rows to write.
 //!

@@ -7,8 +7,9 @@
 //!
 //! One Rust module per Python module of `src/cronoq/core`, under the same name: `vocab`, `model`,
 //! `actions`, `timers`, `heaps`, `queue`, `fair` (fair share's class queue), `pool`, `state`
-//! (the tables and the transition primitives), `dispatch` and `engine` (the driver interface),
-//! `stats`, `autoscale` (evaluated by the pools' timers) and `cron`;
+//! (the tables and the transition primitives), `fixed` (fixed starts and reservations),
+//! `recurring` and `schedules` (recurring schedules over `cron`), `dispatch` and `engine` (the
+//! driver interface), `stats`, `autoscale` (evaluated by the pools' timers) and `cron`;
 //! `table` is the task table (Python's `tasks` dict), `rng` the injected randomness and `pyrepr`
 //! Python's `repr()` of a name, for error messages. Python's records and attempts are shared
 //! objects; here the engine's tables own them and everything else names them by task id or lease.
@@ -19,11 +20,11 @@
 //! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
 //! `random.Random`).
 //!
-//! Not ported yet, and absent rather than ignored: dependencies and batches with them, resources
-//! and parking, worker groups and labels, fixed starts (so the autoscaler sees no due task and
-//! no reservation), recurring schedules (`cron` is ported and checked on its own, not yet used by
-//! the engine), restore, the observer, `ready_view`, and the snapshot fields of those features.
-//! Snapshots take their quality metrics from `stats`.
+//! Not ported yet, and absent rather than ignored: dependencies and batches with them (and so
+//! the recurring overlap modes `queue` and `queue_on_success`, which make an occurrence depend
+//! on the previous one), resources and parking, worker groups and labels (so a due fixed start
+//! never waits for a resource or a group slot), restore, the observer, `ready_view`, and the
+//! snapshot fields of those features. Snapshots take their quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;

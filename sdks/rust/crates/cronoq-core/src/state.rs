@@ -202,6 +202,7 @@ impl<R: Random> State<R> {
             p.unready_by_class[cls] += 1; // until fixed's make_due or finish
             let reserved = p.reservation(&self.tasks[&id]);
             p.reservations.insert(id, reserved);
+            // (Python gets there through deps.attach, which releases a task with no parents)
             self.arrive(id, now);
             return id;
         }
