@@ -12,8 +12,9 @@
 //!
 //! Python's `FixedStarts` component is here the primitives below on `State`, which owns the
 //! tables (the pools' reservations, holds, due heaps and misses) and fires the timers; the
-//! batch being checked is `FixedStarts`. Not ported yet, with resources and worker groups: a
-//! due task that lacks a resource or a matching group slot letting the next one try.
+//! batch being checked is `FixedStarts`. Not ported yet (it comes with resources and worker
+//! groups): a due task that lacks a resource or a matching group slot, and lets the next one
+//! try.
 
 use crate::model::{Extras, Status, SubmitError, TaskId, TaskRecord, py_max};
 use crate::pool::{DueEntry, peak_overlap};
