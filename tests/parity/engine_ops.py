@@ -14,15 +14,18 @@ Hypothesis draws the configuration, each sequence's mix of operation kinds, its 
 seed; the operations themselves are expanded from that seed (`_Ops`), which keeps a sequence
 cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry policy, default
 duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
-settings, fair share with tenant weights, the reservable fraction), the scoring, the event
-level, retention, whether the engine is elastic (the autoscalers set the capacity), and
-operations: submit with random options (class, kind, key, deadline, duration hint, timeout,
-retry policy, tenant, a fixed start in the past, now, near or far, with a tolerance and an
-on_miss), submit_batch (keys may repeat: the batch error; fixed starts reserve against each
-other), dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes,
-cancel by id or key, lookup, set_capacity, pause/resume, delete, snapshot (the quality
-metrics), recurring schedules added, replaced, resumed and removed (cron expressions and
-intervals in a few zones, overlap skip or allow), advance by steps drawn to cross timers and
+settings, fair share with tenant weights, unknown dependencies rejected or awaited with an
+await timeout, the reservable fraction), the scoring, the event level, retention, whether the
+engine is elastic (the autoscalers set the capacity), and operations: submit with random
+options (class, kind, key, deadline, duration hint, timeout, retry policy, tenant, a fixed
+start in the past, now, near or far, with a tolerance and an on_miss, dependency edges on
+recent ids and on keys, some never submitted, with every condition; a fixed start may have
+dependencies too), submit_batch (keys may repeat: the batch error; fixed starts reserve
+against each other; edges may name batch-mates' keys, forward, backward, in cycles or their
+own), dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes,
+cancel by id or key, lookup, dependents, set_capacity, pause/resume, delete, snapshot (the
+quality metrics), recurring schedules added, replaced, resumed and removed (cron expressions
+and intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
 tolerances, halt and abort_running. Each operation's trace also holds the fixed-start state
 of every pool (reservations, holds, due tasks, misses) and the schedules (next occurrence,
 latest, live occurrences).
@@ -72,6 +75,8 @@ FIELDS = (
     "recurring",
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
+DEP_KEYS = (*KEYS, "k5")  # dependencies also name a key no task takes (awaited or unknown)
+CONDITIONS = ("success", "complete", "failure")
 KINDS = ("a", "b")
 TENANTS = ("t0", "t1", "t2")
 MAX_ID = 40  # cancel, lookup and delete name ids up to this (some never exist)
@@ -88,6 +93,7 @@ OP_WEIGHTS = {
     "heartbeat": (0, 3),
     "cancel": (0, 3),
     "lookup": (0, 2),
+    "dependents": (0, 2),
     "set_capacity": (0, 2),
     "pause": (0, 1),
     "resume": (0, 2),
@@ -114,6 +120,7 @@ ON_MISS = ("run_late", "skip", "fail")
 # offset moves) and zones (offsets of quarter and half hours, DST).
 SCHEDULES = ("r0", "r1", "r2")
 SCHEDULE_KEYS = ("s0", "s1")
+OVERLAPS = ("skip", "allow")
 FAST_CRONS = 3  # the first ones: several occurrences in a sequence's minutes
 CRONS = (
     "*/5 * * * * *",
@@ -185,9 +192,10 @@ def _autoscale(rnd: random.Random) -> tuple[Any, ...]:
 
 def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
     """A pool's (min, max, autoscale, fair_share, tenant weights as (tenant, weight) pairs,
-    reservable fraction), expanded from one drawn seed: drawing each through hypothesis
-    doubles a sequence's cost. `focus` ("autoscale", "fair") gives every pool that feature;
-    "fixed" leaves room for more reservations."""
+    unknown_dependency, await_timeout, reservable fraction), expanded from one drawn seed:
+    drawing each through hypothesis doubles a sequence's cost. `focus` ("autoscale", "fair")
+    gives every pool that feature; "deps" makes every pool await unknown keys; "fixed" leaves
+    room for more reservations."""
     rnd = random.Random(seed)
     lo = rnd.randint(0, 2)
     weights = [
@@ -197,14 +205,25 @@ def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
     scaled = focus == "autoscale" or rnd.random() < 0.4
     fair = focus == "fair" or rnd.random() < 0.5
     hi = lo + rnd.randint(0, 6) + (4 if focus == "fixed" else 0)
+    unknown = "await" if focus == "deps" or rnd.random() < 0.5 else "reject"
+    timeout = rnd.choice((None, None, -1.0, 0.0, 0.5, 3.0, 30.0))
     fraction = rnd.choice((0.0, 0.25, 0.5, 1.0))
-    return (lo, hi, _autoscale(rnd) if scaled else None, fair, weights, fraction)
+    return (
+        lo,
+        hi,
+        _autoscale(rnd) if scaled else None,
+        fair,
+        weights,
+        unknown,
+        timeout,
+        fraction,
+    )
 
 
 def _pool(i: int, focus: str | None) -> st.SearchStrategy[tuple[Any, ...]]:
     """(name, capacity, ttl, retry, duration, max_pending, overflow, cost, min, max,
-    autoscale, fair_share, tenant weights, reservable fraction): the last six from
-    `_extras`."""
+    autoscale, fair_share, tenant weights, unknown_dependency, await_timeout, reservable
+    fraction): the last eight from `_extras`."""
     return st.tuples(
         st.just(f"p{i}"),
         st.integers(0, 4),
@@ -247,6 +266,31 @@ class _Ops:
         self.classes = classes
         self.focus = focus
         self.fixed = 0.6 if focus == "fixed" else 0.15  # the share of fixed-start submits
+        # the share of tasks submitted with dependencies
+        self.dep_rate = 0.6 if focus == "deps" else 0.3 if focus == "fixed" else 0.2
+        self.submitted = 0  # tasks submitted so far, at most: ids to depend on
+
+    def target(self) -> int | str:
+        """A task to depend on or to ask the dependents of: a recent id (about 3/5 of the
+        tasks submitted get one, the others fail or find their key taken; some ids named are
+        not given yet) or a key (taken, awaited or never taken)."""
+        rnd = self.rnd
+        if rnd.random() < 0.4:
+            return rnd.choice(DEP_KEYS)
+        recent = self.submitted * 3 // 5
+        return rnd.randint(max(1, recent - 6), recent + 1)
+
+    def deps(self, mates: Sequence[str]) -> list[tuple[int | str, str]] | None:
+        """1-3 edges (mostly one), on `target()`s or on batch-mates' keys (`mates`, their
+        own included: a cycle), with any condition."""
+        rnd = self.rnd
+        if rnd.random() >= self.dep_rate:
+            return None
+        out: list[tuple[int | str, str]] = []
+        for _ in range(rnd.choice((1, 1, 1, 2, 3))):
+            target = rnd.choice(mates) if mates and rnd.random() < 0.4 else self.target()
+            out.append((target, rnd.choice(CONDITIONS)))
+        return out
 
     def opt(self, values: Sequence[Any]) -> Any:
         return None if self.rnd.random() < 0.5 else self.rnd.choice(values)
@@ -283,22 +327,23 @@ class _Ops:
     def pool(self) -> str:
         return f"p{self.rnd.randrange(self.pools)}"
 
-    def spec(self, now: float) -> tuple[Any, ...]:
+    def spec(self, now: float, key: str | None, mates: Sequence[str] = ()) -> tuple[Any, ...]:
         """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant, fixed
-        start as (start_at, tolerance, on_miss) or None)."""
+        start as (start_at, tolerance, on_miss) or None, deps)."""
         rnd = self.rnd
         deadline = self.seconds()
         return (
             self.pool(),
             rnd.choice(self.classes),
             rnd.choice(KINDS),
-            self.opt(KEYS),
+            key,
             None if deadline is None else now + deadline,
             self.opt((0.0, 0.5, 2.0)),
             self.opt((0.5, 1.0, 4.0)),
             self.retry(),
             None if rnd.random() < 0.25 else rnd.choice(TENANTS),
             self.start(now),
+            self.deps(mates),
         )
 
     def start(self, now: float) -> tuple[float, float, str] | None:
@@ -328,7 +373,7 @@ class _Ops:
             rnd.choice(CRONS[:FAST_CRONS] if rnd.random() < 0.6 else CRONS),
             rnd.choice(ZONES),
             template,
-            rnd.choice(("skip", "allow")),
+            rnd.choice(OVERLAPS),
             rnd.choice((0.0, 0.5, 1.0, 3.0, 10.0)),
             rnd.choice(ON_MISS),
         )
@@ -343,9 +388,15 @@ class _Ops:
     def op(self, kind: str, now: float) -> Op:
         rnd = self.rnd
         if kind == "submit":
-            return ("submit", now, *self.spec(now))
+            spec = self.spec(now, self.opt(KEYS))
+            self.submitted += 1
+            return ("submit", now, *spec)
         if kind == "batch":
-            return ("batch", now, [self.spec(now) for _ in range(rnd.randint(0, 4))])
+            keys = [self.opt(KEYS) for _ in range(rnd.randint(0, 4))]
+            mates = [k for k in keys if k is not None]
+            specs = [self.spec(now, key, mates) for key in keys]
+            self.submitted += len(specs)
+            return ("batch", now, specs)
         if kind in ("complete", "heartbeat"):
             return (kind, now, self.pick())
         if kind == "fail":
@@ -354,6 +405,8 @@ class _Ops:
             return ("fail", now, self.pick(), message, rnd.random() < 0.3, retry_after)
         if kind in ("cancel", "lookup"):
             return (kind, now, self.ref())
+        if kind == "dependents":
+            return (kind, now, self.target())
         if kind == "set_capacity":
             return (kind, now, self.pool(), rnd.randint(0, 4))
         if kind in ("pause", "resume"):
@@ -434,7 +487,9 @@ def make_engine(config: Config) -> Engine:
             autoscale=_settings(p[10]),
             fair_share=p[11],
             tenant_weights=dict(p[12]),
-            reservable_fraction=p[13],
+            unknown_dependency=p[13],
+            await_timeout=p[14],
+            reservable_fraction=p[15],
         )
         for p in pools
     ]
@@ -449,6 +504,24 @@ def make_engine(config: Config) -> Engine:
         retention_max=retention_max,
         journal=True,
         elastic=elastic,
+    )
+
+
+def deps_row(e: Extras | None) -> tuple[Any, ...]:
+    """The dependency fields of a record's extras: the edges as submitted, the unmet count,
+    the keys awaited (sorted: a set), the resolved edges (parent id or None, awaited key or
+    None, condition) or None, the awaited keys' parents and the waiting children."""
+    if e is None:
+        return (None, 0, (), None, (), ())
+    return (
+        None if e.deps is None else tuple(e.deps),
+        e.waiting,
+        tuple(sorted(e.awaits or ())),
+        None
+        if e.resolved is None
+        else tuple((None if p is None else p.id, k, on) for p, k, on in e.resolved),
+        tuple(p.id for p in e.parents or ()),
+        tuple((c.id, on) for c, on in e.children or ()),
     )
 
 
@@ -492,6 +565,7 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         history,
         fixed,
         None if r.tags is None else r.tags.get(RECURRING_TAG),
+        deps_row(r.extra),
     )
 
 
@@ -538,10 +612,12 @@ def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
 
 
 def _record(spec: Sequence[Any]) -> TaskRecord:
-    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, start = spec
+    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, start, deps = spec
     extra = None
-    if start is not None:
-        extra = Extras(start_at=start[0], tolerance=start[1], on_miss=start[2])
+    if start is not None or deps is not None:
+        extra = Extras(deps=None if deps is None else list(deps))
+        if start is not None:
+            extra.start_at, extra.tolerance, extra.on_miss = start
     return TaskRecord(
         None,
         pool,
@@ -625,6 +701,9 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
         elif kind == "lookup":
             found = eng.lookup(op[2])
             result = None if found is None else record_row(found)
+        elif kind == "dependents":
+            found = eng.lookup(op[2])
+            result = None if found is None else [(c.id, on) for c, on in eng.dependents(found)]
         elif kind == "set_capacity":
             eng.set_capacity(op[2], op[3], now)
         elif kind == "pause":

@@ -3,10 +3,10 @@ operation sequences (parity/engine_ops.py), both engines run them, and every ope
 value, actions, next wake-up, counters and journal must be equal, field by field.
 
 A run compares 2,000 sequences of every feature (some 60k operations) and 150 each where every
-pool is autoscaled or has fair share, or where fixed starts and recurring schedules abound (some
-6-7k operations each), about 30 s on this 2-core machine when it is quiet;
-CRONOQ_PARITY_SCALE=N: N times as many; `python tests/parity/long.py --ops 1000000` runs a
-long one on fresh seeds."""
+pool is autoscaled or has fair share, or where fixed starts and recurring schedules abound, or
+most tasks have dependencies (some 6-8k operations each), about 35 s on this 2-core machine
+when it is quiet; CRONOQ_PARITY_SCALE=N: N times as many; `python tests/parity/long.py --ops
+1000000` runs a long one on fresh seeds."""
 
 from __future__ import annotations
 
@@ -56,10 +56,21 @@ def test_fixed_starts_and_schedules_decide_the_same(
     check(core_py, *scenario)
 
 
+@examples(150)
+@given(scenarios(max_ops=200, focus="deps"))
+def test_dependencies_decide_the_same(
+    core_py: ModuleType, scenario: tuple[Config, list[Op]]
+) -> None:
+    """Most tasks with dependencies and every pool awaiting unknown keys: blocking, releases,
+    skips and their cascades, await timeouts, batches' forward references and cycles."""
+    check(core_py, *scenario)
+
+
 def _config(*, elastic: bool = True, **pool: object) -> Config:
     base = {"name": "p0", "capacity": 1, "ttl": None, "retry": None, "duration": 1.0}
     base |= {"max_pending": None, "overflow": "wait", "cost": 0.5, "min": 1, "max": 10}
-    base |= {"autoscale": None, "fair_share": False, "weights": [], "fraction": 0.5} | pool
+    base |= {"autoscale": None, "fair_share": False, "weights": []}
+    base |= {"unknown_dependency": "reject", "await_timeout": None, "fraction": 0.5} | pool
     scoring = ((10000.0, 1000.0, 100.0, 10.0), 2.0, 800.0, 5.0, 5000.0, 10.0, 4000.0)
     return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic)
 
@@ -71,8 +82,9 @@ def _spec(
     deadline: float | None = None,
     tenant: str | None = None,
     start: tuple[float, float, str] | None = None,
+    deps: list[tuple[int | str, str]] | None = None,
 ) -> tuple[object, ...]:
-    return ("p0", cls, "a", key, deadline, None, None, None, tenant, start)
+    return ("p0", cls, "a", key, deadline, None, None, None, tenant, start, deps)
 
 
 def test_a_retry_with_jitter_and_its_timer(core_py: ModuleType) -> None:
@@ -317,3 +329,105 @@ def test_a_start_checks_the_schedule_that_created_it(core_py: ModuleType) -> Non
     trace = run_python(config, ops)
     assert trace[-1][10] == [("r0", None, 2, [1, 2])]
     assert [a[0] for a in trace[-1][1]] == [2] and trace[-1][7][10] == 0
+
+
+def test_dependencies_block_release_and_skip_alike(core_py: ModuleType) -> None:
+    """A batch with forward references (parents admitted first, ids in batch order), a
+    cycle and a duplicate key refused whole, awaited keys linked or timed out, releases and
+    a skip cascade, dependents, and delete keeping what a live task depends on."""
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        (
+            "batch",
+            0.0,
+            [
+                _spec(2, key="a", deps=[("b", "success")]),
+                _spec(2, key="b", deps=[("c", "complete"), ("late", "success")]),
+                _spec(2, key="c"),
+            ],
+        ),
+        (
+            "batch",
+            0.0,
+            [
+                _spec(2, key="d", deps=[("e", "success")]),
+                _spec(2, key="e", deps=[("d", "success")]),
+            ],
+        ),
+        ("batch", 0.0, [_spec(2, key="d"), _spec(2, key="d")]),
+        ("submit", 0.5, *_spec(1, key="x", deps=[("a", "success")])),
+        ("submit", 0.5, *_spec(1, deps=[("never", "complete"), (3, "complete")])),
+        ("submit", 0.5, *_spec(1, key="late", deps=[("x", "success")])),
+        ("dependents", 0.5, "c"),
+        ("set_capacity", 1.0, "p0", 1),
+        ("dispatch", 1.0),
+        ("complete", 1.5, 0),
+        ("submit", 2.0, *_spec(2, key="late")),
+        ("dispatch", 2.0),
+        ("fail", 2.5, 0, "boom", True, None),
+        ("dependents", 2.5, 2),
+        ("delete", 3.0, [1, 2, 3, 4, 5, 6, 7]),
+        ("advance", 11.0),
+        ("dispatch", 11.0),
+        ("cancel", 11.0, "c"),
+        ("lookup", 11.0, 2),
+    ]
+    config = _config(unknown_dependency="await", await_timeout=10.0)
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert trace[1][0] == ("ok", [(1, False), (2, False), (3, False)])
+    assert [r[0] for r in trace[1][9][0]] == [3, 2, 1], "parents first"
+    assert trace[2][0] == ("err", "cycle", "dependency cycle")
+    assert trace[3][0][:2] == ("err", "duplicate_key_in_batch")
+    assert trace[6][0] == ("err", "cycle", "dependency cycle"), "late is awaited by b"
+    assert trace[7][0] == [(2, "complete"), (5, "complete")]
+    assert trace[15][0] == [1, 2, 4, 6], "c (3) stays: 5 depends on it"
+    skipped = [(r[0], r[12]) for step in trace for r in step[3] if r[10] == "skipped"]
+    assert skipped == [
+        (2, "dependency 6 ended as failed"),
+        (1, "dependency 2 ended as skipped"),
+        (4, "dependency 1 ended as skipped"),
+        (5, "timed out awaiting unknown dependency"),
+    ]
+
+
+def test_a_parent_forgotten_during_its_childs_submit_still_decides(core_py: ModuleType) -> None:
+    """The victim a submit sheds is its task's parent and is forgotten at once (retention_max
+    0); in a batch, a skipped batch-mate parent is forgotten before its child is attached."""
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        ("submit", 0.0, *_spec(3)),
+        ("submit", 1.0, *_spec(0, deps=[(1, "complete")])),
+        ("set_capacity", 1.0, "p0", 1),
+        ("dispatch", 1.0),
+        ("submit", 2.0, *_spec(3)),
+        ("submit", 2.0, *_spec(0, deps=[(3, "success")])),
+    ]
+    base = _config(max_pending=1, overflow="shed_lowest")
+    config = (*base[:4], 0, *base[5:])  # retention_max 0
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert [(r[0], r[10]) for r in trace[2][3]] == [(1, "shed")]
+    assert trace[4][1][0][0] == 2, "released: any end will do"
+    assert [(r[0], r[10], r[12]) for r in trace[6][3]] == [
+        (3, "shed", "shed under overload"),
+        (4, "skipped", "dependency ended as shed"),
+    ]
+    ops = [
+        ("submit", 0.0, *_spec(2)),
+        ("dispatch", 0.0),
+        ("complete", 0.0, 0),
+        (
+            "batch",
+            1.0,
+            [
+                _spec(2, key="a", deps=[(1, "failure")]),
+                _spec(2, key="c", deps=[(1, "failure")]),
+                _spec(2, deps=[("a", "complete")]),
+            ],
+        ),
+    ]
+    base = _config()
+    config = (*base[:4], 1, *base[5:])  # retention_max 1
+    check(core_py, config, ops)
+    assert run_python(config, ops)[3][9][1][-1][10] == "ready"

@@ -5,11 +5,14 @@
 use crate::leaves::{SettingsFields, settings};
 use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::cron::{parse_cron, zone};
-use cronoq_core::model::{Attempt, Lease, RetryPolicy, Scoring, Snapshot, TaskRecord, py_cmp};
+use cronoq_core::model::{
+    Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord, py_cmp,
+};
 use cronoq_core::recurring::Recurring;
 use cronoq_core::vocab::{OnMiss, Overflow, Overlap};
 use cronoq_core::{
-    Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, TaskRef, TaskSpec,
+    DepOn, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, TaskRef, TaskSpec,
+    UnknownDependency,
 };
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyValueError;
@@ -45,6 +48,32 @@ fn retry(t: &Obj<'_>) -> PyResult<Option<RetryPolicy>> {
     .map_err(|e| PyValueError::new_err(e.0))
 }
 
+/// A dependency's target as the suite encodes it: an id (int) or a key (str).
+enum Target {
+    Id(u64),
+    Key(String),
+}
+
+impl Target {
+    fn read(t: &Obj<'_>) -> PyResult<Target> {
+        Ok(match t.extract::<u64>() {
+            Ok(id) => Target::Id(id),
+            Err(_) => Target::Key(t.extract()?),
+        })
+    }
+
+    fn task_ref(&self) -> TaskRef<'_> {
+        match self {
+            Target::Id(id) => TaskRef::Id(*id),
+            Target::Key(key) => TaskRef::Key(key),
+        }
+    }
+}
+
+fn dep_on(name: &str) -> PyResult<DepOn> {
+    DepOn::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown condition {name}")))
+}
+
 /// A submit's options as the suite encodes them, owning the names a `TaskSpec` borrows.
 struct Spec {
     pool: String,
@@ -57,6 +86,7 @@ struct Spec {
     retry: Option<RetryPolicy>,
     tenant: Option<String>,
     start: Option<(f64, f64, OnMiss)>,
+    deps: Vec<(Target, DepOn)>,
 }
 
 fn on_miss(name: &str) -> PyResult<OnMiss> {
@@ -80,10 +110,30 @@ impl Spec {
             retry: retry(&t.get_item(at + 7)?)?,
             tenant: item(t, at + 8)?,
             start,
+            deps: match t.get_item(at + 10)? {
+                d if d.is_none() => Vec::new(),
+                d => {
+                    let mut out = Vec::new();
+                    for edge in d.cast::<PyList>()?.iter() {
+                        let edge = edge.cast::<PyTuple>()?;
+                        let on: String = item(edge, 1)?;
+                        out.push((Target::read(&edge.get_item(0)?)?, dep_on(&on)?));
+                    }
+                    out
+                }
+            },
         })
     }
 
-    fn spec(&self) -> TaskSpec<'_> {
+    /// The edges as a `TaskSpec` borrows them.
+    fn edges(&self) -> Vec<(TaskRef<'_>, DepOn)> {
+        self.deps
+            .iter()
+            .map(|(t, on)| (t.task_ref(), *on))
+            .collect()
+    }
+
+    fn spec<'a>(&'a self, edges: &'a [(TaskRef<'a>, DepOn)]) -> TaskSpec<'a> {
         let (start_at, tolerance, on_miss) = match self.start {
             Some((at, tolerance, on_miss)) => (Some(at), tolerance, on_miss),
             None => (None, 1.0, OnMiss::RunLate),
@@ -101,6 +151,7 @@ impl Spec {
             start_at,
             tolerance,
             on_miss,
+            deps: edges,
         }
     }
 }
@@ -176,7 +227,11 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         cfg.autoscale = autoscale(&p.get_item(10)?)?;
         cfg.fair_share = item(p, 11)?;
         cfg.tenant_weights = item(p, 12)?;
-        cfg.reservable_fraction = item(p, 13)?;
+        let unknown: String = item(p, 13)?;
+        cfg.unknown_dependency = UnknownDependency::parse(&unknown)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown policy {unknown}")))?;
+        cfg.await_timeout = item(p, 14)?;
+        cfg.reservable_fraction = item(p, 15)?;
         pools.push(cfg);
     }
     let options = EngineOptions {
@@ -190,6 +245,56 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
     };
     Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
         .map_err(|e| PyValueError::new_err(e.0))
+}
+
+/// engine_ops.deps_row: the dependency fields of the extras.
+fn deps_row<'py>(py: Python<'py>, e: Option<&Extras>) -> PyResult<Obj<'py>> {
+    let Some(e) = e else {
+        let empty = PyTuple::empty(py);
+        return Ok(tup!(py; py.None(), 0u32, &empty, py.None(), &empty, &empty));
+    };
+    let target = |t: &DepTarget| match t {
+        DepTarget::Id(id) => id.into_bound_py_any(py),
+        DepTarget::Key(key) => (**key).into_bound_py_any(py),
+    };
+    let deps = if e.deps.is_empty() {
+        py.None().into_bound(py)
+    } else {
+        let edges: Vec<Obj<'py>> = e
+            .deps
+            .iter()
+            .map(|(t, on)| Ok(tup!(py; target(t)?, on.name())))
+            .collect::<PyResult<_>>()?;
+        PyTuple::new(py, edges)?.into_any()
+    };
+    let mut awaits: Vec<&str> = e.awaits.iter().map(|k| &**k).collect();
+    awaits.sort_unstable();
+    let resolved = match &e.resolved {
+        None => py.None().into_bound(py),
+        Some(edges) => {
+            let rows: Vec<Obj<'py>> = edges
+                .iter()
+                .map(|(r, on)| match r {
+                    Resolved::Parent(id) => Ok(tup!(py; *id, py.None(), on.name())),
+                    Resolved::Awaited(key) => Ok(tup!(py; py.None(), &**key, on.name())),
+                })
+                .collect::<PyResult<_>>()?;
+            PyTuple::new(py, rows)?.into_any()
+        }
+    };
+    let children: Vec<Obj<'py>> = e
+        .children
+        .iter()
+        .map(|(id, on)| Ok(tup!(py; *id, on.name())))
+        .collect::<PyResult<_>>()?;
+    Ok(tup!(py;
+        deps,
+        e.waiting,
+        PyTuple::new(py, awaits)?,
+        resolved,
+        PyTuple::new(py, &e.parents)?,
+        PyTuple::new(py, children)?,
+    ))
 }
 
 fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'py>> {
@@ -231,6 +336,7 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
         PyTuple::new(py, history)?.into_any(),
         fixed,
         tag.into_bound_py_any(py)?,
+        deps_row(py, r.extra.as_deref())?,
     ];
     Ok(PyTuple::new(py, fields)?.into_any())
 }
@@ -340,13 +446,19 @@ fn run_engine<'py>(
         let kind: String = item(t, 0)?;
         let now: f64 = item(t, 1)?;
         let result: Obj<'py> = match kind.as_str() {
-            "submit" => submit_result(py, eng.submit(Spec::read(t, 2)?.spec(), now))?,
+            "submit" => {
+                let spec = Spec::read(t, 2)?;
+                let edges = spec.edges();
+                submit_result(py, eng.submit(spec.spec(&edges), now))?
+            }
             "batch" => {
                 let mut owned = Vec::new();
                 for s in t.get_item(2)?.cast::<PyList>()?.iter() {
                     owned.push(Spec::read(s.cast::<PyTuple>()?, 0)?);
                 }
-                let specs: Vec<TaskSpec<'_>> = owned.iter().map(Spec::spec).collect();
+                let edges: Vec<Vec<(TaskRef<'_>, DepOn)>> = owned.iter().map(Spec::edges).collect();
+                let specs: Vec<TaskSpec<'_>> =
+                    owned.iter().zip(&edges).map(|(s, e)| s.spec(e)).collect();
                 match eng.submit_batch(&specs, now) {
                     Ok(v) => {
                         let out = PyList::empty(py);
@@ -389,15 +501,22 @@ fn run_engine<'py>(
                 done.into_bound_py_any(py)?
             }
             "lookup" => {
-                let target = t.get_item(2)?;
-                let found = if let Ok(id) = target.extract::<u64>() {
-                    eng.lookup(TaskRef::Id(id))
-                } else {
-                    let key: String = target.extract()?;
-                    eng.lookup(TaskRef::Key(&key))
-                };
-                match found {
+                let target = Target::read(&t.get_item(2)?)?;
+                match eng.lookup(target.task_ref()) {
                     Some(r) => record(py, &eng, r)?,
+                    None => py.None().into_bound(py),
+                }
+            }
+            "dependents" => {
+                let target = Target::read(&t.get_item(2)?)?;
+                match eng.dependents(target.task_ref()) {
+                    Some(children) => {
+                        let out = PyList::empty(py);
+                        for (id, on) in children {
+                            out.append(tup!(py; id, on.name()))?;
+                        }
+                        out.into_any()
+                    }
                     None => py.None().into_bound(py),
                 }
             }

@@ -11,6 +11,9 @@ use std::sync::Arc;
 
 use crate::model::{Attempt, ScheduleId, StatusEvent, TaskId, TaskRecord};
 
+/// Most entries a fresh outbox list has room for (`Actions::sized_as`).
+const ROOM_MAX: usize = 1024;
+
 /// What the driver must do after a call (see the engine's theory of operation).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Actions {
@@ -31,6 +34,18 @@ impl Actions {
             && self.aborts.is_empty()
             && self.finished.is_empty()
             && self.events.is_empty()
+    }
+
+    /// Empty lists with room for as many entries as these hold (up to `ROOM_MAX` each: a
+    /// burst does not leave large lists behind).
+    pub(crate) fn sized_as(&self) -> Actions {
+        let room = |n: usize| n.min(ROOM_MAX);
+        Actions {
+            starts: Vec::with_capacity(room(self.starts.len())),
+            aborts: Vec::with_capacity(room(self.aborts.len())),
+            finished: Vec::with_capacity(room(self.finished.len())),
+            events: Vec::with_capacity(room(self.events.len())),
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::actions::{Actions, Journal, ScheduleRow};
+use crate::deps::{self, Needed};
 use crate::dispatch::fill;
 use crate::model::{
     AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Outcome, PoolConfig,
@@ -37,7 +38,7 @@ use crate::rng::{MersenneTwister, Random};
 use crate::schedules;
 use crate::state::{EventLevel, State};
 use crate::table::FastBuild;
-use crate::vocab::{NUM_CLASSES, Overflow};
+use crate::vocab::{DepOn, NUM_CLASSES, Overflow};
 
 /// The message of a cancelled task.
 pub const MSG_CANCELLED: &str = "cancelled";
@@ -178,6 +179,15 @@ impl<R: Random> Engine<R> {
         self.st.tasks.get(&id)
     }
 
+    /// The live and retained tasks submitted with a dependency on this one (by its id, or by
+    /// its key while it holds it), each with the edge's condition, in id order; None if the
+    /// task is not held. A scan of every held task, for readers: `Extras::children` lists
+    /// only the dependents still waiting.
+    pub fn dependents(&self, r: TaskRef<'_>) -> Option<Vec<(TaskId, DepOn)>> {
+        let rec = self.lookup(r)?;
+        Some(deps::dependents(&self.st.tasks, rec))
+    }
+
     /// The live and retained tasks, in no particular order.
     pub fn tasks(&self) -> impl Iterator<Item = &TaskRecord> {
         self.st.tasks.values()
@@ -232,7 +242,10 @@ impl<R: Random> Engine<R> {
 
     /// Hand the accumulated actions to the driver and start a fresh outbox.
     pub fn take(&mut self) -> Actions {
-        std::mem::take(&mut self.st.out)
+        // The next outbox is sized as this one: a driver in a steady state allocates each
+        // list once per turn instead of growing it.
+        let next = self.st.out.sized_as();
+        std::mem::replace(&mut self.st.out, next)
     }
 
     /// Hand what changed since the last call to a driver with a store (None: the engine
@@ -307,7 +320,9 @@ impl<R: Random> Engine<R> {
     }
 
     /// Admit a task; a live or retained key returns (the existing task, true). On an error
-    /// nothing changed.
+    /// nothing changed. A task with dependencies is blocked until they end as its edges ask
+    /// (`unknown_dependency` for an id or key no task holds, unless its pool awaits keys;
+    /// `cycle` for its own key, or an ancestor awaiting its key).
     pub fn submit(&mut self, spec: TaskSpec<'_>, now: f64) -> Result<(TaskId, bool), SubmitError> {
         if let Some(key) = spec.key
             && let Some(&old) = self.st.keys.get(key)
@@ -318,29 +333,45 @@ impl<R: Random> Engine<R> {
         Ok((self.submit_record(rec, now)?, false))
     }
 
-    /// Admit a checked record whose key is free: its reservation, the pool's overflow policy.
+    /// Admit a checked record whose key is free: its reservation, its dependencies, the pool's
+    /// overflow policy (Python's `submit` past the key check).
     pub(crate) fn submit_record(
         &mut self,
-        rec: TaskRecord,
+        mut rec: TaskRecord,
         now: f64,
     ) -> Result<TaskId, SubmitError> {
-        if rec.start_at().is_some() {
-            self.st.check_reservation(&rec)?;
+        let special = rec.extra.is_some();
+        if special {
+            if rec.start_at().is_some() {
+                self.st.check_reservation(&rec)?;
+            }
+            deps::resolve(&self.st, &mut rec, None)?;
+            deps::check_await_cycle(&self.st, &rec, &[])?;
+            self.st.deps.open_tombs();
         }
+        let mut made = Ok(());
         if self.st.pools[rec.pool].cfg.max_pending.is_some() {
-            self.make_room(&rec, now)?;
+            made = self.make_room(&rec, now);
         }
-        Ok(self.st.admit(rec, now))
+        let out = made.map(|()| self.st.admit(rec, now));
+        if special {
+            self.st.deps.close_tombs();
+        }
+        out
     }
 
     /// Admit every task of a batch, or none (an error before anything changes). A key taken
     /// already returns its task, with true; a key twice in the batch is an error.
+    /// Dependencies may name keys defined anywhere in the batch (forward references): parents
+    /// in the batch are admitted first, ids follow the batch order, and a cycle is refused.
     pub fn submit_batch(
         &mut self,
         specs: &[TaskSpec<'_>],
         now: f64,
     ) -> Result<Vec<(TaskId, bool)>, SubmitError> {
         let mut seen: HashSet<&str> = HashSet::new();
+        // the batch's new keys, by index into `new`
+        let mut fresh: HashMap<&str, usize> = HashMap::new();
         // (existing task) or (index into `new`)
         let mut out: Vec<Result<TaskId, usize>> = Vec::with_capacity(specs.len());
         let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
@@ -354,19 +385,30 @@ impl<R: Random> Engine<R> {
                     out.push(Ok(old));
                     continue;
                 }
+                fresh.insert(key, new.len());
             }
             out.push(Err(new.len()));
             new.push(self.record(spec)?);
         }
-        if new.iter().any(|r| r.start_at().is_some()) {
-            // The batch's reservations count against each other.
+        let special = new.iter().any(|rec| rec.extra.is_some());
+        let mut order = None;
+        if special {
+            // The batch's reservations count against each other; each task is checked in
+            // batch order (its reservation, then its dependencies), as Python's `_check`.
             self.st.fixed.in_batch = true;
-            let checked = new
-                .iter()
-                .filter(|r| r.start_at().is_some())
-                .try_for_each(|r| self.st.check_reservation(r));
+            let checked = new.iter_mut().try_for_each(|rec| {
+                if rec.start_at().is_some() {
+                    self.st.check_reservation(rec)?;
+                }
+                deps::resolve(&self.st, rec, Some(&fresh))
+            });
             self.st.fixed.end_batch();
             checked?;
+            for rec in &new {
+                // every batch-mate's parents are known now
+                deps::check_await_cycle(&self.st, rec, &new)?;
+            }
+            order = Some(deps::parents_first(&new, self.st.next_id)?);
         }
         if self.bounded {
             let mut per_pool: Vec<(usize, i64)> = Vec::new();
@@ -385,7 +427,24 @@ impl<R: Random> Engine<R> {
                 }
             }
         }
-        let ids: Vec<TaskId> = new.into_iter().map(|rec| self.st.admit(rec, now)).collect();
+        for rec in &mut new {
+            self.st.assign_id(rec);
+        }
+        let ids: Vec<TaskId> = new.iter().map(|rec| rec.id).collect();
+        match order {
+            None => new.into_iter().for_each(|rec| {
+                self.st.admit(rec, now);
+            }),
+            Some(order) => {
+                let mut slots: Vec<Option<TaskRecord>> = new.into_iter().map(Some).collect();
+                self.st.deps.open_tombs();
+                for i in order {
+                    let rec = slots[i].take().expect("each task once");
+                    self.st.admit(rec, now);
+                }
+                self.st.deps.close_tombs();
+            }
+        }
         Ok(out
             .into_iter()
             .map(|o| match o {
@@ -607,13 +666,15 @@ impl<R: Random> Engine<R> {
     }
 
     /// Forget ended tasks now rather than at the end of their retention (an operator's
-    /// clean-up); returns the ids deleted. Skipped: live tasks and tasks no longer held.
+    /// clean-up); returns the ids deleted. Skipped: live tasks, tasks no longer held, and
+    /// ended tasks that a live task names as a dependency (it needs their outcome).
     pub fn delete(&mut self, ids: &[TaskId]) -> Vec<TaskId> {
         let st = &mut self.st;
+        let needed = Needed::of(&st.tasks);
         let mut out = Vec::new();
         for &id in ids {
             match st.tasks.get(&id) {
-                Some(rec) if rec.status >= FIRST_TERMINAL => {}
+                Some(rec) if rec.status >= FIRST_TERMINAL && !needed.names(rec) => {}
                 _ => continue,
             }
             st.forget(id);
@@ -684,7 +745,7 @@ impl<R: Random> Engine<R> {
     /// End every running attempt without a status change (shutdown after grace), in start
     /// order; returns them.
     pub fn abort_running(&mut self, now: f64) -> Vec<Attempt> {
-        let leases: Vec<Lease> = self.st.running.keys().copied().collect();
+        let leases: Vec<Lease> = self.st.running.keys().collect();
         leases
             .into_iter()
             .map(|lease| self.st.abort(lease, now, AbortReason::Shutdown))

@@ -17,7 +17,7 @@
 //! try.
 
 use crate::model::{Extras, Status, SubmitError, TaskId, TaskRecord, py_max};
-use crate::pool::{DueEntry, peak_overlap};
+use crate::pool::{DueEntry, PoolState, peak_overlap};
 use crate::rng::Random;
 use crate::state::State;
 use crate::timers::Timer;
@@ -110,20 +110,6 @@ impl<R: Random> State<R> {
         self.finish(id, status, now, Some(MSG_MISSED));
     }
 
-    /// The task started or ended: its reservation and held slot go.
-    pub(crate) fn drop_fixed(&mut self, id: TaskId) {
-        let rec = self.tasks.get_mut(&id).expect("a live task is held");
-        let pool = &mut self.pools[rec.pool];
-        pool.reservations.remove(&id);
-        let extra = rec.extra.as_deref_mut().expect("a fixed start");
-        if extra.held {
-            extra.held = false;
-            pool.holds -= 1;
-        }
-        extra.due = false;
-        extra.fixed_done = true;
-    }
-
     /// Start tasks at their fixed start time on the slots held for them, in start order.
     pub(crate) fn dispatch_due(&mut self, p: usize, now: f64) {
         loop {
@@ -143,8 +129,13 @@ impl<R: Random> State<R> {
             }
             let start = extra.start_at.expect("a fixed start");
             let hit = now <= start + extra.tolerance;
-            self.pools[p].stats.on_fixed_start(now, hit);
-            self.drop_fixed(entry.task);
+            let pool = &mut self.pools[p];
+            pool.stats.on_fixed_start(now, hit);
+            let rec = self
+                .tasks
+                .get_mut(&entry.task)
+                .expect("a live task is held");
+            drop_fixed(entry.task, rec.extra_mut(), pool);
             self.start(entry.task, now, true);
         }
     }
@@ -237,6 +228,17 @@ impl<R: Random> State<R> {
             }
         }
     }
+}
+
+/// The task started or ended: its reservation and held slot go.
+pub(crate) fn drop_fixed(id: TaskId, extra: &mut Extras, pool: &mut PoolState) {
+    pool.reservations.remove(&id);
+    if extra.held {
+        extra.held = false;
+        pool.holds -= 1;
+    }
+    extra.due = false;
+    extra.fixed_done = true;
 }
 
 /// Hold a slot of the task's pool for it (once).

@@ -11,7 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::autoscale::AutoscaleSettings;
-use crate::vocab::{OnMiss, Overflow, STATUSES};
+use crate::engine::TaskRef;
+use crate::vocab::{DepOn, OnMiss, Overflow, STATUSES, UnknownDependency};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
 pub type TaskId = u64;
@@ -49,7 +50,8 @@ pub enum Status {
     DeadLettered = 7,
     /// Ended: cancelled.
     Cancelled = 8,
-    /// Ended: skipped (a recurring occurrence).
+    /// Ended: skipped (a dependency ended without meeting its edge, or an awaited key did not
+    /// come in time).
     Skipped = 9,
     /// Ended: its fixed start was missed.
     Missed = 10,
@@ -194,6 +196,25 @@ impl RetryPolicy {
         })
     }
 
+    /// A policy as given, without `new`'s Python checks, for a driver whose public rules differ:
+    /// the Rust library takes any finite multiplier >= 0 (below 1 the waits shrink). The caller
+    /// keeps `max_attempts >= 1`, the backoffs >= 0 and the multiplier finite and >= 0.
+    pub fn from_parts(
+        max_attempts: u32,
+        initial_backoff: f64,
+        multiplier: f64,
+        max_backoff: f64,
+        jitter: bool,
+    ) -> Self {
+        RetryPolicy {
+            max_attempts,
+            initial_backoff,
+            multiplier,
+            max_backoff,
+            jitter,
+        }
+    }
+
     /// One attempt, no retries.
     pub fn none() -> Self {
         RetryPolicy {
@@ -316,8 +337,8 @@ impl Default for Scoring {
 
 // --- pool configuration ------------------------------------------------------------------------
 
-/// What the core needs to know about a pool. Options of features not ported yet (dependencies)
-/// are absent, not ignored.
+/// What the core needs to know about a pool. Options of features not ported yet (resources and
+/// worker groups) are absent, not ignored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name, unique in an engine.
@@ -346,6 +367,11 @@ pub struct PoolConfig {
     pub fair_share: bool,
     /// Tenant -> weight under fair share (a tenant not listed weighs 1.0), in insertion order.
     pub tenant_weights: Vec<(String, f64)>,
+    /// What a dependency on a key no task holds does.
+    pub unknown_dependency: UnknownDependency,
+    /// Seconds from its submit after which a task still awaiting a key is skipped (None:
+    /// forever; a negative one times out at once).
+    pub await_timeout: Option<f64>,
     /// The share of `max` that fixed-start reservations may take at one instant (0 to 1; at
     /// least one reservation is always allowed).
     pub reservable_fraction: f64,
@@ -368,6 +394,8 @@ impl PoolConfig {
             autoscale: None,
             fair_share: false,
             tenant_weights: Vec::new(),
+            unknown_dependency: UnknownDependency::Reject,
+            await_timeout: None,
             reservable_fraction: 0.5,
         }
     }
@@ -439,12 +467,17 @@ pub struct TaskSpec<'a> {
     pub retry: Option<RetryPolicy>,
     /// Its tenant, for fair share (None: the untenanted group).
     pub tenant: Option<&'a str>,
-    /// A fixed start (seconds): it reserves a slot at admission and starts then.
+    /// A fixed start (seconds): it reserves a slot at admission and starts then; with
+    /// dependencies it waits for them first (and is late, or missed, if they end after it).
     pub start_at: Option<f64>,
     /// How late the fixed start may be (seconds) before `on_miss` applies.
     pub tolerance: f64,
     /// What a fixed start not made within its tolerance does.
     pub on_miss: OnMiss,
+    /// The tasks it waits for, by id or key, each with the way it must end (none: it may run
+    /// at once). A key may name a task of the same batch, or, if the pool awaits unknown
+    /// keys, one not submitted yet.
+    pub deps: &'a [(TaskRef<'a>, DepOn)],
 }
 
 impl<'a> TaskSpec<'a> {
@@ -463,6 +496,7 @@ impl<'a> TaskSpec<'a> {
             start_at: None,
             tolerance: 1.0,
             on_miss: OnMiss::RunLate,
+            deps: &[],
         }
     }
 }
@@ -519,8 +553,10 @@ pub struct TaskRecord {
 }
 
 /// A task's rarely used options and the engine state they need (Python: `model.Extras`): the
-/// fixed start as submitted, then engine state set and cleared by the fixed-start and recurring
-/// code, and the attempt history of a task that retried.
+/// spec as submitted (fixed start, dependencies), then engine state set and cleared by the
+/// dependency, fixed-start and recurring code, and the attempt history of a task that retried.
+/// Python's `None` and empty lists are alike here (empty), but for `resolved`, whose presence
+/// decides how a task is admitted and what the await-cycle check walks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Extras {
     /// A fixed start (seconds), with `tolerance` and `on_miss`.
@@ -529,6 +565,19 @@ pub struct Extras {
     pub tolerance: f64,
     /// What a fixed start not made within its tolerance does.
     pub on_miss: OnMiss,
+    /// Its dependency edges as submitted: (parent id or key, condition).
+    pub deps: Vec<(DepTarget, DepOn)>,
+    /// The edges resolved at admission; kept while it is blocked only as long as some task
+    /// awaits a key (the await-cycle check walks them), cleared when it is released or ends.
+    pub resolved: Option<Vec<(Resolved, DepOn)>>,
+    /// Unmet edges of a blocked task.
+    pub waiting: u32,
+    /// Keys it awaits (`UnknownDependency::Await`), each once.
+    pub awaits: Vec<Arc<str>>,
+    /// Parents that took an awaited key since it was admitted.
+    pub parents: Vec<TaskId>,
+    /// Dependents waiting on it, with their edges' conditions, in the order they came.
+    pub children: Vec<(TaskId, DepOn)>,
     /// A slot of its pool is held for its fixed start.
     pub held: bool,
     /// Its fixed start came: it waits ahead of the ready queues.
@@ -544,13 +593,37 @@ pub struct Extras {
     pub history: Vec<PastAttempt>,
 }
 
+/// A dependency's target as submitted (`TaskRef`, owned).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DepTarget {
+    /// A task id.
+    Id(TaskId),
+    /// A key.
+    Key(Arc<str>),
+}
+
+/// An edge resolved at admission: its parent task, or the key it awaits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// A task admitted before it (or earlier in its batch).
+    Parent(TaskId),
+    /// A key no task held at its submit.
+    Awaited(Arc<str>),
+}
+
 impl Default for Extras {
-    /// Python's `Extras()`: no fixed start (tolerance 1 s, run late), no state.
+    /// Python's `Extras()`: no fixed start (tolerance 1 s, run late), no dependencies, no state.
     fn default() -> Self {
         Extras {
             start_at: None,
             tolerance: 1.0,
             on_miss: OnMiss::RunLate,
+            deps: Vec::new(),
+            resolved: None,
+            waiting: 0,
+            awaits: Vec::new(),
+            parents: Vec::new(),
+            children: Vec::new(),
             held: false,
             due: false,
             fixed_done: false,
@@ -573,6 +646,7 @@ impl TaskRecord {
     }
 
     /// The record of a spec about to be admitted (id 0 until then).
+    #[inline]
     pub(crate) fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
         TaskRecord {
             id: 0,
@@ -597,11 +671,19 @@ impl TaskRecord {
             finished_at: 0.0,
             running: None,
             qgen: 0,
-            extra: spec.start_at.map(|start_at| {
+            extra: (spec.start_at.is_some() || !spec.deps.is_empty()).then(|| {
+                let deps = spec.deps.iter().map(|&(target, on)| {
+                    let target = match target {
+                        TaskRef::Id(id) => DepTarget::Id(id),
+                        TaskRef::Key(key) => DepTarget::Key(Arc::from(key)),
+                    };
+                    (target, on)
+                });
                 Box::new(Extras {
-                    start_at: Some(start_at),
+                    start_at: spec.start_at,
                     tolerance: spec.tolerance,
                     on_miss: spec.on_miss,
+                    deps: deps.collect(),
                     ..Extras::default()
                 })
             }),
@@ -661,6 +743,7 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    #[inline]
     pub(crate) fn new(
         task: TaskId,
         number: u32,
@@ -800,7 +883,7 @@ pub struct Totals {
     pub retries: u64,
     /// Tasks shed under overload.
     pub shed: u64,
-    /// Tasks skipped (recurring occurrences overlapping an earlier one).
+    /// Tasks skipped.
     pub skipped: u64,
     /// Outcomes reported for attempts that had ended.
     pub stale_completions: u64,
@@ -835,6 +918,7 @@ impl Totals {
     }
 
     /// The counter of tasks that ended with `status`.
+    #[inline]
     pub(crate) fn ended(&mut self, status: Status) {
         let n = match status {
             Succeeded => &mut self.succeeded,
@@ -857,7 +941,7 @@ impl Totals {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitError {
     /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch",
-    /// "reservation_conflict" or "invalid".
+    /// "reservation_conflict", "invalid", "unknown_dependency" or "cycle".
     pub code: &'static str,
     /// For people.
     pub message: String,

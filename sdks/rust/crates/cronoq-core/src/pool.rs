@@ -68,6 +68,9 @@ pub struct PoolState {
     pub pending_by_class: [i64; 4],
     /// Retrying tasks per class.
     pub retrying_by_class: [i64; 4],
+    /// Pending tasks not ready yet (blocked on dependencies, or scheduled for a fixed start)
+    /// per class: only tasks with extras ever are, so a plain task never touches it.
+    pub unready_by_class: [i64; 4],
     /// The default retry policy of its tasks.
     pub retry: RetryPolicy,
     /// Its lease time to live.
@@ -88,8 +91,6 @@ pub struct PoolState {
     pub scaler: Option<Autoscaler>,
     /// Tasks admitted since the last autoscaler evaluation (a fixed start counts when due).
     pub arrivals: i64,
-    /// Pending tasks not ready yet (scheduled for a fixed start), per class.
-    pub unready_by_class: [i64; 4],
     /// The intervals fixed starts not started yet reserve, by task.
     pub reservations: BTreeMap<TaskId, (f64, f64)>,
     /// Most reservations that may overlap at one instant.
@@ -145,6 +146,7 @@ impl PoolState {
             queues,
             pending_by_class: [0; 4],
             retrying_by_class: [0; 4],
+            unready_by_class: [0; 4],
             retry: cfg.retry,
             lease_ttl: cfg.lease_ttl,
             durations: Vec::new(),
@@ -155,7 +157,6 @@ impl PoolState {
             stats: PoolStats::new(now, i64::from(cfg.capacity)),
             scaler,
             arrivals: 0,
-            unready_by_class: [0; 4],
             reservations: BTreeMap::new(),
             reservation_limit: 1.max((f64::from(cfg.max) * fraction).floor() as i64),
             holds: 0,

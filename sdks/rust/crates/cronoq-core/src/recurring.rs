@@ -123,6 +123,7 @@ impl Recurring {
             start_at: Some(t),
             tolerance: self.tolerance,
             on_miss: self.on_miss,
+            deps: &[],
         }
     }
 

@@ -36,6 +36,11 @@ pub enum Timer {
         /// The pool's index.
         pool: usize,
     },
+    /// A task awaiting a key has waited its pool's `await_timeout` (if it still awaits one).
+    Await {
+        /// The task.
+        task: TaskId,
+    },
     /// A scheduled fixed start's slot is held from now (if it is still scheduled).
     Hold {
         /// The task.

@@ -123,3 +123,64 @@ pub const STATUSES: [&str; 12] = [
     "missed",
     "shed",
 ];
+
+/// What a pool does with a dependency on a key no task holds yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum UnknownDependency {
+    /// Refuse the submit with `unknown_dependency`.
+    #[default]
+    Reject,
+    /// Admit the task blocked until a task with that key is admitted (or `await_timeout`).
+    Await,
+}
+
+impl UnknownDependency {
+    /// Every policy, in the order Python lists them.
+    pub const ALL: [UnknownDependency; 2] = [UnknownDependency::Reject, UnknownDependency::Await];
+
+    /// The policy's name, as configured in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnknownDependency::Reject => "reject",
+            UnknownDependency::Await => "await",
+        }
+    }
+
+    /// The policy with this name, if any.
+    pub fn parse(name: &str) -> Option<UnknownDependency> {
+        UnknownDependency::ALL
+            .into_iter()
+            .find(|o| o.name() == name)
+    }
+}
+
+/// How a dependency must end for its dependent to run (Python's `DepOn`; the edges normalise
+/// the `on_` aliases before the core sees them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DepOn {
+    /// It succeeded.
+    Success,
+    /// It ended, however.
+    Complete,
+    /// It failed or was dead-lettered.
+    Failure,
+}
+
+impl DepOn {
+    /// Every condition, in the order Python lists them.
+    pub const ALL: [DepOn; 3] = [DepOn::Success, DepOn::Complete, DepOn::Failure];
+
+    /// The condition's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DepOn::Success => "success",
+            DepOn::Complete => "complete",
+            DepOn::Failure => "failure",
+        }
+    }
+
+    /// The condition with this name, if any.
+    pub fn parse(name: &str) -> Option<DepOn> {
+        DepOn::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
