@@ -28,7 +28,7 @@ quality metrics), recurring schedules added, replaced, resumed and removed (cron
 and intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
 tolerances, halt and abort_running. Each operation's trace also holds the fixed-start state
 of every pool (reservations, holds, due tasks, misses) and the schedules (next occurrence,
-latest, live occurrences).
+latest, the one queued, live occurrences).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ ON_MISS = ("run_late", "skip", "fail")
 # offset moves) and zones (offsets of quarter and half hours, DST).
 SCHEDULES = ("r0", "r1", "r2")
 SCHEDULE_KEYS = ("s0", "s1")
-OVERLAPS = ("skip", "allow")
+OVERLAPS = ("skip", "allow", "queue", "queue_on_success")
 FAST_CRONS = 3  # the first ones: several occurrences in a sequence's minutes
 CRONS = (
     "*/5 * * * * *",
@@ -776,7 +776,7 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                     list(journal.deleted),
                 ),
                 [
-                    (s.name, s.next_time, _id(s.last), [r.id for r in s.recent])
+                    (s.name, s.next_time, _id(s.last), _id(s.queued), [r.id for r in s.recent])
                     for s in eng.recurring.values()
                 ],
             )

@@ -16,6 +16,7 @@ from types import ModuleType
 import pytest
 from hypothesis import given
 
+from cronoq.core.model import TOTALS_KEYS
 from parity.budget import examples
 from parity.engine_ops import Config, Op, check, run_python, scenarios
 
@@ -327,7 +328,7 @@ def test_a_start_checks_the_schedule_that_created_it(core_py: ModuleType) -> Non
     config = _config()
     check(core_py, config, ops)
     trace = run_python(config, ops)
-    assert trace[-1][10] == [("r0", None, 2, [1, 2])]
+    assert trace[-1][10] == [("r0", None, 2, None, [1, 2])]
     assert [a[0] for a in trace[-1][1]] == [2] and trace[-1][7][10] == 0
 
 
@@ -431,3 +432,30 @@ def test_a_parent_forgotten_during_its_childs_submit_still_decides(core_py: Modu
     config = (*base[:4], 1, *base[5:])  # retention_max 1
     check(core_py, config, ops)
     assert run_python(config, ops)[3][9][1][-1][10] == "ready"
+
+
+def test_fixed_starts_with_dependencies_and_queued_occurrences(core_py: ModuleType) -> None:
+    """A fixed start blocked on a parent keeps its reservation, is released to wait for its
+    time (or missed, released past its tolerance); queue and queue_on_success occurrences
+    depend on the previous one, and the next is not created while one waits."""
+    ops: list[Op] = [
+        ("submit", 0.0, *_spec(2)),
+        ("submit", 0.0, *_spec(2, start=(10.0, 1.0, "skip"), deps=[(1, "success")])),
+        ("submit", 0.0, *_spec(2, start=(3.0, 1.0, "skip"), deps=[(1, "complete")])),
+        ("dispatch", 0.0),
+        ("complete", 5.0, 0),
+        ("advance", 10.0),
+        ("dispatch", 10.0),
+        ("add_recurring", 10.0, *_schedule("r0", "*/5 * * * * *", "queue")),
+        ("add_recurring", 10.0, *_schedule("r1", "*/2 * * * * *", "queue_on_success", None)),
+    ]
+    for i in range(11, 30):
+        ops += [("advance", float(i)), ("dispatch", float(i))]
+    ops += [("fail", 30.0, 0, "boom", True, None), ("dispatch", 30.0)]
+    config = _config(capacity=2, max=10)
+    check(core_py, config, ops)
+    statuses = _statuses(config, ops)
+    # 2 ran at its time once released (and failed at 30), 3 was released past its tolerance
+    assert (statuses[2], statuses[3]) == ("failed", "missed")
+    assert (statuses[4], statuses[5]) == ("running", "blocked"), "5 queued behind 4"
+    assert run_python(config, ops)[-1][7][TOTALS_KEYS.index("recurring_conflicts")] > 0

@@ -612,7 +612,9 @@ fn run_engine<'py>(
         );
         let recurring = PyList::empty(py);
         for s in eng.recurring() {
-            recurring.append(tup!(py; &*s.name, s.next_time(), s.last(), s.recent().to_vec()))?;
+            recurring.append(tup!(py;
+                &*s.name, s.next_time(), s.last(), s.queued(), s.recent().to_vec()
+            ))?;
         }
         let totals = totals(eng.totals());
         trace.append(tup!(py;

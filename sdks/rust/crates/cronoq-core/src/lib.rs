@@ -21,10 +21,10 @@
 //! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
 //! `random.Random`).
 //!
-//! Not ported yet, and absent rather than ignored: the recurring overlap modes `queue` and
-//! `queue_on_success`, resources and parking, worker groups and labels (so a due fixed start
-//! never waits for a resource or a group slot), restore, the observer, `ready_view`, and the
-//! snapshot fields of those features. Snapshots take their quality metrics from `stats`.
+//! Not ported yet, and absent rather than ignored: resources and parking, worker groups and
+//! labels (so a due fixed start never waits for a resource or a group slot), restore, the
+//! observer, `ready_view`, and the snapshot fields of those features. Snapshots take their
+//! quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;

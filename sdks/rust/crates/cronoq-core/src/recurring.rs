@@ -5,9 +5,11 @@
 //! Each occurrence is created 2 x tolerance ahead of its time (or when the previous one fires,
 //! if that is later) as an ordinary fixed-start task with the key `<key>@<UTC time>Z`. Overlap
 //! with the previous occurrence: `allow` runs both, `skip` skips the new one at its start time
-//! while an earlier one is live. An occurrence whose submit is refused is counted in
-//! `Totals::recurring_conflicts`. Python's queue modes (an occurrence depending on the previous
-//! one) come with the port of dependencies.
+//! while an earlier one is live, `queue` makes it depend on the previous one (any end) while
+//! that is live, `queue_on_success` makes it depend on the previous one succeeding. In the
+//! queue modes an occurrence still waiting for its predecessor means the next one is not
+//! created (a conflict, counted in `Totals::recurring_conflicts`, as is an occurrence whose
+//! submit is refused).
 //!
 //! Python's schedules are objects that occurrences and timers point to; here each schedule
 //! added or resumed gets a `ScheduleId`, and occurrences and timers name it by that id. A
@@ -17,9 +19,10 @@
 use std::sync::Arc;
 
 use crate::cron::{CronSpec, Zone, civil};
+use crate::engine::TaskRef;
 use crate::model::{RetryPolicy, Status, TaskId, TaskSpec};
 use crate::table::Tasks;
-use crate::vocab::{OnMiss, Overlap};
+use crate::vocab::{DepOn, OnMiss, Overlap};
 
 /// `<key>@<UTC time of the occurrence>Z`, the time to the second (Python's `time.gmtime`
 /// floors it).
@@ -64,6 +67,8 @@ pub struct Recurring {
     pub on_miss: OnMiss,
     pub(crate) next_time: Option<f64>,
     pub(crate) last: Option<TaskId>,
+    /// An occurrence blocked on the previous one (queue modes), when it was created.
+    pub(crate) queued: Option<TaskId>,
     pub(crate) recent: Vec<TaskId>,
 }
 
@@ -89,6 +94,7 @@ impl Recurring {
             on_miss: OnMiss::RunLate,
             next_time: None,
             last: None,
+            queued: None,
             recent: Vec::new(),
         }
     }
@@ -103,13 +109,25 @@ impl Recurring {
         self.last
     }
 
+    /// The latest occurrence, if it was blocked on the previous one when it was created
+    /// (queue modes: the next one is not created while it still is).
+    pub fn queued(&self) -> Option<TaskId> {
+        self.queued
+    }
+
     /// Its occurrences still live when the latest was created, and the latest.
     pub fn recent(&self) -> &[TaskId] {
         &self.recent
     }
 
-    /// The submit of the occurrence at `t` (its key, made by `occurrence_key`, is passed in).
-    pub(crate) fn occurrence<'a>(&'a self, t: f64, key: Option<&'a str>) -> TaskSpec<'a> {
+    /// The submit of the occurrence at `t` (its key, made by `occurrence_key`, is passed in),
+    /// with its dependency on the previous occurrence in the queue modes.
+    pub(crate) fn occurrence<'a>(
+        &'a self,
+        t: f64,
+        key: Option<&'a str>,
+        deps: &'a [(TaskRef<'a>, DepOn)],
+    ) -> TaskSpec<'a> {
         TaskSpec {
             pool: &self.pool,
             cls: self.cls,
@@ -123,13 +141,15 @@ impl Recurring {
             start_at: Some(t),
             tolerance: self.tolerance,
             on_miss: self.on_miss,
-            deps: &[],
+            deps,
         }
     }
 
     /// Remember a new occurrence (and forget those that have ended).
     pub(crate) fn created(&mut self, id: TaskId, tasks: &Tasks) {
         self.last = Some(id);
+        let blocked = tasks.get(&id).is_some_and(|r| r.status == Status::Blocked);
+        self.queued = blocked.then_some(id);
         self.recent.retain(|r| is_live(*r, tasks));
         self.recent.push(id);
     }

@@ -10,13 +10,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::engine::{Engine, TaskRef};
-use crate::model::{ScheduleId, SubmitError, TaskId, check_seconds, py_max};
+use crate::model::{ScheduleId, Status, SubmitError, TaskId, check_seconds, py_max};
 use crate::recurring::{Recurring, occurrence_key};
 use crate::rng::Random;
 use crate::state::State;
 use crate::table::Tasks;
 use crate::timers::Timer;
-use crate::vocab::Overlap;
+use crate::vocab::{DepOn, Overlap};
 
 /// The schedules by name, in Python's dict order, and those an occurrence still names.
 #[derive(Debug, Default)]
@@ -116,7 +116,7 @@ impl Schedules {
 /// Checks a schedule's template as a submit of it would be checked (unknown pool, class,
 /// tolerance), and its deadline.
 fn check<R: Random>(eng: &mut Engine<R>, sched: &Recurring) -> Result<(), SubmitError> {
-    eng.record(sched.occurrence(0.0, None))?;
+    eng.record(sched.occurrence(0.0, None, &[]))?;
     if let Some(d) = sched.deadline_in {
         check_seconds("deadline_in", d).map_err(|m| SubmitError::new("invalid", m))?;
     }
@@ -223,16 +223,33 @@ fn plan_next<R: Random>(st: &mut State<R>, id: ScheduleId, after: f64, not_befor
     }
 }
 
-/// Create the occurrence at the schedule's next time as an ordinary fixed-start task.
+/// Create the occurrence at the schedule's next time as an ordinary fixed-start task (in the
+/// queue modes, one depending on the previous occurrence; none while the one before it still
+/// waits for its own predecessor).
 fn materialize<R: Random>(eng: &mut Engine<R>, id: ScheduleId, now: f64) {
     // (a copy: the submit below changes the tables it is kept in)
     let sched = eng.st.schedules.objects[&id].clone();
     let t = sched.next_time.expect("a planned occurrence");
+    let tasks = &eng.st.tasks;
+    let status = |task: Option<TaskId>| task.and_then(|r| tasks.get(&r)).map(|r| r.status);
+    let prev_live = status(sched.last).is_some_and(|s| !s.is_terminal());
+    let queue = matches!(sched.overlap, Overlap::Queue | Overlap::QueueOnSuccess);
+    if queue && status(sched.queued) == Some(Status::Blocked) {
+        eng.st.totals.recurring_conflicts += 1;
+        plan_next(&mut eng.st, id, py_max(t, now), t);
+        return;
+    }
+    let edge = match (sched.overlap, sched.last) {
+        (Overlap::QueueOnSuccess, Some(prev)) => Some((TaskRef::Id(prev), DepOn::Success)),
+        (Overlap::Queue, Some(prev)) if prev_live => Some((TaskRef::Id(prev), DepOn::Complete)),
+        _ => None,
+    };
+    let edges: Vec<(TaskRef<'_>, DepOn)> = edge.into_iter().collect();
     let key = sched.key.as_deref().map(|k| occurrence_key(k, t));
     let got = match key.as_deref().and_then(|k| eng.st.keys.get(k)) {
         Some(&old) => Ok(old),
         None => {
-            let spec = sched.occurrence(t, key.as_deref());
+            let spec = sched.occurrence(t, key.as_deref(), &edges);
             let mut rec = eng.record(spec).expect("a template checked when added");
             let extra = rec.extra.as_deref_mut().expect("a fixed start");
             extra.schedule = Some(sched.name.clone());

@@ -38,9 +38,7 @@ impl OnMiss {
     }
 }
 
-/// What a recurring occurrence does while an earlier one is still live. Python's `queue` and
-/// `queue_on_success` make the occurrence depend on the previous one, so they come with the
-/// port of dependencies.
+/// What a recurring occurrence does while an earlier one is still live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Overlap {
     /// Skipped at its start time while an earlier occurrence is live.
@@ -48,17 +46,28 @@ pub enum Overlap {
     Skip,
     /// Runs beside the earlier ones.
     Allow,
+    /// Depends on the previous occurrence ending (any end) while that one is live.
+    Queue,
+    /// Depends on the previous occurrence succeeding.
+    QueueOnSuccess,
 }
 
 impl Overlap {
     /// Every policy ported, in the order Python lists them.
-    pub const ALL: [Overlap; 2] = [Overlap::Skip, Overlap::Allow];
+    pub const ALL: [Overlap; 4] = [
+        Overlap::Skip,
+        Overlap::Allow,
+        Overlap::Queue,
+        Overlap::QueueOnSuccess,
+    ];
 
     /// The policy's name, as given in Python.
     pub fn name(self) -> &'static str {
         match self {
             Overlap::Skip => "skip",
             Overlap::Allow => "allow",
+            Overlap::Queue => "queue",
+            Overlap::QueueOnSuccess => "queue_on_success",
         }
     }
 

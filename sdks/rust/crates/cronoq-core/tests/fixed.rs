@@ -8,7 +8,8 @@ use cronoq_core::pool::peak_overlap;
 use cronoq_core::recurring::{Recurring, occurrence_key};
 use cronoq_core::vocab::{OnMiss, Overlap};
 use cronoq_core::{
-    Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, Status, TaskRef, TaskSpec,
+    DepOn, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, Status, TaskRef,
+    TaskSpec,
 };
 use proptest::prelude::*;
 
@@ -306,6 +307,92 @@ fn a_resumed_schedule_takes_its_occurrences_over_and_keeps_its_place() {
     assert_eq!(a.next_time(), Some(35.0));
 }
 
+#[test]
+fn a_fixed_start_with_dependencies_waits_for_them_then_for_its_time() {
+    let mut eng = engine(1, 10);
+    let (parent, _) = eng.submit(TaskSpec::new("p"), 0.0).unwrap();
+    let deps = [(TaskRef::Id(parent), DepOn::Success)];
+    let early = TaskSpec {
+        deps: &deps,
+        ..fixed(10.0, 1.0, OnMiss::Skip)
+    };
+    let (child, _) = eng.submit(early, 0.0).unwrap();
+    // blocked, reserved and unready until released; then scheduled for its time
+    assert_eq!(status(&eng, child), Status::Blocked);
+    assert_eq!(eng.pools()[0].reservations.len(), 1);
+    assert_eq!(eng.pools()[0].unready_by_class[2], 1);
+    eng.dispatch(0.0);
+    let lease = eng.take().starts[0].lease;
+    eng.complete(lease, 2.0);
+    assert_eq!(status(&eng, child), Status::Scheduled);
+    assert_eq!(eng.pools()[0].unready_by_class[2], 1);
+    eng.advance(10.0);
+    assert_eq!(started(&mut eng, 10.0), [child]);
+    assert_eq!(eng.pools()[0].unready_by_class[2], 0);
+    assert!(eng.pools()[0].reservations.is_empty());
+
+    // Released after its start plus tolerance: on_miss applies at once; a failed parent
+    // skips it, and its reservation goes with it.
+    let (parent, _) = eng.submit(TaskSpec::new("p"), 10.0).unwrap();
+    let deps = [(TaskRef::Id(parent), DepOn::Complete)];
+    let late = TaskSpec {
+        deps: &deps,
+        ..fixed(12.0, 1.0, OnMiss::Skip)
+    };
+    let (missed, _) = eng.submit(late, 10.0).unwrap();
+    let deps = [(TaskRef::Id(parent), DepOn::Success)];
+    let unmet = TaskSpec {
+        deps: &deps,
+        ..fixed(30.0, 1.0, OnMiss::RunLate)
+    };
+    let (skipped, _) = eng.submit(unmet, 10.0).unwrap();
+    let lease = eng.running().next().unwrap().lease; // the first child's
+    eng.complete(lease, 11.0);
+    assert_eq!(started(&mut eng, 11.0), [parent]);
+    let lease = eng.running().next().unwrap().lease;
+    eng.fail(lease, 20.0, "boom", true, None);
+    assert_eq!(status(&eng, missed), Status::Missed);
+    assert_eq!(status(&eng, skipped), Status::Skipped);
+    assert!(eng.pools()[0].reservations.is_empty());
+    assert_eq!(eng.pools()[0].unready_by_class, [0; 4]);
+}
+
+#[test]
+fn queued_occurrences_wait_for_the_previous_one_and_the_next_is_not_created_meanwhile() {
+    let mut eng = engine(1, 10);
+    eng.add_recurring(every("r", "*/5 * * * * *", Overlap::Queue), 0.0)
+        .unwrap();
+    for t in [3.0, 5.0, 8.0, 10.0, 13.0, 15.0] {
+        eng.advance(t);
+        eng.dispatch(t);
+    }
+    // 1 runs from 5; 2 (at 10) waits for it; the one at 15 is not created while 2 waits
+    let sched = eng.schedule("r").unwrap();
+    assert_eq!((sched.recent(), sched.queued()), (&[1, 2][..], Some(2)));
+    assert_eq!(status(&eng, 2), Status::Blocked);
+    assert_eq!(eng.totals().recurring_conflicts, 1);
+    eng.take();
+    let lease = eng.running().next().unwrap().lease;
+    eng.fail(lease, 16.0, "boom", true, None);
+    // any end releases it, past its tolerance (run late): due at once
+    assert_eq!(started(&mut eng, 16.0), [2]);
+
+    // queue_on_success: a failed predecessor skips the next occurrence
+    let mut eng = engine(1, 10);
+    let sched = every("r", "*/5 * * * * *", Overlap::QueueOnSuccess);
+    eng.add_recurring(sched, 0.0).unwrap();
+    for t in [3.0, 5.0, 8.0] {
+        eng.advance(t);
+        eng.dispatch(t);
+    }
+    assert_eq!(status(&eng, 2), Status::Blocked);
+    let lease = eng.running().next().unwrap().lease;
+    eng.fail(lease, 9.0, "boom", true, None);
+    let rec = eng.lookup(TaskRef::Id(2)).unwrap();
+    assert_eq!(rec.status, Status::Skipped);
+    assert_eq!(rec.message.as_deref(), Some("dependency 1 ended as failed"));
+}
+
 // --- properties ------------------------------------------------------------------------------
 
 #[derive(Clone, Debug)]
@@ -318,7 +405,7 @@ enum Op {
     Cancel(u64),
     SetCapacity(u32),
     Pause(bool),
-    Add(u8, u8, bool, f64),
+    Add(u8, u8, u8, f64),
     Remove(u8),
 }
 
@@ -340,8 +427,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1u64..40).prop_map(Op::Cancel),
         1 => (0u32..4).prop_map(Op::SetCapacity),
         1 => any::<bool>().prop_map(Op::Pause),
-        1 => (0u8..2, 0u8..3, any::<bool>(), prop_oneof![Just(0.0), Just(1.0), Just(10.0)])
-            .prop_map(|(n, c, skip, tol)| Op::Add(n, c, skip, tol)),
+        1 => (0u8..2, 0u8..3, 0u8..4, prop_oneof![Just(0.0), Just(1.0), Just(10.0)])
+            .prop_map(|(n, c, overlap, tol)| Op::Add(n, c, overlap, tol)),
         1 => (0u8..2).prop_map(Op::Remove),
     ]
 }
@@ -357,21 +444,27 @@ fn check(eng: &Engine) -> Result<(), TestCaseError> {
         |f: &dyn Fn(&cronoq_core::TaskRecord) -> bool| live().filter(|r| f(r)).count() as i64;
     let extra = |r: &cronoq_core::TaskRecord| r.extra.clone().unwrap_or_default();
     let scheduled = count(&|r| r.status == Status::Scheduled);
-    prop_assert_eq!(pool.unready_by_class.iter().sum::<i64>(), scheduled);
+    // (fixed starts blocked on the previous occurrence, in the queue modes)
+    let blocked = count(&|r| r.status == Status::Blocked);
+    prop_assert_eq!(
+        pool.unready_by_class.iter().sum::<i64>(),
+        scheduled + blocked
+    );
     let due = count(&|r| r.status == Status::Ready && extra(r).due);
     let ready = count(&|r| r.status == Status::Ready);
     prop_assert_eq!(pool.queues.n, ready - due, "due tasks are not queued");
     prop_assert_eq!(pool.holds, count(&|r| extra(r).held));
     for r in live().filter(fixed) {
         let e = extra(r);
-        let waiting = r.status == Status::Scheduled || (r.status == Status::Ready && e.due);
+        let waiting = matches!(r.status, Status::Scheduled | Status::Blocked)
+            || (r.status == Status::Ready && e.due);
         prop_assert_eq!(!e.fixed_done, waiting, "task {} {:?}", r.id, e);
         prop_assert_eq!(pool.reservations.contains_key(&r.id), waiting);
         if e.due {
             prop_assert!(pool.due.iter().any(|d| d.task == r.id));
         }
     }
-    prop_assert_eq!(pool.reservations.len() as i64, scheduled + due);
+    prop_assert_eq!(pool.reservations.len() as i64, scheduled + blocked + due);
     let reserved: Vec<(f64, f64)> = pool.reservations.values().copied().collect();
     let peak = peak_overlap(&reserved, f64::NEG_INFINITY, f64::INFINITY);
     prop_assert!(
@@ -383,6 +476,7 @@ fn check(eng: &Engine) -> Result<(), TestCaseError> {
     prop_assert_eq!(pending, count(&|r| r.status != Status::Running));
     for s in eng.recurring() {
         prop_assert!(s.last().is_none_or(|l| s.recent().last() == Some(&l)));
+        prop_assert!(s.queued().is_none_or(|q| s.last() == Some(q)));
     }
     Ok(())
 }
@@ -428,8 +522,8 @@ proptest! {
                 Op::Pause(on) => {
                     let _ = if on { eng.pause("p", now) } else { eng.resume("p", now) };
                 }
-                Op::Add(n, c, skip, tol) => {
-                    let overlap = if skip { Overlap::Skip } else { Overlap::Allow };
+                Op::Add(n, c, overlap, tol) => {
+                    let overlap = Overlap::ALL[usize::from(overlap)];
                     let mut sched = every(names[usize::from(n)], crons[usize::from(c)], overlap);
                     sched.tolerance = tol;
                     eng.add_recurring(sched, now).unwrap();
