@@ -3,9 +3,10 @@ operation sequences (parity/engine_ops.py), both engines run them, and every ope
 value, actions, next wake-up, counters and journal must be equal, field by field.
 
 A run compares 2,000 sequences of every feature (some 60k operations) and 150 each where every
-pool is autoscaled or has fair share, or most tasks have dependencies (some 6-8k operations
-each), about 30 s on this 2-core machine when it is quiet; CRONOQ_PARITY_SCALE=N: N times as
-many; `python tests/parity/long.py --ops 1000000` runs a long one on fresh seeds."""
+pool is autoscaled or has fair share, or where fixed starts and recurring schedules abound, or
+most tasks have dependencies (some 6-8k operations each), about 35 s on this 2-core machine
+when it is quiet; CRONOQ_PARITY_SCALE=N: N times as many; `python tests/parity/long.py --ops
+1000000` runs a long one on fresh seeds."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from types import ModuleType
 import pytest
 from hypothesis import given
 
+from cronoq.core.model import TOTALS_KEYS
 from parity.budget import examples
 from parity.engine_ops import Config, Op, check, run_python, scenarios
 
@@ -46,6 +48,16 @@ def test_fair_share_pools_decide_the_same(
 
 
 @examples(150)
+@given(scenarios(max_ops=200, focus="fixed"))
+def test_fixed_starts_and_schedules_decide_the_same(
+    core_py: ModuleType, scenario: tuple[Config, list[Op]]
+) -> None:
+    """Most submits with a fixed start, schedules in every sequence, short steps of time (so
+    occurrences are created ahead of their time and overlap) and jumps past tolerances."""
+    check(core_py, *scenario)
+
+
+@examples(150)
 @given(scenarios(max_ops=200, focus="deps"))
 def test_dependencies_decide_the_same(
     core_py: ModuleType, scenario: tuple[Config, list[Op]]
@@ -59,7 +71,7 @@ def _config(*, elastic: bool = True, **pool: object) -> Config:
     base = {"name": "p0", "capacity": 1, "ttl": None, "retry": None, "duration": 1.0}
     base |= {"max_pending": None, "overflow": "wait", "cost": 0.5, "min": 1, "max": 10}
     base |= {"autoscale": None, "fair_share": False, "weights": []}
-    base |= {"unknown_dependency": "reject", "await_timeout": None} | pool
+    base |= {"unknown_dependency": "reject", "await_timeout": None, "fraction": 0.5} | pool
     scoring = ((10000.0, 1000.0, 100.0, 10.0), 2.0, 800.0, 5.0, 5000.0, 10.0, 4000.0)
     return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic)
 
@@ -70,9 +82,10 @@ def _spec(
     key: str | None = None,
     deadline: float | None = None,
     tenant: str | None = None,
+    start: tuple[float, float, str] | None = None,
     deps: list[tuple[int | str, str]] | None = None,
 ) -> tuple[object, ...]:
-    return ("p0", cls, "a", key, deadline, None, None, None, tenant, deps)
+    return ("p0", cls, "a", key, deadline, None, None, None, tenant, start, deps)
 
 
 def test_a_retry_with_jitter_and_its_timer(core_py: ModuleType) -> None:
@@ -171,6 +184,152 @@ def test_a_tenant_weight_is_refused_with_the_same_message(core_py: ModuleType) -
         assert str(python.value) == str(rust.value) == "tenant weights must be finite and > 0"
     # Without fair share the weights are not read, in either engine.
     check(core_py, _config(weights=[("t0", 0.0)]), [("submit", 0.0, *_spec(2, tenant="t0"))])
+
+
+def _statuses(config: Config, ops: list[Op]) -> dict[int, str]:
+    """Each task's status at the end, from the Python run's journal."""
+    out: dict[int, str] = {}
+    for step in run_python(config, ops):
+        for row in step[9][0] + step[9][1]:
+            out[row[0]] = row[10]
+    return out
+
+
+def test_a_fixed_start_holds_its_slot_and_each_on_miss_applies(core_py: ModuleType) -> None:
+    """The slot is held from start - lead (plain tasks wait), the start is on time; tasks
+    whose start passed beyond their tolerance are missed, failed or run late."""
+    ops: list[Op] = [
+        ("submit", 0.0, *_spec(2, start=(5.0, 1.0, "skip"))),
+        ("submit", 0.0, *_spec(3, start=(2.0, 0.5, "skip"))),
+        ("advance", 4.0),
+        ("submit", 4.0, *_spec(0)),
+        ("dispatch", 4.0),  # the slot is held: the plain task waits
+        ("advance", 5.0),
+        ("dispatch", 5.0),
+        ("snapshot", 5.0),
+        ("set_capacity", 5.0, "p0", 0),
+        ("submit", 5.0, *_spec(2, start=(6.0, 1.0, "skip"))),
+        ("submit", 5.0, *_spec(2, start=(6.0, 1.0, "fail"))),
+        ("submit", 5.0, *_spec(2, start=(6.0, 1.0, "run_late"))),
+        ("submit", 5.0, *_spec(2, start=(1.0, 1.0, "fail"))),  # past its tolerance already
+        ("advance", 6.5),
+        ("advance", 60.0),
+        ("dispatch", 60.0),
+        ("set_capacity", 60.0, "p0", 2),
+        ("dispatch", 60.0),
+        ("snapshot", 60.0),
+    ]
+    config = _config(max=10)
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert trace[4][1] == [] and trace[6][1][0][0] == 1, "held at 4.0, started at 5.0"
+    assert _statuses(config, ops) == {
+        1: "running",
+        2: "missed",
+        3: "ready",  # the due run_late task took the second slot first
+        4: "missed",
+        5: "failed",
+        6: "running",
+        7: "failed",
+    }
+
+
+def test_reservations_count_batch_mates_and_the_admitted(core_py: ModuleType) -> None:
+    """Limit 1 (max 2 x 0.5): overlapping reservations conflict, in a batch and one by one;
+    touching ones do not."""
+    fixed = [_spec(2, start=(10.0, 1.0, "skip")), _spec(2, start=(11.5, 1.0, "skip"))]
+    ops: list[Op] = [
+        ("batch", 0.0, fixed),
+        ("submit", 0.0, *_spec(2, start=(10.0, 1.0, "skip"))),
+        ("submit", 0.0, *_spec(2, start=(12.0, 0.0, "skip"))),  # [9, 12) and [12, 13)
+        ("submit", 0.0, *_spec(2, start=(12.5, 0.0, "skip"))),
+        ("snapshot", 0.0),
+    ]
+    config = _config(max=2)
+    check(core_py, config, ops)
+    results = [step[0] for step in run_python(config, ops)]
+    conflict = ("err", "reservation_conflict", "fixed-start reservation conflict")
+    assert results[:4] == [conflict, ("ok", 1, False), ("ok", 2, False), conflict]
+
+
+def _schedule(name: str, cron: str, overlap: str, key: str | None = "s0") -> tuple[object, ...]:
+    """(name, cron, zone, template, overlap, tolerance, on_miss) as engine_ops draws them."""
+    template = ("p0", 2, "a", key, None, None, None, None, None)
+    return (name, cron, "Asia/Kathmandu", template, overlap, 1.0, "skip")
+
+
+def test_an_occurrence_overlapping_a_running_one_is_skipped(core_py: ModuleType) -> None:
+    """Every 5 s, never completed: with skip the second occurrence is skipped at its start;
+    with allow both run (two slots)."""
+    for overlap, skipped in (("skip", 1), ("allow", 0)):
+        ops: list[Op] = [("add_recurring", 0.0, *_schedule("r0", "*/5 * * * * *", overlap))]
+        for i in range(1, 13):
+            ops += [("advance", float(i)), ("dispatch", float(i))]
+        config = _config(capacity=2)
+        check(core_py, config, ops)
+        trace = run_python(config, ops)
+        assert trace[-1][7][10] == skipped  # totals["skipped"]
+
+
+def test_schedules_removed_replaced_and_resumed(core_py: ModuleType) -> None:
+    """Removing cancels the occurrences not started and frees their keys; adding the name
+    again creates them anew; a resumed schedule takes the occurrences of its name over and
+    creates a passed occurrence at once; a pause across a start lets it be missed."""
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        ("add_recurring", 0.0, *_schedule("r0", "*/5 * * * * *", "allow")),
+        ("add_recurring", 0.0, *_schedule("r1", "*/2 * * * * *", "skip", key=None)),
+        ("advance", 3.0),
+        ("dispatch", 3.0),
+        ("remove_recurring", 3.0, "r0"),
+        ("remove_recurring", 3.0, "r0"),
+        ("add_recurring", 3.5, *_schedule("r0", "*/5 * * * * *", "allow")),
+        ("advance", 3.5),
+        ("dispatch", 3.5),
+        ("lookup", 3.5, "s0@1970-01-01T00:00:05Z"),
+        ("resume_recurring", 4.0, *_schedule("r1", "*/2 * * * * *", "skip"), 2.0, 2),
+        ("advance", 4.0),
+        ("dispatch", 4.0),
+        ("pause", 4.0, "p0"),
+        ("set_capacity", 4.0, "p0", 1),
+        ("advance", 30.0),
+        ("dispatch", 30.0),
+        ("resume", 30.0, "p0"),
+        ("dispatch", 30.0),
+    ]
+    config = _config()
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert [step[0] for step in trace[5:7]] == [True, False]
+    assert trace[10][0] is not None, "the key freed by the removal is taken again"
+
+
+def test_a_start_checks_the_schedule_that_created_it(core_py: ModuleType) -> None:
+    """Occurrence 1 (of a schedule with overlap allow) runs; the name is added again with
+    overlap skip, whose occurrence 2 then waits for its start; a resume under the name takes
+    both over. At its start occurrence 2 asks the schedule that created it, which never knew
+    occurrence 1: it starts (asking the resumed one would skip it)."""
+    allow = _schedule("r0", "*/5 * * * * *", "allow", key=None)
+    skip = _schedule("r0", "*/5 * * * * *", "skip", key=None)
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 2),
+        ("add_recurring", 0.0, *allow),
+        ("advance", 4.0),
+        ("dispatch", 4.0),
+        ("advance", 5.0),
+        ("dispatch", 5.0),
+        ("add_recurring", 5.5, *skip),
+        ("advance", 8.0),
+        ("dispatch", 8.0),
+        ("resume_recurring", 8.5, *skip, None, None),
+        ("advance", 10.0),
+        ("dispatch", 10.0),
+    ]
+    config = _config()
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert trace[-1][10] == [("r0", None, 2, None, [1, 2])]
+    assert [a[0] for a in trace[-1][1]] == [2] and trace[-1][7][10] == 0
 
 
 def test_dependencies_block_release_and_skip_alike(core_py: ModuleType) -> None:
@@ -273,3 +432,30 @@ def test_a_parent_forgotten_during_its_childs_submit_still_decides(core_py: Modu
     config = (*base[:4], 1, *base[5:])  # retention_max 1
     check(core_py, config, ops)
     assert run_python(config, ops)[3][9][1][-1][10] == "ready"
+
+
+def test_fixed_starts_with_dependencies_and_queued_occurrences(core_py: ModuleType) -> None:
+    """A fixed start blocked on a parent keeps its reservation, is released to wait for its
+    time (or missed, released past its tolerance); queue and queue_on_success occurrences
+    depend on the previous one, and the next is not created while one waits."""
+    ops: list[Op] = [
+        ("submit", 0.0, *_spec(2)),
+        ("submit", 0.0, *_spec(2, start=(10.0, 1.0, "skip"), deps=[(1, "success")])),
+        ("submit", 0.0, *_spec(2, start=(3.0, 1.0, "skip"), deps=[(1, "complete")])),
+        ("dispatch", 0.0),
+        ("complete", 5.0, 0),
+        ("advance", 10.0),
+        ("dispatch", 10.0),
+        ("add_recurring", 10.0, *_schedule("r0", "*/5 * * * * *", "queue")),
+        ("add_recurring", 10.0, *_schedule("r1", "*/2 * * * * *", "queue_on_success", None)),
+    ]
+    for i in range(11, 30):
+        ops += [("advance", float(i)), ("dispatch", float(i))]
+    ops += [("fail", 30.0, 0, "boom", True, None), ("dispatch", 30.0)]
+    config = _config(capacity=2, max=10)
+    check(core_py, config, ops)
+    statuses = _statuses(config, ops)
+    # 2 ran at its time once released (and failed at 30), 3 was released past its tolerance
+    assert (statuses[2], statuses[3]) == ("failed", "missed")
+    assert (statuses[4], statuses[5]) == ("running", "blocked"), "5 queued behind 4"
+    assert run_python(config, ops)[-1][7][TOTALS_KEYS.index("recurring_conflicts")] > 0

@@ -4,10 +4,12 @@
 
 use crate::leaves::{SettingsFields, settings};
 use cronoq_core::autoscale::AutoscaleSettings;
+use cronoq_core::cron::{parse_cron, zone};
 use cronoq_core::model::{
-    Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord,
+    Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord, py_cmp,
 };
-use cronoq_core::vocab::Overflow;
+use cronoq_core::recurring::Recurring;
+use cronoq_core::vocab::{OnMiss, Overflow, Overlap};
 use cronoq_core::{
     DepOn, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, TaskRef, TaskSpec,
     UnknownDependency,
@@ -83,11 +85,20 @@ struct Spec {
     timeout: Option<f64>,
     retry: Option<RetryPolicy>,
     tenant: Option<String>,
+    start: Option<(f64, f64, OnMiss)>,
     deps: Vec<(Target, DepOn)>,
+}
+
+fn on_miss(name: &str) -> PyResult<OnMiss> {
+    OnMiss::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown on_miss {name}")))
 }
 
 impl Spec {
     fn read(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Spec> {
+        let start = match item::<Option<(f64, f64, String)>>(t, at + 9)? {
+            None => None,
+            Some((start_at, tolerance, miss)) => Some((start_at, tolerance, on_miss(&miss)?)),
+        };
         Ok(Spec {
             pool: item(t, at)?,
             cls: item(t, at + 1)?,
@@ -98,7 +109,8 @@ impl Spec {
             timeout: item(t, at + 6)?,
             retry: retry(&t.get_item(at + 7)?)?,
             tenant: item(t, at + 8)?,
-            deps: match t.get_item(at + 9)? {
+            start,
+            deps: match t.get_item(at + 10)? {
                 d if d.is_none() => Vec::new(),
                 d => {
                     let mut out = Vec::new();
@@ -122,6 +134,10 @@ impl Spec {
     }
 
     fn spec<'a>(&'a self, edges: &'a [(TaskRef<'a>, DepOn)]) -> TaskSpec<'a> {
+        let (start_at, tolerance, on_miss) = match self.start {
+            Some((at, tolerance, on_miss)) => (Some(at), tolerance, on_miss),
+            None => (None, 1.0, OnMiss::RunLate),
+        };
         TaskSpec {
             pool: &self.pool,
             cls: self.cls,
@@ -132,9 +148,39 @@ impl Spec {
             timeout: self.timeout,
             retry: self.retry,
             tenant: self.tenant.as_deref(),
+            start_at,
+            tolerance,
+            on_miss,
             deps: edges,
         }
     }
+}
+
+/// The schedule of an add_recurring or resume_recurring operation (engine_ops._schedule):
+/// (name, cron, zone, template, overlap, tolerance, on_miss) from `at`.
+fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring> {
+    let name: String = item(t, at)?;
+    let expr: String = item(t, at + 1)?;
+    let tz: Option<String> = item(t, at + 2)?;
+    let spec = parse_cron(&expr).map_err(|e| PyValueError::new_err(e.message().to_owned()))?;
+    let tz = zone(tz.as_deref()).map_err(|e| PyValueError::new_err(e.message().to_owned()))?;
+    let template = t.get_item(at + 3)?;
+    let tpl = template.cast::<PyTuple>()?;
+    let mut sched = Recurring::new(&name, spec, tz, &item::<String>(tpl, 0)?);
+    sched.cls = item(tpl, 1)?;
+    sched.kind = item(tpl, 2)?;
+    sched.key = item(tpl, 3)?;
+    sched.deadline_in = item(tpl, 4)?;
+    sched.duration_hint = item(tpl, 5)?;
+    sched.timeout = item(tpl, 6)?;
+    sched.retry = retry(&tpl.get_item(7)?)?;
+    sched.tenant = item(tpl, 8)?;
+    let overlap: String = item(t, at + 4)?;
+    sched.overlap = Overlap::parse(&overlap)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown overlap {overlap}")))?;
+    sched.tolerance = item(t, at + 5)?;
+    sched.on_miss = on_miss(&item::<String>(t, at + 6)?)?;
+    Ok(sched)
 }
 
 /// `AutoscaleSettings` field by field, as the leaves' suite passes them, or None.
@@ -185,6 +231,7 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         cfg.unknown_dependency = UnknownDependency::parse(&unknown)
             .ok_or_else(|| PyValueError::new_err(format!("unknown policy {unknown}")))?;
         cfg.await_timeout = item(p, 14)?;
+        cfg.reservable_fraction = item(p, 15)?;
         pools.push(cfg);
     }
     let options = EngineOptions {
@@ -257,6 +304,14 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
             tup!(py; p.number, p.started_at, p.ended_at, p.outcome.name(), p.message.as_str()),
         )?;
     }
+    let fixed = match r.extra.as_deref() {
+        Some(e) if e.start_at.is_some() => tup!(py;
+            e.start_at, e.tolerance, e.on_miss.name(), e.held, e.due, e.fixed_done,
+            e.recurring.is_some(),
+        ),
+        _ => py.None().into_bound(py),
+    };
+    let tag = r.extra.as_deref().and_then(|e| e.schedule.as_deref());
     let fields = [
         r.id.into_bound_py_any(py)?,
         r.seq.into_bound_py_any(py)?,
@@ -279,6 +334,8 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
         r.finished_at.into_bound_py_any(py)?,
         r.running.into_bound_py_any(py)?,
         PyTuple::new(py, history)?.into_any(),
+        fixed,
+        tag.into_bound_py_any(py)?,
         deps_row(py, r.extra.as_deref())?,
     ];
     Ok(PyTuple::new(py, fields)?.into_any())
@@ -323,16 +380,19 @@ fn snapshot<'py>(py: Python<'py>, s: &Snapshot) -> PyResult<Obj<'py>> {
             (*p.name).into_bound_py_any(py)?,
             p.capacity.into_bound_py_any(py)?,
             p.busy.into_bound_py_any(py)?,
+            p.held.into_bound_py_any(py)?,
             p.desired.into_bound_py_any(py)?,
             p.pending.into_bound_py_any(py)?,
             p.pending_by_class.to_vec().into_bound_py_any(py)?,
             p.ready.into_bound_py_any(py)?,
+            p.reservations.into_bound_py_any(py)?,
             p.window.into_bound_py_any(py)?,
             p.dispatched.into_bound_py_any(py)?,
             p.succeeded.into_bound_py_any(py)?,
             p.failed.into_bound_py_any(py)?,
             p.retried.into_bound_py_any(py)?,
             p.priority_adherence.into_bound_py_any(py)?,
+            p.fixed_start_hit_rate.into_bound_py_any(py)?,
             p.utilization.into_bound_py_any(py)?,
             p.schedule_efficiency.into_bound_py_any(py)?,
             p.wait_mean.into_bound_py_any(py)?,
@@ -489,6 +549,20 @@ fn run_engine<'py>(
                 attempts(py, &atts)?
             }
             "snapshot" => snapshot(py, &eng.snapshot(now))?,
+            "add_recurring" => {
+                eng.add_recurring(schedule(t, 2)?, now)
+                    .map_err(|e| PyValueError::new_err(e.message))?;
+                py.None().into_bound(py)
+            }
+            "resume_recurring" => {
+                eng.resume_recurring(schedule(t, 2)?, item(t, 9)?, item(t, 10)?, now)
+                    .map_err(|e| PyValueError::new_err(e.message))?;
+                py.None().into_bound(py)
+            }
+            "remove_recurring" => {
+                let name: String = item(t, 2)?;
+                eng.remove_recurring(&name, now).into_bound_py_any(py)?
+            }
             other => return Err(PyValueError::new_err(format!("unknown operation {other}"))),
         };
         let acts = eng.take();
@@ -508,19 +582,40 @@ fn run_engine<'py>(
                 .filter_map(|(k, d)| Some((eng.kind_name(k)?, (*d)?)))
                 .collect();
             durations.sort_by(|a, b| a.0.cmp(b.0));
+            let reservations: Vec<(u64, f64, f64)> = p
+                .reservations
+                .iter()
+                .map(|(&id, &(lo, hi))| (id, lo, hi))
+                .collect();
+            let mut due: Vec<(f64, u64, u64)> =
+                p.due.iter().map(|e| (e.start, e.seq, e.task)).collect();
+            due.sort_by(|a, b| py_cmp(a.0, b.0).then(a.1.cmp(&b.1)));
             pools.append(tup!(py;
                 p.capacity, p.busy, p.pending_by_class.to_vec(), p.retrying_by_class.to_vec(),
                 p.queues.n, p.retries, p.dead_lettered, p.paused, p.learned, durations,
-                p.desired(), p.arrivals, p.unready_by_class.to_vec()
+                p.desired(), p.arrivals, p.reservation_limit, p.holds,
+                p.unready_by_class.to_vec(), reservations, due, p.misses.clone()
             ))?;
         }
         let journal = eng
             .take_journal()
             .expect("the suite's engines keep a journal");
         let jpools: Vec<(&str, bool)> = journal.pools.iter().map(|(n, p)| (&**n, *p)).collect();
+        let jschedules: Vec<(&str, Option<f64>, Option<u64>)> = journal
+            .schedules
+            .iter()
+            .map(|s| (&*s.name, s.next_time, s.last))
+            .collect();
         let journal = tup!(py;
-            records(py, &eng, &journal.added)?, records(py, &eng, &journal.changed)?, jpools, journal.deleted.clone()
+            records(py, &eng, &journal.added)?, records(py, &eng, &journal.changed)?,
+            jschedules, jpools, journal.deleted.clone()
         );
+        let recurring = PyList::empty(py);
+        for s in eng.recurring() {
+            recurring.append(tup!(py;
+                &*s.name, s.next_time(), s.last(), s.queued(), s.recent().to_vec()
+            ))?;
+        }
         let totals = totals(eng.totals());
         trace.append(tup!(py;
             result,
@@ -533,6 +628,7 @@ fn run_engine<'py>(
             totals,
             pools,
             journal,
+            recurring,
         ))?;
     }
     Ok(trace)

@@ -360,7 +360,7 @@ impl Autoscaler {
 }
 
 /// `_options._shown`: an integral float as Python's exact `repr(int(value))`, else its repr.
-fn python_shown(v: f64) -> String {
+pub(crate) fn python_shown(v: f64) -> String {
     if !v.is_finite() || v.fract() != 0.0 {
         return py_float_repr(v);
     }

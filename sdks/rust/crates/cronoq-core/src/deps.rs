@@ -345,11 +345,8 @@ impl<R: Random> State<R> {
             .get_mut(&id)
             .expect("a task being admitted is held");
         let (p, submitted_at) = (rec.pool, rec.submitted_at);
-        let edges = rec
-            .extra_mut()
-            .resolved
-            .take()
-            .expect("a blocked task has resolved edges");
+        // (none for a fixed start without dependencies: it is released at once)
+        let edges = rec.extra_mut().resolved.take().unwrap_or_default();
         let timeout = self.pools[p].cfg.await_timeout;
         let mut waiting = 0u32;
         let mut dead: Option<Status> = None;

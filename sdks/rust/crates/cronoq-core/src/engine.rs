@@ -6,7 +6,8 @@
 //! (attempts to run now), `aborts` (attempts given up on), `finished` (tasks that ended) and
 //! `events` (status changes, as `EngineOptions::event_level` asks). The driver calls
 //! `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry, autoscaler
-//! evaluations) and prune retained tasks, `dispatch(now)` to fill free slots, drains the
+//! evaluations, fixed starts, recurring occurrences) and prune retained tasks,
+//! `dispatch(now)` to fill free slots (and create the recurring occurrences due), drains the
 //! outbox, and calls back at `next_wake()`: one timer for the whole engine. A driver with a
 //! store also calls `take_journal()` after each turn for the rows to write.
 //!
@@ -22,16 +23,19 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::actions::{Actions, Journal};
+use crate::actions::{Actions, Journal, ScheduleRow};
 use crate::deps::{self, Needed};
 use crate::dispatch::fill;
 use crate::model::{
     AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Outcome, PoolConfig,
     PoolSnapshot, Scoring, Snapshot, Status, SubmitError, TaskId, TaskRecord, TaskSpec, Totals,
-    UnknownPool, py_repr,
+    UnknownPool, check_seconds, py_repr,
 };
 use crate::pool::PoolState;
+use crate::pyrepr::py_float_repr;
+use crate::recurring::Recurring;
 use crate::rng::{MersenneTwister, Random};
+use crate::schedules;
 use crate::state::{EventLevel, State};
 use crate::table::FastBuild;
 use crate::vocab::{DepOn, NUM_CLASSES, Overflow};
@@ -92,7 +96,7 @@ pub enum TaskRef<'a> {
 /// The scheduling state machine. See the module docs for how a driver uses it.
 #[derive(Debug)]
 pub struct Engine<R = MersenneTwister> {
-    st: State<R>,
+    pub(crate) st: State<R>,
     kinds: HashMap<Arc<str>, KindId, FastBuild>,
     kind_names: Vec<Arc<str>>,
     retention: f64,
@@ -256,9 +260,24 @@ impl<R: Random> Engine<R> {
                 .expect("a journaled task is held or kept")
                 .clone()
         };
+        let current = &self.st.schedules;
+        let schedules = log
+            .schedules
+            .iter()
+            .filter(|&&(_, id)| current.is_current(id))
+            .map(|(name, _)| {
+                let sched = current.get(name).expect("a current schedule");
+                ScheduleRow {
+                    name: name.clone(),
+                    next_time: sched.next_time(),
+                    last: sched.last(),
+                }
+            })
+            .collect();
         Some(Journal {
             added: log.added.iter().map(row).collect(),
             changed: log.changed.iter().map(row).collect(),
+            schedules,
             pools: log.pools.clone(),
             deleted: log.deleted.clone(),
         })
@@ -266,7 +285,9 @@ impl<R: Random> Engine<R> {
 
     // --- submission --------------------------------------------------------------------------
 
-    fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
+    /// The record of a spec, checked as Python's edge checks a submit (unknown pool, class,
+    /// fixed start and tolerance).
+    pub(crate) fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
         let Some(&pool) = self.st.pool_index.get(spec.pool) else {
             let msg = format!("unknown pool {}", py_repr(spec.pool));
             return Err(SubmitError::new("unknown_pool", msg));
@@ -274,6 +295,17 @@ impl<R: Random> Engine<R> {
         if usize::from(spec.cls) >= NUM_CLASSES {
             return Err(SubmitError::new("invalid", "priority must be 0..=3"));
         }
+        if let Some(start) = spec.start_at
+            && !start.is_finite()
+        {
+            let msg = format!(
+                "start_at must be a finite number of Unix seconds (got {})",
+                py_float_repr(start)
+            );
+            return Err(SubmitError::new("invalid", msg));
+        }
+        // (checked even without a fixed start, as Python's edge does)
+        check_seconds("tolerance", spec.tolerance).map_err(|m| SubmitError::new("invalid", m))?;
         let kind = match self.kinds.get(spec.kind) {
             Some(&kind) => kind,
             None => {
@@ -297,9 +329,22 @@ impl<R: Random> Engine<R> {
         {
             return Ok((old, true));
         }
-        let mut rec = self.record(spec)?;
-        let with_deps = rec.extra.is_some();
-        if with_deps {
+        let rec = self.record(spec)?;
+        Ok((self.submit_record(rec, now)?, false))
+    }
+
+    /// Admit a checked record whose key is free: its reservation, its dependencies, the pool's
+    /// overflow policy (Python's `submit` past the key check).
+    pub(crate) fn submit_record(
+        &mut self,
+        mut rec: TaskRecord,
+        now: f64,
+    ) -> Result<TaskId, SubmitError> {
+        let special = rec.extra.is_some();
+        if special {
+            if rec.start_at().is_some() {
+                self.st.check_reservation(&rec)?;
+            }
             deps::resolve(&self.st, &mut rec, None)?;
             deps::check_await_cycle(&self.st, &rec, &[])?;
             self.st.deps.open_tombs();
@@ -308,8 +353,8 @@ impl<R: Random> Engine<R> {
         if self.st.pools[rec.pool].cfg.max_pending.is_some() {
             made = self.make_room(&rec, now);
         }
-        let out = made.map(|()| (self.st.admit(rec, now), false));
-        if with_deps {
+        let out = made.map(|()| self.st.admit(rec, now));
+        if special {
             self.st.deps.close_tombs();
         }
         out
@@ -348,9 +393,17 @@ impl<R: Random> Engine<R> {
         let special = new.iter().any(|rec| rec.extra.is_some());
         let mut order = None;
         if special {
-            for rec in &mut new {
-                deps::resolve(&self.st, rec, Some(&fresh))?;
-            }
+            // The batch's reservations count against each other; each task is checked in
+            // batch order (its reservation, then its dependencies), as Python's `_check`.
+            self.st.fixed.in_batch = true;
+            let checked = new.iter_mut().try_for_each(|rec| {
+                if rec.start_at().is_some() {
+                    self.st.check_reservation(rec)?;
+                }
+                deps::resolve(&self.st, rec, Some(&fresh))
+            });
+            self.st.fixed.end_batch();
+            checked?;
             for rec in &new {
                 // every batch-mate's parents are known now
                 deps::check_await_cycle(&self.st, rec, &new)?;
@@ -445,11 +498,61 @@ impl<R: Random> Engine<R> {
 
     // --- dispatch ----------------------------------------------------------------------------
 
-    /// Start the best ready tasks on every free slot.
+    /// Start the due fixed starts and the best ready tasks on every free slot; then create
+    /// the recurring occurrences whose timers fired and fill again. (They are created after
+    /// the previous occurrence has taken its slot, so its reservation no longer counts
+    /// against the next.)
     pub fn dispatch(&mut self, now: f64) {
-        if self.dispatching {
+        if !self.dispatching {
+            return;
+        }
+        fill(&mut self.st, now);
+        if schedules::create_due(self, now) {
             fill(&mut self.st, now);
         }
+    }
+
+    // --- recurring schedules ---------------------------------------------------------------
+
+    /// Add or replace a schedule by name; the replaced schedule's occurrences not started yet
+    /// are cancelled. Refused (nothing changes): a template a submit would refuse (unknown
+    /// pool, class, tolerance) or a deadline that is not a number of seconds.
+    ///
+    /// # Panics
+    /// When `now` is outside years 1-9999 (Python raises `ValueError`), here and at the
+    /// dispatches that plan the schedule's next occurrences.
+    pub fn add_recurring(&mut self, sched: Recurring, now: f64) -> Result<(), SubmitError> {
+        schedules::add(self, sched, now)
+    }
+
+    /// Take back a stored schedule: its next occurrence at `next_time` (created at once if
+    /// that passed), its latest at `last`, and the held tasks that are occurrences of its
+    /// name become its own. A schedule under that name is replaced, not removed. Refused as
+    /// `add_recurring` is.
+    pub fn resume_recurring(
+        &mut self,
+        sched: Recurring,
+        next_time: Option<f64>,
+        last: Option<TaskId>,
+        now: f64,
+    ) -> Result<(), SubmitError> {
+        schedules::resume(self, sched, next_time, last, now)
+    }
+
+    /// Drop a schedule and cancel its occurrences not started yet (their keys are freed);
+    /// false if no schedule has that name.
+    pub fn remove_recurring(&mut self, name: &str, now: f64) -> bool {
+        schedules::remove(self, name, now)
+    }
+
+    /// The schedules, in the order their names were added (a resumed name keeps its place).
+    pub fn recurring(&self) -> impl Iterator<Item = &Recurring> {
+        self.st.schedules.iter()
+    }
+
+    /// The schedule with this name.
+    pub fn schedule(&self, name: &str) -> Option<&Recurring> {
+        self.st.schedules.get(name)
     }
 
     // --- outcomes ----------------------------------------------------------------------------
@@ -522,7 +625,8 @@ impl<R: Random> Engine<R> {
                 // None after abort_running() at shutdown
                 self.st.abort(lease, now, AbortReason::Cancelled);
             }
-        } else if status == Status::Ready {
+        } else if status == Status::Ready && !rec.extra.as_deref().is_some_and(|e| e.due) {
+            // (due tasks are not queued)
             let st = &mut self.st;
             let pool = st.tasks[&id].pool;
             st.pools[pool].queues.discard(id, &mut st.tasks);

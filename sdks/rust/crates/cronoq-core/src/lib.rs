@@ -8,12 +8,12 @@
 //! One Rust module per Python module of `src/cronoq/core`, under the same name: `vocab`, `model`,
 //! `actions`, `timers`, `heaps`, `queue`, `fair` (fair share's class queue), `pool`, `state`
 //! (the tables and the transition primitives), `deps` (dependencies, blocking and releasing
-//! tasks), `dispatch` and `engine` (the driver interface),
-//! `stats`, `autoscale` (evaluated by the pools' timers) and `cron`;
-//! `table` the tables of tasks and running attempts (Python's `tasks` and `running` dicts),
-//! `rng` the injected randomness and `pyrepr` Python's `repr()` of a name, for error messages.
-//! Python's records and attempts are shared objects; here the engine's tables own them and
-//! everything else names them by task id or lease.
+//! tasks), `fixed` (fixed starts and reservations), `recurring` and `schedules` (recurring
+//! schedules over `cron`), `dispatch` and `engine` (the driver interface), `stats`, `autoscale`
+//! (evaluated by the pools' timers) and `cron`; `table` the tables of tasks and running attempts
+//! (Python's `tasks` and `running` dicts), `rng` the injected randomness and `pyrepr` Python's
+//! `repr()` of a name, for error messages. Python's records and attempts are shared objects; here
+//! the engine's tables own them and everything else names them by task id or lease.
 //! Parity rules kept throughout: iteration orders that reach a decision are Python's (configuration
 //! order for pools, start order for attempts, insertion order for the journal), float arithmetic is
 //! done in Python's order on `f64` (no fused operations), `min`/`max` keep Python's tie rules
@@ -22,9 +22,9 @@
 //! `random.Random`).
 //!
 //! Not ported yet, and absent rather than ignored: resources and parking, worker groups and
-//! labels, fixed starts (so the autoscaler sees no due task and no reservation), recurring schedules (`cron` is ported and checked on its own, not yet used by
-//! the engine), restore, the observer, `ready_view`, and the snapshot fields of those features.
-//! Snapshots take their quality metrics from `stats`.
+//! labels (so a due fixed start never waits for a resource or a group slot), restore, the
+//! observer, `ready_view`, and the snapshot fields of those features. Snapshots take their
+//! quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;
@@ -33,12 +33,15 @@ pub mod deps;
 pub mod dispatch;
 pub mod engine;
 pub mod fair;
+pub mod fixed;
 pub mod heaps;
 pub mod model;
 pub mod pool;
 pub mod pyrepr;
 pub mod queue;
+pub mod recurring;
 pub mod rng;
+pub mod schedules;
 pub mod state;
 pub mod stats;
 pub mod table;

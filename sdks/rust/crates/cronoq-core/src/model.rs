@@ -12,10 +12,14 @@ use std::sync::Arc;
 
 use crate::autoscale::AutoscaleSettings;
 use crate::engine::TaskRef;
-use crate::vocab::{DepOn, Overflow, STATUSES, UnknownDependency};
+use crate::vocab::{DepOn, OnMiss, Overflow, STATUSES, UnknownDependency};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
 pub type TaskId = u64;
+
+/// A recurring schedule as added (`recurring::Recurring`): each add or resume makes a new
+/// one, even under a name in use, as each is a new object in Python.
+pub type ScheduleId = u64;
 
 /// An attempt's lease number: unique per engine, ascending from 1.
 pub type Lease = u64;
@@ -333,8 +337,8 @@ impl Default for Scoring {
 
 // --- pool configuration ------------------------------------------------------------------------
 
-/// What the core needs to know about a pool. Options of features not ported yet (fixed starts
-/// and their reservable fraction) are absent, not ignored.
+/// What the core needs to know about a pool. Options of features not ported yet (resources and
+/// worker groups) are absent, not ignored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name, unique in an engine.
@@ -368,6 +372,9 @@ pub struct PoolConfig {
     /// Seconds from its submit after which a task still awaiting a key is skipped (None:
     /// forever; a negative one times out at once).
     pub await_timeout: Option<f64>,
+    /// The share of `max` that fixed-start reservations may take at one instant (0 to 1; at
+    /// least one reservation is always allowed).
+    pub reservable_fraction: f64,
 }
 
 impl PoolConfig {
@@ -389,6 +396,7 @@ impl PoolConfig {
             tenant_weights: Vec::new(),
             unknown_dependency: UnknownDependency::Reject,
             await_timeout: None,
+            reservable_fraction: 0.5,
         }
     }
 }
@@ -459,6 +467,13 @@ pub struct TaskSpec<'a> {
     pub retry: Option<RetryPolicy>,
     /// Its tenant, for fair share (None: the untenanted group).
     pub tenant: Option<&'a str>,
+    /// A fixed start (seconds): it reserves a slot at admission and starts then; with
+    /// dependencies it waits for them first (and is late, or missed, if they end after it).
+    pub start_at: Option<f64>,
+    /// How late the fixed start may be (seconds) before `on_miss` applies.
+    pub tolerance: f64,
+    /// What a fixed start not made within its tolerance does.
+    pub on_miss: OnMiss,
     /// The tasks it waits for, by id or key, each with the way it must end (none: it may run
     /// at once). A key may name a task of the same batch, or, if the pool awaits unknown
     /// keys, one not submitted yet.
@@ -478,6 +493,9 @@ impl<'a> TaskSpec<'a> {
             timeout: None,
             retry: None,
             tenant: None,
+            start_at: None,
+            tolerance: 1.0,
+            on_miss: OnMiss::RunLate,
             deps: &[],
         }
     }
@@ -534,13 +552,19 @@ pub struct TaskRecord {
     pub extra: Option<Box<Extras>>,
 }
 
-/// A task's rarely used options and the engine state they need (Python: `model.Extras`).
-/// Python's `None` and empty lists are alike here (empty), but for `resolved`, whose
-/// presence decides how a task is admitted and what the await-cycle check walks.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A task's rarely used options and the engine state they need (Python: `model.Extras`): the
+/// spec as submitted (fixed start, dependencies), then engine state set and cleared by the
+/// dependency, fixed-start and recurring code, and the attempt history of a task that retried.
+/// Python's `None` and empty lists are alike here (empty), but for `resolved`, whose presence
+/// decides how a task is admitted and what the await-cycle check walks.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Extras {
-    /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
-    pub history: Vec<PastAttempt>,
+    /// A fixed start (seconds), with `tolerance` and `on_miss`.
+    pub start_at: Option<f64>,
+    /// How late the fixed start may be (seconds).
+    pub tolerance: f64,
+    /// What a fixed start not made within its tolerance does.
+    pub on_miss: OnMiss,
     /// Its dependency edges as submitted: (parent id or key, condition).
     pub deps: Vec<(DepTarget, DepOn)>,
     /// The edges resolved at admission; kept while it is blocked only as long as some task
@@ -554,6 +578,19 @@ pub struct Extras {
     pub parents: Vec<TaskId>,
     /// Dependents waiting on it, with their edges' conditions, in the order they came.
     pub children: Vec<(TaskId, DepOn)>,
+    /// A slot of its pool is held for its fixed start.
+    pub held: bool,
+    /// Its fixed start came: it waits ahead of the ready queues.
+    pub due: bool,
+    /// Its reservation and held slot are gone (it started or ended).
+    pub fixed_done: bool,
+    /// The schedule whose earlier occurrences its start checks (overlap skip).
+    pub recurring: Option<ScheduleId>,
+    /// The name of the schedule it is an occurrence of (Python: its `cronoq.recurring` tag,
+    /// the one tag the core reads).
+    pub schedule: Option<Arc<str>>,
+    /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
+    pub history: Vec<PastAttempt>,
 }
 
 /// A dependency's target as submitted (`TaskRef`, owned).
@@ -572,6 +609,29 @@ pub enum Resolved {
     Parent(TaskId),
     /// A key no task held at its submit.
     Awaited(Arc<str>),
+}
+
+impl Default for Extras {
+    /// Python's `Extras()`: no fixed start (tolerance 1 s, run late), no dependencies, no state.
+    fn default() -> Self {
+        Extras {
+            start_at: None,
+            tolerance: 1.0,
+            on_miss: OnMiss::RunLate,
+            deps: Vec::new(),
+            resolved: None,
+            waiting: 0,
+            awaits: Vec::new(),
+            parents: Vec::new(),
+            children: Vec::new(),
+            held: false,
+            due: false,
+            fixed_done: false,
+            recurring: None,
+            schedule: None,
+            history: Vec::new(),
+        }
+    }
 }
 
 impl TaskRecord {
@@ -611,7 +671,7 @@ impl TaskRecord {
             finished_at: 0.0,
             running: None,
             qgen: 0,
-            extra: (!spec.deps.is_empty()).then(|| {
+            extra: (spec.start_at.is_some() || !spec.deps.is_empty()).then(|| {
                 let deps = spec.deps.iter().map(|&(target, on)| {
                     let target = match target {
                         TaskRef::Id(id) => DepTarget::Id(id),
@@ -620,11 +680,19 @@ impl TaskRecord {
                     (target, on)
                 });
                 Box::new(Extras {
+                    start_at: spec.start_at,
+                    tolerance: spec.tolerance,
+                    on_miss: spec.on_miss,
                     deps: deps.collect(),
                     ..Extras::default()
                 })
             }),
         }
+    }
+
+    /// Its fixed start, if it has one.
+    pub fn start_at(&self) -> Option<f64> {
+        self.extra.as_ref().and_then(|e| e.start_at)
     }
 }
 
@@ -715,8 +783,7 @@ pub struct StatusEvent {
 }
 
 /// One pool now, plus quality metrics over the last `window` seconds (Python's
-/// `PoolSnapshot`, without the fields of features not ported yet: held slots and reservations
-/// of fixed starts, the fixed-start hit rate).
+/// `PoolSnapshot`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolSnapshot {
     /// The pool's name.
@@ -725,6 +792,8 @@ pub struct PoolSnapshot {
     pub capacity: i64,
     /// Attempts running.
     pub busy: i64,
+    /// Slots held for fixed starts and free (at most the free slots).
+    pub held: i64,
     /// The target capacity: the autoscaler's last one, or the capacity without it.
     pub desired: i64,
     /// Tasks admitted and not running or ended.
@@ -733,6 +802,8 @@ pub struct PoolSnapshot {
     pub pending_by_class: [i64; 4],
     /// Tasks in its ready queues.
     pub ready: i64,
+    /// Fixed starts admitted and not started or ended.
+    pub reservations: usize,
     /// The metrics' window (seconds).
     pub window: f64,
     /// Attempts started in the window.
@@ -745,6 +816,8 @@ pub struct PoolSnapshot {
     pub retried: u64,
     /// Share of dispatches that took from the most important non-empty class.
     pub priority_adherence: f64,
+    /// Share of fixed starts that started within their tolerance.
+    pub fixed_start_hit_rate: f64,
     /// Busy slot-seconds over capacity slot-seconds.
     pub utilization: f64,
     /// Slot-seconds of successful attempts over capacity slot-seconds.
@@ -799,11 +872,12 @@ pub struct Totals {
     pub failed: u64,
     /// Attempts whose lease expired.
     pub lease_expiries: u64,
-    /// Fixed starts missed (not ported: always 0).
+    /// Fixed starts missed.
     pub missed: u64,
-    /// Recurring conflicts (not ported: always 0).
+    /// Recurring occurrences not created: refused at submit (a reservation conflict, a full
+    /// pool).
     pub recurring_conflicts: u64,
-    /// Invalid recurring occurrences (not ported: always 0).
+    /// Invalid recurring occurrences (no rule of the core counts it: always 0, as in Python).
     pub recurring_invalid: u64,
     /// Retries scheduled.
     pub retries: u64,
@@ -866,8 +940,8 @@ impl Totals {
 /// is Python's message, word for word.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitError {
-    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch", "invalid",
-    /// "unknown_dependency" or "cycle".
+    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch",
+    /// "reservation_conflict", "invalid", "unknown_dependency" or "cycle".
     pub code: &'static str,
     /// For people.
     pub message: String,

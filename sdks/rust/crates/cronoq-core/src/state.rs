@@ -16,12 +16,14 @@ use std::sync::Arc;
 use crate::actions::{Actions, JournalLog};
 use crate::deps::Dependencies;
 use crate::engine::EngineOptions;
+use crate::fixed::{FixedStarts, drop_fixed};
 use crate::model::{
     AbortReason, Attempt, ConfigError, HISTORY_MAX, Lease, Outcome, PastAttempt, PoolConfig,
     Status, StatusEvent, TaskId, TaskRecord, Totals, py_repr,
 };
 use crate::pool::PoolState;
 use crate::rng::Random;
+use crate::schedules::Schedules;
 use crate::table::FastBuild;
 pub use crate::table::{Running, Tasks};
 use crate::timers::{Timer, Timers};
@@ -76,6 +78,10 @@ pub struct State<R> {
     /// The dependency graph's state beyond the records (deps.rs, whose primitives `admit` and
     /// `finish` call).
     pub deps: Dependencies,
+    /// The fixed-start batch being checked (the rules are in `fixed`).
+    pub fixed: FixedStarts,
+    /// The recurring schedules (their timers fire here, their occurrences' starts read them).
+    pub schedules: Schedules,
     seq: u64,
     lease: Lease,
 }
@@ -128,6 +134,8 @@ impl<R: Random> State<R> {
             next_id: options.first_id,
             elastic: options.elastic,
             deps: Dependencies::default(),
+            fixed: FixedStarts::default(),
+            schedules: Schedules::default(),
             seq: 0,
             lease: 0,
         })
@@ -152,7 +160,8 @@ impl<R: Random> State<R> {
     }
 
     /// Take a new task in: indexed and counted; it becomes the parent of the tasks awaiting
-    /// its key, and is ready at once unless it has dependencies (then `attach` decides).
+    /// its key, and is ready at once unless it has dependencies or a fixed start (then
+    /// `attach` decides, and a released fixed start waits for its time).
     pub fn admit(&mut self, mut rec: TaskRecord, now: f64) -> TaskId {
         if rec.id == 0 {
             self.assign_id(&mut rec);
@@ -166,12 +175,15 @@ impl<R: Random> State<R> {
         }
         let pool = rec.pool;
         let cls = usize::from(rec.cls);
+        let fixed = rec.start_at().is_some();
         self.tasks.insert(id, rec);
         self.live += 1;
         self.totals.submitted += 1;
         let p = &mut self.pools[pool];
         p.pending_by_class[cls] += 1;
-        p.arrivals += 1; // the autoscaler's signal
+        if !fixed {
+            p.arrivals += 1; // the autoscaler's signal (a fixed start arrives at its start)
+        }
         if let Some(j) = &mut self.journal {
             j.add(id);
         }
@@ -185,8 +197,13 @@ impl<R: Random> State<R> {
             self.key_admitted(id, &key);
         }
         let rec = self.rec_mut(id);
-        if rec.extra.as_ref().is_some_and(|e| e.resolved.is_some()) {
-            self.pools[pool].unready_by_class[cls] += 1; // until release or finish
+        if fixed || rec.extra.as_ref().is_some_and(|e| e.resolved.is_some()) {
+            let p = &mut self.pools[pool];
+            p.unready_by_class[cls] += 1; // until release, fixed's make_due or finish
+            if fixed {
+                let reserved = p.reservation(&self.tasks[&id]);
+                p.reservations.insert(id, reserved);
+            }
             self.attach(id, now);
             return id;
         }
@@ -197,12 +214,16 @@ impl<R: Random> State<R> {
         id
     }
 
-    /// Every dependency of a blocked task is satisfied: it may run.
+    /// Every dependency of a blocked task is satisfied: it may run (or wait for its start).
     pub fn release(&mut self, id: TaskId, now: f64) {
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
         if let Some(e) = &mut rec.extra {
             e.resolved = None;
             e.parents = Vec::new();
+            if e.start_at.is_some() {
+                self.arrive(id, now);
+                return;
+            }
         }
         self.pools[rec.pool].unready_by_class[usize::from(rec.cls)] -= 1;
         if rec.eligible_at == 0.0 {
@@ -380,13 +401,21 @@ impl<R: Random> State<R> {
             Timer::Scale { pool: p } => {
                 let elastic = self.elastic;
                 let pool = &mut self.pools[p];
-                let new = pool.evaluate_scaler(now, elastic);
+                let new = pool.evaluate_scaler(now, elastic, &self.tasks);
                 if elastic && new != pool.capacity {
                     self.set_capacity(p, new, now);
                 }
                 let scaler = self.pools[p].scaler.as_ref().expect("a scaled pool");
                 self.timers
                     .set(scaler.next_eval(), Timer::Scale { pool: p });
+            }
+            Timer::Hold { task } => self.on_hold(task),
+            Timer::Start { task } => self.on_start(task, now),
+            Timer::Miss { task } => self.on_miss(task, now),
+            Timer::Cron { schedule } => {
+                if self.schedules.is_current(schedule) {
+                    self.schedules.due.push(schedule); // created by the dispatch that follows
+                }
             }
         }
     }
@@ -421,7 +450,7 @@ impl<R: Random> State<R> {
             pool.pending_by_class[cls] -= 1;
             if old == Status::Retrying {
                 pool.retrying_by_class[cls] -= 1;
-            } else if old == Status::Blocked {
+            } else if old == Status::Blocked || old == Status::Scheduled {
                 pool.unready_by_class[cls] -= 1;
             }
         }
@@ -435,6 +464,9 @@ impl<R: Random> State<R> {
             Some(e) => {
                 e.resolved = None;
                 e.parents = Vec::new();
+                if e.start_at.is_some() && !e.fixed_done {
+                    drop_fixed(id, e, pool);
+                }
                 std::mem::take(&mut e.children)
             }
             None => Vec::new(),
@@ -470,6 +502,24 @@ impl<R: Random> State<R> {
             None => {
                 self.tasks.delete(&id);
             }
+        }
+    }
+
+    /// The task gives its key up for good (a new task may take it). Also in the outbox's copy
+    /// and the journal's row of it, as Python's driver reads the record itself there.
+    pub fn free_key(&mut self, id: TaskId) {
+        let rec = match self.tasks.get_mut(&id) {
+            Some(rec) => Some(rec),
+            None => self.journal.as_mut().and_then(|j| j.gone.get_mut(&id)),
+        };
+        if let Some(key) = rec.and_then(|r| r.key.take())
+            && let Entry::Occupied(e) = self.keys.entry(key)
+            && *e.get() == id
+        {
+            e.remove();
+        }
+        if let Some(copy) = self.out.finished.iter_mut().rev().find(|r| r.id == id) {
+            copy.key = None;
         }
     }
 

@@ -7,6 +7,76 @@ pub const PRIORITY_NAMES: [&str; 4] = ["critical", "high", "normal", "low"];
 /// The number of strict priority classes.
 pub const NUM_CLASSES: usize = 4;
 
+/// What a fixed start that passed its tolerance does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum OnMiss {
+    /// It stays due and starts on the next free slot, late.
+    #[default]
+    RunLate,
+    /// It ends `missed`.
+    Skip,
+    /// It ends `failed`.
+    Fail,
+}
+
+impl OnMiss {
+    /// Every policy, in the order Python lists them.
+    pub const ALL: [OnMiss; 3] = [OnMiss::RunLate, OnMiss::Skip, OnMiss::Fail];
+
+    /// The policy's name, as given in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnMiss::RunLate => "run_late",
+            OnMiss::Skip => "skip",
+            OnMiss::Fail => "fail",
+        }
+    }
+
+    /// The policy with this name, if any.
+    pub fn parse(name: &str) -> Option<OnMiss> {
+        OnMiss::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
+
+/// What a recurring occurrence does while an earlier one is still live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Overlap {
+    /// Skipped at its start time while an earlier occurrence is live.
+    #[default]
+    Skip,
+    /// Runs beside the earlier ones.
+    Allow,
+    /// Depends on the previous occurrence ending (any end) while that one is live.
+    Queue,
+    /// Depends on the previous occurrence succeeding.
+    QueueOnSuccess,
+}
+
+impl Overlap {
+    /// Every policy ported, in the order Python lists them.
+    pub const ALL: [Overlap; 4] = [
+        Overlap::Skip,
+        Overlap::Allow,
+        Overlap::Queue,
+        Overlap::QueueOnSuccess,
+    ];
+
+    /// The policy's name, as given in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::Skip => "skip",
+            Overlap::Allow => "allow",
+            Overlap::Queue => "queue",
+            Overlap::QueueOnSuccess => "queue_on_success",
+        }
+    }
+
+    /// The policy with this name, if any.
+    pub fn parse(name: &str) -> Option<Overlap> {
+        Overlap::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
+
 /// What a pool at `max_pending` does with one more task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Overflow {
