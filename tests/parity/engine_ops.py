@@ -7,20 +7,25 @@ An operation is a plain tuple `(kind, now, *args)`; times are absolute, computed
 both engines see the same floats. Both sides return one trace entry per operation: the call's
 return value (or the SubmitError's code and message), the Actions drained after it (starts,
 aborts, finished records, events, field by field), next_wake, the live count, the totals, each
-pool's counters and the journal taken after it. Attempts are picked by index among the running
-ones (in start order) or, for stale outcomes, among every lease issued so far.
+pool's counters, the journal taken after it and the parking state (each resource's level,
+its parked tasks, each pool's worker groups and the tasks waiting for them, the pending
+re-offer). Attempts are picked by index among the running ones (in start order) or, for stale
+outcomes, among every lease issued so far.
 
 Hypothesis draws the configuration, each sequence's mix of operation kinds, its length and a
 seed; the operations themselves are expanded from that seed (`_Ops`), which keeps a sequence
 cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry policy, default
 duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
 settings, fair share with tenant weights), the scoring, the event level, retention, whether
-the engine is elastic (the autoscalers set the capacity), and operations: submit with random
-options (class, kind, key, deadline, duration hint, timeout, retry policy, tenant),
-submit_batch (keys may repeat: the batch error),
+the engine is elastic (the autoscalers set the capacity), resources (semaphores and token
+buckets), and operations: submit with random options (class, kind, key, deadline, duration
+hint, timeout, retry policy, tenant, resource amounts, unknown, zero and over capacity ones
+included, labels), submit_batch (keys may repeat: the batch error),
 dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes, cancel by
-id or key, lookup, set_capacity, pause/resume, delete, snapshot (the quality metrics), advance
-by steps drawn to cross timers, halt and abort_running.
+id or key, lookup, set_capacity, set_group_capacity, move_attempt (to another group or the
+unlabeled slots), group_has_room, resolve_resources, pause/resume, delete, snapshot (the
+quality metrics and the resources' levels), advance by steps drawn to cross timers (bucket
+refills among them), halt and abort_running.
 """
 
 from __future__ import annotations
@@ -31,19 +36,23 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from cronoq._options import Resource, _amounts, _labels
 from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.engine import Engine
+from cronoq.core.groups import Groups
 from cronoq.core.model import (
     DEFAULT_RETRY,
     STATUS_NAMES,
     TOTALS_KEYS,
     Attempt,
+    Extras,
     PoolConfig,
     RetryPolicy,
     Scoring,
     Snapshot,
     TaskRecord,
 )
+from cronoq.core.resources import ResourceConfig
 from cronoq.errors import SubmitError
 
 Op = tuple[Any, ...]
@@ -61,10 +70,29 @@ FIELDS = (
     "totals",
     "pools",
     "journal",
+    "parking",
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
 KINDS = ("a", "b")
 TENANTS = ("t0", "t1", "t2")
+RESOURCES = ("r0", "r1", "r2", "r3")  # configs name at most three: r3 is always unknown
+# Label sets of worker groups and of tasks (a task is served by a group carrying all its
+# labels; os=x by none, the empty set of a group by unlabeled tasks only).
+GROUP_LABELS = (
+    [("zone", "a")],
+    [("zone", "b")],
+    [("gpu", "1"), ("zone", "a")],
+    [("gpu", "1")],
+    [],
+)
+TASK_LABELS = (
+    [("zone", "a")],
+    [("zone", "b")],
+    [("gpu", "1")],
+    [("zone", "a"), ("gpu", "1")],
+    [("os", "x")],
+    [],
+)
 MAX_ID = 40  # cancel, lookup and delete name ids up to this (some never exist)
 
 # Operation kinds, with the range of their weights: each sequence draws its own mix, so some
@@ -80,6 +108,10 @@ OP_WEIGHTS = {
     "cancel": (0, 3),
     "lookup": (0, 2),
     "set_capacity": (0, 2),
+    "set_group": (0, 3),
+    "move": (0, 2),
+    "group_room": (0, 1),
+    "resolve": (0, 1),
     "pause": (0, 1),
     "resume": (0, 2),
     "delete": (0, 2),
@@ -179,9 +211,27 @@ def _pool(i: int, focus: str | None) -> st.SearchStrategy[tuple[Any, ...]]:
     ).map(lambda t: (*t[:-1], *t[-1]))
 
 
+def _resources(seed: int, focus: str | None) -> list[tuple[Any, ...]]:
+    """(name, kind, permits, rate, burst) of up to three resources, expanded from one drawn
+    seed: none in half the configurations, at least one with `focus` "park"."""
+    rnd = random.Random(seed)
+    if focus != "park" and rnd.random() < 0.5:
+        return []
+    names = list(RESOURCES[:3])
+    rnd.shuffle(names)
+    out = []
+    for name in names[: rnd.randint(1, 3)]:
+        if rnd.random() < 0.5:
+            out.append((name, "semaphore", rnd.randint(1, 4), None, None))
+        else:
+            rate = rnd.choice((0.1, 0.5, 1.0, 2.5)) if rnd.random() < 0.6 else rnd.uniform(0.05, 5)
+            out.append((name, "token_bucket", None, rate, rnd.randint(1, 4)))
+    return out
+
+
 @st.composite
 def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
-    """(seed, scoring, event level, retention, retention_max, pools, elastic)."""
+    """(seed, scoring, event level, retention, retention_max, pools, elastic, resources)."""
     n = draw(st.integers(1, 2 if focus == "fair" else 3))
     return (
         draw(st.integers(0, 2**40)),
@@ -191,6 +241,7 @@ def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
         draw(st.sampled_from((0, 1, 3, 10, 100_000))),
         [draw(_pool(i, focus)) for i in range(n)],
         draw(st.booleans()),
+        draw(st.integers(0, 2**32).map(lambda seed: _resources(seed, focus))),
     )
 
 
@@ -200,10 +251,21 @@ class _Ops:
     hypothesis costs some 50 ms per sequence, which would allow only hundreds per run). A
     difference is reported at its first operation, with the operations before it."""
 
-    def __init__(self, rnd: random.Random, pools: int, classes: Sequence[int]) -> None:
+    def __init__(
+        self,
+        rnd: random.Random,
+        pools: int,
+        classes: Sequence[int],
+        resources: Sequence[str] = (),
+        labels: float = 0.0,
+    ) -> None:
         self.rnd = rnd
         self.pools = pools
         self.classes = classes
+        self.names = resources or RESOURCES  # the resources configured
+        # the share of tasks asking for resources (some ask for unknown ones in any case)
+        self.resources = rnd.choice((0.3, 0.6, 0.9)) if resources else 0.05
+        self.labels = labels  # the share of tasks with labels
 
     def opt(self, values: Sequence[Any]) -> Any:
         return None if self.rnd.random() < 0.5 else self.rnd.choice(values)
@@ -233,8 +295,22 @@ class _Ops:
     def pool(self) -> str:
         return f"p{self.rnd.randrange(self.pools)}"
 
+    def amounts(self) -> list[tuple[str, int]]:
+        """Resource amounts as (name, amount) pairs: mostly known names and amounts a
+        resource can give, some unknown, zero or over its capacity, a name twice or none."""
+        rnd = self.rnd
+        n = rnd.choice((0, 1, 1, 1, 2, 2, 3))
+        pairs = []
+        for _ in range(n):
+            name = rnd.choice(RESOURCES) if rnd.random() < 0.05 else rnd.choice(self.names)
+            r = rnd.random()
+            amount = rnd.randint(1, 2) if r < 0.8 else (0 if r < 0.85 else rnd.randint(3, 5))
+            pairs.append((name, amount))
+        return pairs
+
     def spec(self, now: float) -> tuple[Any, ...]:
-        """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant)."""
+        """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant,
+        resources, labels)."""
         rnd = self.rnd
         deadline = self.seconds()
         return (
@@ -247,6 +323,8 @@ class _Ops:
             self.opt((0.5, 1.0, 4.0)),
             self.retry(),
             None if rnd.random() < 0.25 else rnd.choice(TENANTS),
+            self.amounts() if rnd.random() < self.resources else None,
+            rnd.choice(TASK_LABELS) if rnd.random() < self.labels else None,
         )
 
     def pick(self) -> int:
@@ -272,6 +350,14 @@ class _Ops:
             return (kind, now, self.ref())
         if kind == "set_capacity":
             return (kind, now, self.pool(), rnd.randint(0, 4))
+        if kind == "set_group":
+            return (kind, now, self.pool(), rnd.choice(GROUP_LABELS), rnd.randint(0, 3))
+        if kind == "move":
+            return (kind, now, rnd.randint(0, 7), rnd.choice(GROUP_LABELS))
+        if kind == "group_room":
+            return (kind, now, self.pool(), rnd.choice(GROUP_LABELS))
+        if kind == "resolve":
+            return (kind, now, self.amounts())
         if kind in ("pause", "resume"):
             return (kind, now, self.pool())
         if kind == "delete":
@@ -283,7 +369,8 @@ class _Ops:
 def scenarios(
     draw: st.DrawFn, max_ops: int = 80, focus: str | None = None
 ) -> tuple[Config, list[Op]]:
-    """A configuration and the operations to run on it (`focus`: see `_extras`)."""
+    """A configuration and the operations to run on it (`focus`: see `_extras`; "park":
+    every configuration has resources, and tasks ask for them and carry labels often)."""
     config = draw(configs(focus))
     kinds = list(OP_WEIGHTS)
     weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]
@@ -293,7 +380,14 @@ def scenarios(
     n = draw(st.integers(1, max_ops))
     rnd = random.Random(draw(st.integers(0, 2**32)))
     # Fair share: tenants contend within a class, so crowd the tasks into two.
-    gen = _Ops(rnd, len(config[5]), (1, 2) if focus == "fair" else range(4))
+    park = focus == "park"
+    gen = _Ops(
+        rnd,
+        len(config[5]),
+        (1, 2) if focus == "fair" else range(4),
+        resources=[r[0] for r in config[7]],
+        labels=rnd.choice((0.0, 0.3, 0.6)) if park else rnd.choice((0.0, 0.0, 0.2)),
+    )
     now = 0.0
     ops: list[Op] = []
     for kind in rnd.choices(kinds, weights, k=n):
@@ -316,8 +410,16 @@ def _settings(fields: Sequence[Any] | None) -> AutoscaleSettings | None:
     return AutoscaleSettings(*fields[:3], dict(fields[3]), *fields[4:])
 
 
+def _resource(r: Sequence[Any]) -> ResourceConfig:
+    """Through cronoq.Resource, whose checks the Rust ResourceConfig makes."""
+    name, kind, permits, rate, burst = r
+    if kind == "semaphore":
+        return Resource.semaphore(name, permits).core_config()
+    return Resource.token_bucket(name, rate, burst).core_config()
+
+
 def make_engine(config: Config) -> Engine:
-    seed, sc, level, retention, retention_max, pools, elastic = config
+    seed, sc, level, retention, retention_max, pools, elastic, resources = config
     cfgs = [
         PoolConfig(
             p[0],
@@ -347,13 +449,22 @@ def make_engine(config: Config) -> Engine:
         retention_max=retention_max,
         journal=True,
         elastic=elastic,
+        resources=[_resource(r) for r in resources],
     )
+
+
+def _parked(r: TaskRecord) -> str | None:
+    """What a ready task waits for outside its queue: a resource's name, or "group"."""
+    if r.parked is None:
+        return None
+    return "group" if isinstance(r.parked, Groups) else r.parked.name
 
 
 def record_row(r: TaskRecord) -> tuple[Any, ...]:
     history = tuple(
         (p.number, p.started_at, p.ended_at, p.outcome, p.message) for p in r.past_attempts
     )
+    extra = r.extra
     return (
         r.id,
         r.seq,
@@ -376,11 +487,61 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         r.finished_at,
         None if r.running is None else r.running.lease,
         history,
+        None if r.labels is None else list(r.labels.items()),
+        None if extra is None or extra.resources is None else list(extra.resources.items()),
+        _parked(r),
     )
 
 
 def attempt_row(a: Attempt) -> tuple[Any, ...]:
-    return (a.task.id, a.number, a.lease, a.started_at, a.lease_ttl, a.lease_expiry, a.abort_reason)
+    slot = None if a.slot is None else sorted(a.slot.labels.items())
+    return (
+        a.task.id,
+        a.number,
+        a.lease,
+        a.started_at,
+        a.lease_ttl,
+        a.lease_expiry,
+        a.abort_reason,
+        slot,
+    )
+
+
+def parking_row(eng: Engine) -> tuple[Any, ...]:
+    """Each resource's level and parked tasks (live ones with their amounts, and how many
+    entries the heap holds), each pool's unlabeled slots and worker groups with the tasks
+    parked for them, the pending re-offer and the tasks offered since the dispatch loop last
+    looked. Read without refilling any bucket; None while the engine has neither resources
+    nor worker groups (nothing is parked or offered then, and every slot is unlabeled)."""
+    pool_list = eng.pools.values()
+    if not eng.resources and all(p.groups is None for p in pool_list):
+        return None
+    resources = [
+        (
+            r.name,
+            r.in_use,
+            r.tokens,
+            r.last,
+            r.wake,
+            len(r.parked),
+            sorted((e[4].id, e[5]) for e in r.parked if e[4].qgen == e[3] and e[4].parked is r),
+        )
+        for r in eng.resources.values()
+    ]
+    pools = []
+    for p in pool_list:
+        g = p.groups
+        groups = None
+        if g is not None:
+            groups = (
+                g.unlabeled_busy,
+                [(list(x.labels.items()), x.capacity, x.busy) for x in g.by_key.values()],
+                len(g.parked),
+                sorted(e[4].id for e in g.parked if e[4].qgen == e[3] and e[4].parked is g),
+            )
+        pools.append((p.unlabeled, groups))
+    offered = [r.id for r in eng.parking.offered]
+    return (resources, pools, eng.parking.reoffer, offered)
 
 
 def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
@@ -419,7 +580,14 @@ def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
 
 
 def _record(spec: Sequence[Any]) -> TaskRecord:
-    pool, cls, kind, key, deadline, hint, timeout, retry, tenant = spec
+    """The record the edge (cronoq._options) builds: amounts checked (0 is invalid), an
+    empty mapping of resources or labels dropped."""
+    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, resources, labels = spec
+    extra = None
+    if resources is not None:
+        amounts = _amounts(dict(resources))
+        if amounts:
+            extra = Extras(resources=amounts)
     return TaskRecord(
         None,
         pool,
@@ -431,6 +599,8 @@ def _record(spec: Sequence[Any]) -> TaskRecord:
         timeout=timeout,
         retry=_policy(retry),
         tenant=tenant,
+        labels=None if labels is None else _labels(dict(labels)),
+        extra=extra,
     )
 
 
@@ -457,6 +627,9 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             elif kind == "batch":
                 got = eng.submit_batch([_record(s) for s in op[2]], now)
                 result = ("ok", [(rec.id, existed) for rec, existed in got])
+            elif kind == "resolve":
+                wanted = eng.resolve_resources(dict(op[2]))
+                result = ("ok", [(r.name, amount) for r, amount in wanted])
         except SubmitError as e:
             result = ("err", e.code, e.message)
         if kind == "dispatch":
@@ -480,6 +653,16 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             result = None if found is None else record_row(found)
         elif kind == "set_capacity":
             eng.set_capacity(op[2], op[3], now)
+        elif kind == "set_group":
+            eng.set_group_capacity(op[2], dict(op[3]), op[4], now)
+        elif kind == "move":
+            att = pick(op[2])
+            if att is None:
+                result = "noop"
+            else:
+                eng.move_attempt(att, dict(op[3]))
+        elif kind == "group_room":
+            result = eng.group_has_room(op[2], frozenset(dict(op[3]).items()))
         elif kind == "pause":
             result = eng.pause(op[2], now)
         elif kind == "resume":
@@ -492,7 +675,8 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
         elif kind == "abort_running":
             result = [attempt_row(a) for a in eng.abort_running(now)]
         elif kind == "snapshot":
-            result = snapshot_row(eng.snapshot(now))
+            levels = [r.level(now) for r in eng.resources.values()]
+            result = (snapshot_row(eng.snapshot(now)), levels)
         acts = eng.take()
         for a in acts.starts:
             attempts[a.lease] = a
@@ -532,6 +716,7 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                     list(journal.pools.items()),
                     list(journal.deleted),
                 ),
+                parking_row(eng),
             )
         )
     return trace

@@ -1,10 +1,11 @@
 """A long differential run of the engines (tests/parity/engine_ops.py), on demand:
 
-    python tests/parity/long.py --ops 1000000 [--focus autoscale|fair]
+    python tests/parity/long.py --ops 1000000 [--focus autoscale|fair|park]
 
 builds the Rust module as the suite does, then compares sequences drawn by the suite's
 strategies until at least that many operations were compared (`--focus`: every pool autoscaled,
-or with fair share); prints the counts and the first difference, if any (exit status 1)."""
+or with fair share, or resources and worker groups everywhere); prints the counts and the first
+difference, if any (exit status 1)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=1_000_000, help="operations to compare")
     parser.add_argument("--max-ops", type=int, default=200, help="longest sequence")
-    parser.add_argument("--focus", choices=("autoscale", "fair"), help="one feature in every pool")
+    parser.add_argument(
+        "--focus", choices=("autoscale", "fair", "park"), help="one feature everywhere"
+    )
     args = parser.parse_args()
     core_py = core_module()
     counts = {"sequences": 0, "ops": 0}

@@ -5,14 +5,17 @@
 use crate::leaves::{SettingsFields, settings};
 use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::model::{Attempt, Lease, RetryPolicy, Scoring, Snapshot, TaskRecord};
+use cronoq_core::parking::Parked;
 use cronoq_core::vocab::Overflow;
 use cronoq_core::{
-    Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, TaskRef, TaskSpec,
+    Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, ResourceConfig, TaskRef,
+    TaskSpec,
 };
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
+use std::sync::Arc;
 
 type Obj<'py> = Bound<'py, PyAny>;
 
@@ -54,6 +57,20 @@ struct Spec {
     timeout: Option<f64>,
     retry: Option<RetryPolicy>,
     tenant: Option<String>,
+    resources: Vec<(String, u32)>,
+    labels: Option<Vec<(String, String)>>,
+}
+
+/// Pairs of names borrowed from owned ones, as `TaskSpec` and the engine's calls take them.
+fn str_pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    pairs
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect()
+}
+
+fn amounts(pairs: &[(String, u32)]) -> Vec<(&str, u32)> {
+    pairs.iter().map(|(a, n)| (a.as_str(), *n)).collect()
 }
 
 impl Spec {
@@ -68,10 +85,13 @@ impl Spec {
             timeout: item(t, at + 6)?,
             retry: retry(&t.get_item(at + 7)?)?,
             tenant: item(t, at + 8)?,
+            resources: item::<Option<Vec<(String, u32)>>>(t, at + 9)?.unwrap_or_default(),
+            labels: item(t, at + 10)?,
         })
     }
 
-    fn spec(&self) -> TaskSpec<'_> {
+    /// The spec, borrowing `names` for its resources and labels (`Spec::names`).
+    fn spec<'a>(&'a self, names: &'a Names<'a>) -> TaskSpec<'a> {
         TaskSpec {
             pool: &self.pool,
             cls: self.cls,
@@ -82,8 +102,32 @@ impl Spec {
             timeout: self.timeout,
             retry: self.retry,
             tenant: self.tenant.as_deref(),
+            resources: &names.0,
+            labels: names.1.as_deref(),
         }
     }
+
+    fn names(&self) -> Names<'_> {
+        (
+            amounts(&self.resources),
+            self.labels.as_deref().map(str_pairs),
+        )
+    }
+}
+
+/// A spec's resource amounts and labels as the slices `TaskSpec` borrows.
+type Names<'a> = (Vec<(&'a str, u32)>, Option<Vec<(&'a str, &'a str)>>);
+
+/// A resource of the suite's config, through the checked constructors.
+fn resource(t: &Bound<'_, PyTuple>) -> PyResult<ResourceConfig> {
+    let name: String = item(t, 0)?;
+    let kind: String = item(t, 1)?;
+    let cfg = if kind == "semaphore" {
+        ResourceConfig::semaphore(name, item(t, 2)?)
+    } else {
+        ResourceConfig::token_bucket(name, item(t, 3)?, item(t, 4)?)
+    };
+    cfg.map_err(|e| PyValueError::new_err(e.0))
 }
 
 /// `AutoscaleSettings` field by field, as the leaves' suite passes them, or None.
@@ -140,6 +184,12 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         first_id: 1,
         journal: true,
         elastic: item(config, 6)?,
+        resources: config
+            .get_item(7)?
+            .cast::<PyList>()?
+            .iter()
+            .map(|r| resource(r.cast::<PyTuple>()?))
+            .collect::<PyResult<_>>()?,
     };
     Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
         .map_err(|e| PyValueError::new_err(e.0))
@@ -174,8 +224,34 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
         r.finished_at.into_bound_py_any(py)?,
         r.running.into_bound_py_any(py)?,
         PyTuple::new(py, history)?.into_any(),
+        labels(py, r.labels.as_deref())?,
+        r.extra
+            .as_ref()
+            .filter(|e| !e.resources.is_empty())
+            .map(|e| {
+                e.resources
+                    .iter()
+                    .map(|(n, a)| (&**n, *a))
+                    .collect::<Vec<_>>()
+            })
+            .into_bound_py_any(py)?,
+        parked(eng, r.parked).into_bound_py_any(py)?,
     ];
     Ok(PyTuple::new(py, fields)?.into_any())
+}
+
+/// Labels as a list of (name, value) pairs, or None.
+fn labels<'py>(py: Python<'py>, l: Option<&[(Arc<str>, Arc<str>)]>) -> PyResult<Obj<'py>> {
+    l.map(|l| l.iter().map(|(n, v)| (&**n, &**v)).collect::<Vec<_>>())
+        .into_bound_py_any(py)
+}
+
+/// What a ready task waits for outside its queue: a resource's name, or "group".
+fn parked(eng: &Engine, p: Option<Parked>) -> Option<&str> {
+    match p? {
+        Parked::Resource(r) => Some(&*eng.parking().resources[r].name),
+        Parked::Group => Some("group"),
+    }
 }
 
 fn attempt<'py>(py: Python<'py>, a: &Attempt) -> PyResult<Obj<'py>> {
@@ -187,7 +263,56 @@ fn attempt<'py>(py: Python<'py>, a: &Attempt) -> PyResult<Obj<'py>> {
         a.lease_ttl,
         a.lease_expiry,
         a.abort_reason.map(|r| r.message()),
+        labels(py, a.slot.as_deref())?,
     ))
+}
+
+/// The parking state (engine_ops.parking_row), read without refilling any bucket; None
+/// without resources and worker groups.
+fn parking<'py>(py: Python<'py>, eng: &Engine) -> PyResult<Obj<'py>> {
+    let park = eng.parking();
+    if park.resources.is_empty() && eng.pools().iter().all(|p| p.groups.is_none()) {
+        return Ok(py.None().into_bound(py));
+    }
+    let live = |task, generation, on| {
+        eng.lookup(TaskRef::Id(task))
+            .is_some_and(|r| r.qgen == generation && r.parked == Some(on))
+    };
+    let resources = PyList::empty(py);
+    for (i, r) in park.resources.iter().enumerate() {
+        let mut waiting: Vec<(u64, u32)> = r
+            .parked
+            .iter()
+            .filter(|e| live(e.task, e.generation, Parked::Resource(i)))
+            .map(|e| (e.task, e.amount))
+            .collect();
+        waiting.sort_unstable();
+        resources.append(tup!(py;
+            &*r.name, r.in_use, r.tokens, r.last, r.wake, r.parked.len(), waiting
+        ))?;
+    }
+    let pools = PyList::empty(py);
+    for p in eng.pools() {
+        let groups = match &p.groups {
+            None => py.None().into_bound(py),
+            Some(g) => {
+                let list = PyList::empty(py);
+                for x in &g.by_key {
+                    list.append(tup!(py; labels(py, Some(&x.labels))?, x.capacity, x.busy))?;
+                }
+                let mut waiting: Vec<u64> = g
+                    .parked
+                    .iter()
+                    .filter(|e| live(e.task, e.generation, Parked::Group))
+                    .map(|e| e.task)
+                    .collect();
+                waiting.sort_unstable();
+                tup!(py; g.unlabeled_busy, list, g.parked.len(), waiting)
+            }
+        };
+        pools.append(tup!(py; p.unlabeled, groups))?;
+    }
+    Ok(tup!(py; resources, pools, park.reoffer, park.offered.clone()))
 }
 
 fn records<'py>(py: Python<'py>, eng: &Engine, rs: &[TaskRecord]) -> PyResult<Obj<'py>> {
@@ -280,13 +405,19 @@ fn run_engine<'py>(
         let kind: String = item(t, 0)?;
         let now: f64 = item(t, 1)?;
         let result: Obj<'py> = match kind.as_str() {
-            "submit" => submit_result(py, eng.submit(Spec::read(t, 2)?.spec(), now))?,
+            "submit" => {
+                let spec = Spec::read(t, 2)?;
+                let names = spec.names();
+                submit_result(py, eng.submit(spec.spec(&names), now))?
+            }
             "batch" => {
                 let mut owned = Vec::new();
                 for s in t.get_item(2)?.cast::<PyList>()?.iter() {
                     owned.push(Spec::read(s.cast::<PyTuple>()?, 0)?);
                 }
-                let specs: Vec<TaskSpec<'_>> = owned.iter().map(Spec::spec).collect();
+                let names: Vec<Names<'_>> = owned.iter().map(Spec::names).collect();
+                let specs: Vec<TaskSpec<'_>> =
+                    owned.iter().zip(&names).map(|(s, n)| s.spec(n)).collect();
                 match eng.submit_batch(&specs, now) {
                     Ok(v) => {
                         let out = PyList::empty(py);
@@ -347,6 +478,44 @@ fn run_engine<'py>(
                     .map_err(|e| PyValueError::new_err(e.to_string()))?;
                 py.None().into_bound(py)
             }
+            "set_group" => {
+                let pool: String = item(t, 2)?;
+                let labels: Vec<(String, String)> = item(t, 3)?;
+                eng.set_group_capacity(&pool, &str_pairs(&labels), item(t, 4)?, now)
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+                py.None().into_bound(py)
+            }
+            "move" => match pick(&eng, item(t, 2)?, issued) {
+                None => "noop".into_bound_py_any(py)?,
+                Some(lease) => {
+                    let labels: Vec<(String, String)> = item(t, 3)?;
+                    if !eng.move_attempt(lease, &str_pairs(&labels)) {
+                        return Err(PyValueError::new_err("moved an attempt that ended"));
+                    }
+                    py.None().into_bound(py)
+                }
+            },
+            "group_room" => {
+                let pool: String = item(t, 2)?;
+                let labels: Vec<(String, String)> = item(t, 3)?;
+                eng.group_has_room(&pool, &str_pairs(&labels))
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?
+                    .into_bound_py_any(py)?
+            }
+            "resolve" => {
+                let pairs: Vec<(String, u32)> = item(t, 2)?;
+                match eng.resolve_resources(&amounts(&pairs)) {
+                    Ok(wanted) => {
+                        let resources = &eng.parking().resources;
+                        let named: Vec<(&str, u32)> = wanted
+                            .iter()
+                            .map(|&(r, n)| (&*resources[r].name, n))
+                            .collect();
+                        tup!(py; "ok", named)
+                    }
+                    Err(e) => tup!(py; "err", e.code, e.message),
+                }
+            }
             "pause" | "resume" => {
                 let pool: String = item(t, 2)?;
                 let done = if kind == "pause" {
@@ -369,7 +538,20 @@ fn run_engine<'py>(
                 let atts = eng.abort_running(now);
                 attempts(py, &atts)?
             }
-            "snapshot" => snapshot(py, &eng.snapshot(now))?,
+            "snapshot" => {
+                let names: Vec<String> = eng
+                    .parking()
+                    .resources
+                    .iter()
+                    .map(|r| r.name.to_string())
+                    .collect();
+                let levels: Vec<f64> = names
+                    .iter()
+                    .map(|n| eng.resource_level(n, now).expect("a configured resource"))
+                    .collect();
+                let snap = snapshot(py, &eng.snapshot(now))?;
+                tup!(py; snap, levels)
+            }
             other => return Err(PyValueError::new_err(format!("unknown operation {other}"))),
         };
         let acts = eng.take();
@@ -414,6 +596,7 @@ fn run_engine<'py>(
             totals,
             pools,
             journal,
+            parking(py, &eng)?,
         ))?;
     }
     Ok(trace)

@@ -8,7 +8,9 @@
 //! One Rust module per Python module of `src/cronoq/core`, under the same name: `vocab`, `model`,
 //! `actions`, `timers`, `heaps`, `queue`, `fair` (fair share's class queue), `pool`, `state`
 //! (the tables and the transition primitives), `dispatch` and `engine` (the driver interface),
-//! `stats`, `autoscale` (evaluated by the pools' timers) and `cron`;
+//! `resources` (semaphores and token buckets), `groups` (worker groups), `parking` (tasks
+//! waiting on a resource or for a group slot, and the offers that put them back), `stats`,
+//! `autoscale` (evaluated by the pools' timers) and `cron`;
 //! `table` is the task table (Python's `tasks` dict), `rng` the injected randomness and `pyrepr`
 //! Python's `repr()` of a name, for error messages. Python's records and attempts are shared
 //! objects; here the engine's tables own them and everything else names them by task id or lease.
@@ -19,10 +21,10 @@
 //! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
 //! `random.Random`).
 //!
-//! Not ported yet, and absent rather than ignored: dependencies and batches with them, resources
-//! and parking, worker groups and labels, fixed starts (so the autoscaler sees no due task and
-//! no reservation), recurring schedules (`cron` is ported and checked on its own, not yet used by
-//! the engine), restore, the observer, `ready_view`, and the snapshot fields of those features.
+//! Not ported yet, and absent rather than ignored: dependencies and batches with them, fixed
+//! starts (so the autoscaler sees no due task and no reservation), recurring schedules (`cron`
+//! is ported and checked on its own, not yet used by the engine), restore, the observer,
+//! `ready_view`, and the snapshot fields of those features.
 //! Snapshots take their quality metrics from `stats`.
 
 pub mod actions;
@@ -31,11 +33,14 @@ pub mod cron;
 pub mod dispatch;
 pub mod engine;
 pub mod fair;
+pub mod groups;
 pub mod heaps;
 pub mod model;
+pub mod parking;
 pub mod pool;
 pub mod pyrepr;
 pub mod queue;
+pub mod resources;
 pub mod rng;
 pub mod state;
 pub mod stats;
@@ -49,5 +54,6 @@ pub use model::{
     Attempt, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId, TaskRecord,
     TaskSpec,
 };
+pub use resources::ResourceConfig;
 pub use rng::{MersenneTwister, Random};
 pub use state::EventLevel;

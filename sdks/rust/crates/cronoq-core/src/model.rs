@@ -11,6 +11,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::autoscale::AutoscaleSettings;
+use crate::groups::{LabelKey, Labels, labels_of};
+use crate::parking::{Parked, Wanted, amounts_of};
 use crate::vocab::{Overflow, STATUSES};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
@@ -431,6 +433,12 @@ pub struct TaskSpec<'a> {
     pub retry: Option<RetryPolicy>,
     /// Its tenant, for fair share (None: the untenanted group).
     pub tenant: Option<&'a str>,
+    /// Amounts of the engine's resources it takes while it runs, by name (empty: none). A
+    /// name given twice keeps its last amount, as in a Python dict.
+    pub resources: &'a [(&'a str, u32)],
+    /// Labels a worker group must carry to run it (None or empty, which Python's edge makes
+    /// None: any slot). A name given twice keeps its last value.
+    pub labels: Option<&'a [(&'a str, &'a str)]>,
 }
 
 impl<'a> TaskSpec<'a> {
@@ -446,6 +454,8 @@ impl<'a> TaskSpec<'a> {
             timeout: None,
             retry: None,
             tenant: None,
+            resources: &[],
+            labels: None,
         }
     }
 }
@@ -475,6 +485,8 @@ pub struct TaskRecord {
     pub retry: Option<RetryPolicy>,
     /// Its tenant (fair share).
     pub tenant: Option<Arc<str>>,
+    /// The labels a worker group must carry to run it (never empty).
+    pub labels: Option<Labels>,
     /// Its status.
     pub status: Status,
     /// The number of its latest attempt (0: none yet).
@@ -497,6 +509,8 @@ pub struct TaskRecord {
     pub running: Option<Lease>,
     /// Its queue generation: a queue entry is live while it matches.
     pub qgen: u64,
+    /// What it waits for outside the ready queues, ready: a resource or a group slot.
+    pub parked: Option<Parked>,
     /// Its rarely used options and their state (None: a plain task that never retried).
     pub extra: Option<Box<Extras>>,
 }
@@ -506,6 +520,10 @@ pub struct TaskRecord {
 pub struct Extras {
     /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
     pub history: Vec<PastAttempt>,
+    /// Resource name -> amount, as submitted (empty: none).
+    pub resources: Vec<(Arc<str>, u32)>,
+    /// The same resources checked at admission (`parking::Parking::resolve`).
+    pub wanted: Option<Wanted>,
 }
 
 impl TaskRecord {
@@ -521,6 +539,12 @@ impl TaskRecord {
 
     /// The record of a spec about to be admitted (id 0 until then).
     pub(crate) fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
+        let extra = (!spec.resources.is_empty()).then(|| {
+            Box::new(Extras {
+                resources: amounts_of(spec.resources),
+                ..Extras::default()
+            })
+        });
         TaskRecord {
             id: 0,
             seq: 0,
@@ -533,6 +557,10 @@ impl TaskRecord {
             timeout: spec.timeout,
             retry: spec.retry,
             tenant: spec.tenant.map(Arc::from),
+            labels: spec
+                .labels
+                .filter(|l| !l.is_empty())
+                .map(|l| labels_of(l).into()),
             status: Status::Blocked,
             attempt: 0,
             message: None,
@@ -544,7 +572,8 @@ impl TaskRecord {
             finished_at: 0.0,
             running: None,
             qgen: 0,
-            extra: None,
+            parked: None,
+            extra,
         }
     }
 }
@@ -593,6 +622,8 @@ pub struct Attempt {
     pub lease_expiry: f64,
     /// Why the engine aborted it, if it did.
     pub abort_reason: Option<AbortReason>,
+    /// The labels of the worker group whose slot runs it (None: an unlabeled slot).
+    pub slot: Option<LabelKey>,
 }
 
 impl Attempt {
@@ -611,6 +642,7 @@ impl Attempt {
             lease_ttl,
             lease_expiry: lease_ttl.map_or(f64::INFINITY, |ttl| started_at + ttl),
             abort_reason: None,
+            slot: None,
         }
     }
 }
@@ -785,7 +817,8 @@ impl Totals {
 /// is Python's message, word for word.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitError {
-    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch" or "invalid".
+    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch", "invalid",
+    /// "unknown_resource" or "resource_exceeds_capacity".
     pub code: &'static str,
     /// For people.
     pub message: String,
