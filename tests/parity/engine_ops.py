@@ -16,16 +16,24 @@ Hypothesis draws the configuration, each sequence's mix of operation kinds, its 
 seed; the operations themselves are expanded from that seed (`_Ops`), which keeps a sequence
 cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry policy, default
 duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
-settings, fair share with tenant weights), the scoring, the event level, retention, whether
-the engine is elastic (the autoscalers set the capacity), resources (semaphores and token
+settings, fair share with tenant weights, unknown dependencies rejected or awaited with an
+await timeout, the reservable fraction), the scoring, the event level, retention, whether the
+engine is elastic (the autoscalers set the capacity), resources (semaphores and token
 buckets), and operations: submit with random options (class, kind, key, deadline, duration
-hint, timeout, retry policy, tenant, resource amounts, unknown, zero and over capacity ones
-included, labels), submit_batch (keys may repeat: the batch error),
-dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes, cancel by
-id or key, lookup, set_capacity, set_group_capacity, move_attempt (to another group or the
-unlabeled slots), group_has_room, resolve_resources, pause/resume, delete, snapshot (the
-quality metrics and the resources' levels), advance by steps drawn to cross timers (bucket
-refills among them), halt and abort_running.
+hint, timeout, retry policy, tenant, a fixed start in the past, now, near or far, with a
+tolerance and an on_miss, dependency edges on recent ids and on keys, some never submitted,
+with every condition; a fixed start may have dependencies too; resource amounts, unknown,
+zero and over capacity ones included; labels), submit_batch (keys may repeat: the batch
+error; fixed starts reserve against each other; edges may name batch-mates' keys, forward,
+backward, in cycles or their own), dispatch, complete, fail (permanent, with retry_after),
+heartbeat, stale outcomes, cancel by id or key, lookup, dependents, set_capacity,
+set_group_capacity, move_attempt (to another group or the unlabeled slots), group_has_room,
+resolve_resources, pause/resume, delete, snapshot (the quality metrics and the resources'
+levels), recurring schedules added, replaced, resumed and removed (cron expressions and
+intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
+tolerances (bucket refills among them), halt and abort_running. Each operation's trace also
+holds the fixed-start state of every pool (reservations, holds, due tasks, misses), the
+schedules (next occurrence, latest, live occurrences) and the parking state.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from hypothesis import strategies as st
 
 from cronoq._options import Resource, _amounts, _labels
 from cronoq.core.autoscale import AutoscaleSettings
+from cronoq.core.cron import parse_cron, zone
 from cronoq.core.engine import Engine
 from cronoq.core.groups import Groups
 from cronoq.core.model import (
@@ -52,6 +61,7 @@ from cronoq.core.model import (
     Snapshot,
     TaskRecord,
 )
+from cronoq.core.recurring import RECURRING_TAG, Recurring
 from cronoq.core.resources import ResourceConfig
 from cronoq.errors import SubmitError
 
@@ -70,9 +80,12 @@ FIELDS = (
     "totals",
     "pools",
     "journal",
+    "recurring",
     "parking",
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
+DEP_KEYS = (*KEYS, "k5")  # dependencies also name a key no task takes (awaited or unknown)
+CONDITIONS = ("success", "complete", "failure")
 KINDS = ("a", "b")
 TENANTS = ("t0", "t1", "t2")
 RESOURCES = ("r0", "r1", "r2", "r3")  # configs name at most three: r3 is always unknown
@@ -107,6 +120,7 @@ OP_WEIGHTS = {
     "heartbeat": (0, 3),
     "cancel": (0, 3),
     "lookup": (0, 2),
+    "dependents": (0, 2),
     "set_capacity": (0, 2),
     "set_group": (0, 3),
     "move": (0, 2),
@@ -116,6 +130,9 @@ OP_WEIGHTS = {
     "resume": (0, 2),
     "delete": (0, 2),
     "snapshot": (0, 2),
+    "add_recurring": (0, 2),
+    "remove_recurring": (0, 1),
+    "resume_recurring": (0, 1),
 }
 # Shutdown ends what a sequence can show: about one sequence in five has one of these.
 RARE_KINDS = ("halt", "abort_running")
@@ -123,6 +140,30 @@ RARE_KINDS = ("halt", "abort_running")
 # Steps of time: round ones that land on timers (backoffs of 0.1-60 s, ttls, retention) and
 # arbitrary ones that exercise the float arithmetic.
 ROUND_STEPS = (0.001, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 4000.0)
+SHORT_STEPS = (0.001, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
+
+# Fixed starts, relative to the submit: past (beyond a tolerance or inside it), now, near, far.
+START_OFFSETS = (-60.0, -5.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0, 600.0)
+TOLERANCES = (0.0, 0.5, 1.0, 5.0, 30.0)
+ON_MISS = ("run_late", "skip", "fail")
+# Recurring schedules: names (re-adding one replaces it), template keys (two schedules with
+# one key share occurrences), expressions (intervals of seconds to hours, minutes the zone's
+# offset moves) and zones (offsets of quarter and half hours, DST).
+SCHEDULES = ("r0", "r1", "r2")
+SCHEDULE_KEYS = ("s0", "s1")
+OVERLAPS = ("skip", "allow")
+FAST_CRONS = 3  # the first ones: several occurrences in a sequence's minutes
+CRONS = (
+    "*/5 * * * * *",
+    "*/2 * * * * *",
+    "7,37 * * * * *",
+    "0 * * * * *",
+    "*/3 * * * *",
+    "30 * * * *",
+    "@hourly",
+    "15 */2 * * * *",
+)
+ZONES = (None, "UTC", "Asia/Kathmandu", "America/St_Johns", "Europe/Berlin", "Pacific/Chatham")
 
 
 def _retry() -> st.SearchStrategy[tuple[int, float, float, float, bool]]:
@@ -181,9 +222,11 @@ def _autoscale(rnd: random.Random) -> tuple[Any, ...]:
 
 
 def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
-    """A pool's (min, max, autoscale, fair_share, tenant weights as (tenant, weight) pairs),
-    expanded from one drawn seed: drawing each through hypothesis doubles a sequence's cost.
-    `focus` ("autoscale", "fair") gives every pool that feature."""
+    """A pool's (min, max, autoscale, fair_share, tenant weights as (tenant, weight) pairs,
+    unknown_dependency, await_timeout, reservable fraction), expanded from one drawn seed:
+    drawing each through hypothesis doubles a sequence's cost. `focus` ("autoscale", "fair")
+    gives every pool that feature; "deps" makes every pool await unknown keys; "fixed" leaves
+    room for more reservations."""
     rnd = random.Random(seed)
     lo = rnd.randint(0, 2)
     weights = [
@@ -192,12 +235,26 @@ def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
     ]
     scaled = focus == "autoscale" or rnd.random() < 0.4
     fair = focus == "fair" or rnd.random() < 0.5
-    return (lo, lo + rnd.randint(0, 6), _autoscale(rnd) if scaled else None, fair, weights)
+    hi = lo + rnd.randint(0, 6) + (4 if focus == "fixed" else 0)
+    unknown = "await" if focus == "deps" or rnd.random() < 0.5 else "reject"
+    timeout = rnd.choice((None, None, -1.0, 0.0, 0.5, 3.0, 30.0))
+    fraction = rnd.choice((0.0, 0.25, 0.5, 1.0))
+    return (
+        lo,
+        hi,
+        _autoscale(rnd) if scaled else None,
+        fair,
+        weights,
+        unknown,
+        timeout,
+        fraction,
+    )
 
 
 def _pool(i: int, focus: str | None) -> st.SearchStrategy[tuple[Any, ...]]:
     """(name, capacity, ttl, retry, duration, max_pending, overflow, cost, min, max,
-    autoscale, fair_share, tenant weights): the last five from `_extras`."""
+    autoscale, fair_share, tenant weights, unknown_dependency, await_timeout, reservable
+    fraction): the last eight from `_extras`."""
     return st.tuples(
         st.just(f"p{i}"),
         st.integers(0, 4),
@@ -256,16 +313,44 @@ class _Ops:
         rnd: random.Random,
         pools: int,
         classes: Sequence[int],
+        focus: str | None,
         resources: Sequence[str] = (),
         labels: float = 0.0,
     ) -> None:
         self.rnd = rnd
         self.pools = pools
         self.classes = classes
+        self.focus = focus
+        self.fixed = 0.6 if focus == "fixed" else 0.15  # the share of fixed-start submits
+        # the share of tasks submitted with dependencies
+        self.dep_rate = 0.6 if focus == "deps" else 0.3 if focus == "fixed" else 0.2
+        self.submitted = 0  # tasks submitted so far, at most: ids to depend on
         self.names = resources or RESOURCES  # the resources configured
         # the share of tasks asking for resources (some ask for unknown ones in any case)
         self.resources = rnd.choice((0.3, 0.6, 0.9)) if resources else 0.05
         self.labels = labels  # the share of tasks with labels
+
+    def target(self) -> int | str:
+        """A task to depend on or to ask the dependents of: a recent id (about 3/5 of the
+        tasks submitted get one, the others fail or find their key taken; some ids named are
+        not given yet) or a key (taken, awaited or never taken)."""
+        rnd = self.rnd
+        if rnd.random() < 0.4:
+            return rnd.choice(DEP_KEYS)
+        recent = self.submitted * 3 // 5
+        return rnd.randint(max(1, recent - 6), recent + 1)
+
+    def deps(self, mates: Sequence[str]) -> list[tuple[int | str, str]] | None:
+        """1-3 edges (mostly one), on `target()`s or on batch-mates' keys (`mates`, their
+        own included: a cycle), with any condition."""
+        rnd = self.rnd
+        if rnd.random() >= self.dep_rate:
+            return None
+        out: list[tuple[int | str, str]] = []
+        for _ in range(rnd.choice((1, 1, 1, 2, 3))):
+            target = rnd.choice(mates) if mates and rnd.random() < 0.4 else self.target()
+            out.append((target, rnd.choice(CONDITIONS)))
+        return out
 
     def opt(self, values: Sequence[Any]) -> Any:
         return None if self.rnd.random() < 0.5 else self.rnd.choice(values)
@@ -278,7 +363,14 @@ class _Ops:
 
     def step(self) -> float:
         rnd = self.rnd
-        return rnd.choice(ROUND_STEPS) if rnd.random() < 0.6 else rnd.uniform(0.0, 50.0)
+        r = rnd.random()
+        if self.focus == "fixed":
+            # Mostly short steps, so that occurrences are created ahead of their time and
+            # overlap; now and then a jump past every tolerance.
+            if r < 0.05:
+                return rnd.choice((30.0, 60.0, 4000.0))
+            return rnd.choice(SHORT_STEPS) if r < 0.7 else rnd.uniform(0.0, 8.0)
+        return rnd.choice(ROUND_STEPS) if r < 0.6 else rnd.uniform(0.0, 50.0)
 
     def retry(self) -> tuple[int, float, float, float, bool] | None:
         rnd = self.rnd
@@ -308,23 +400,57 @@ class _Ops:
             pairs.append((name, amount))
         return pairs
 
-    def spec(self, now: float) -> tuple[Any, ...]:
-        """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant,
-        resources, labels)."""
+    def spec(self, now: float, key: str | None, mates: Sequence[str] = ()) -> tuple[Any, ...]:
+        """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant, fixed
+        start as (start_at, tolerance, on_miss) or None, deps, resources, labels)."""
         rnd = self.rnd
         deadline = self.seconds()
         return (
             self.pool(),
             rnd.choice(self.classes),
             rnd.choice(KINDS),
-            self.opt(KEYS),
+            key,
             None if deadline is None else now + deadline,
             self.opt((0.0, 0.5, 2.0)),
             self.opt((0.5, 1.0, 4.0)),
             self.retry(),
             None if rnd.random() < 0.25 else rnd.choice(TENANTS),
+            self.start(now),
+            self.deps(mates),
             self.amounts() if rnd.random() < self.resources else None,
             rnd.choice(TASK_LABELS) if rnd.random() < self.labels else None,
+        )
+
+    def start(self, now: float) -> tuple[float, float, str] | None:
+        rnd = self.rnd
+        if rnd.random() >= self.fixed:
+            return None
+        offset = rnd.choice(START_OFFSETS) if rnd.random() < 0.7 else rnd.uniform(-40.0, 100.0)
+        return (now + offset, rnd.choice(TOLERANCES), rnd.choice(ON_MISS))
+
+    def schedule(self) -> tuple[Any, ...]:
+        """(name, cron, zone, template as (pool, class, kind, key, deadline_in, duration
+        hint, timeout, retry, tenant), overlap, tolerance, on_miss)."""
+        rnd = self.rnd
+        template = (
+            self.pool(),
+            rnd.choice(self.classes),
+            rnd.choice(KINDS),
+            self.opt(SCHEDULE_KEYS),
+            self.opt((0.5, 5.0)),
+            self.opt((0.0, 0.5, 2.0)),
+            self.opt((0.5, 1.0, 4.0)),
+            self.retry(),
+            None if rnd.random() < 0.25 else rnd.choice(TENANTS),
+        )
+        return (
+            rnd.choice(SCHEDULES),
+            rnd.choice(CRONS[:FAST_CRONS] if rnd.random() < 0.6 else CRONS),
+            rnd.choice(ZONES),
+            template,
+            rnd.choice(OVERLAPS),
+            rnd.choice((0.0, 0.5, 1.0, 3.0, 10.0)),
+            rnd.choice(ON_MISS),
         )
 
     def pick(self) -> int:
@@ -337,9 +463,15 @@ class _Ops:
     def op(self, kind: str, now: float) -> Op:
         rnd = self.rnd
         if kind == "submit":
-            return ("submit", now, *self.spec(now))
+            spec = self.spec(now, self.opt(KEYS))
+            self.submitted += 1
+            return ("submit", now, *spec)
         if kind == "batch":
-            return ("batch", now, [self.spec(now) for _ in range(rnd.randint(0, 4))])
+            keys = [self.opt(KEYS) for _ in range(rnd.randint(0, 4))]
+            mates = [k for k in keys if k is not None]
+            specs = [self.spec(now, key, mates) for key in keys]
+            self.submitted += len(specs)
+            return ("batch", now, specs)
         if kind in ("complete", "heartbeat"):
             return (kind, now, self.pick())
         if kind == "fail":
@@ -348,6 +480,8 @@ class _Ops:
             return ("fail", now, self.pick(), message, rnd.random() < 0.3, retry_after)
         if kind in ("cancel", "lookup"):
             return (kind, now, self.ref())
+        if kind == "dependents":
+            return (kind, now, self.target())
         if kind == "set_capacity":
             return (kind, now, self.pool(), rnd.randint(0, 4))
         if kind == "set_group":
@@ -362,6 +496,17 @@ class _Ops:
             return (kind, now, self.pool())
         if kind == "delete":
             return (kind, now, [rnd.randint(1, MAX_ID) for _ in range(rnd.randint(0, 4))])
+        if kind == "add_recurring":
+            return (kind, now, *self.schedule())
+        if kind == "resume_recurring":
+            # as a store gives it back: the next occurrence it kept (maybe passed meanwhile)
+            # and the latest created (maybe gone)
+            next_time = self.opt((-30.0, -1.0, 0.0, 0.5, 5.0, 60.0))
+            last = self.opt(range(1, MAX_ID + 1))
+            at = None if next_time is None else now + next_time
+            return (kind, now, *self.schedule(), at, last)
+        if kind == "remove_recurring":
+            return (kind, now, rnd.choice(SCHEDULES))
         return (kind, now)  # dispatch, advance, halt, abort_running
 
 
@@ -369,22 +514,29 @@ class _Ops:
 def scenarios(
     draw: st.DrawFn, max_ops: int = 80, focus: str | None = None
 ) -> tuple[Config, list[Op]]:
-    """A configuration and the operations to run on it (`focus`: see `_extras`; "park":
-    every configuration has resources, and tasks ask for them and carry labels often)."""
+    """A configuration and the operations to run on it. `focus`: "autoscale" or "fair" in
+    every pool (`_extras`), "fixed": most submits with a fixed start, a schedule in every
+    sequence, dispatches enough to create occurrences, short steps of time (`_Ops.step`), or
+    "park": every configuration has resources, and tasks ask for them and carry labels often."""
     config = draw(configs(focus))
     kinds = list(OP_WEIGHTS)
     weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]
     for kind in RARE_KINDS:
         kinds.append(kind)
         weights.append(0.1 if draw(st.integers(0, 9)) == 0 else 0.0)
+    if focus == "fixed":  # a schedule in every sequence, and dispatches to create occurrences
+        weights[kinds.index("add_recurring")] = draw(st.integers(1, 2))
+        weights[kinds.index("dispatch")] = draw(st.integers(3, 8))
     n = draw(st.integers(1, max_ops))
     rnd = random.Random(draw(st.integers(0, 2**32)))
     # Fair share: tenants contend within a class, so crowd the tasks into two.
+    classes = (1, 2) if focus == "fair" else range(4)
     park = focus == "park"
     gen = _Ops(
         rnd,
         len(config[5]),
-        (1, 2) if focus == "fair" else range(4),
+        classes,
+        focus,
         resources=[r[0] for r in config[7]],
         labels=rnd.choice((0.0, 0.3, 0.6)) if park else rnd.choice((0.0, 0.0, 0.2)),
     )
@@ -435,6 +587,9 @@ def make_engine(config: Config) -> Engine:
             autoscale=_settings(p[10]),
             fair_share=p[11],
             tenant_weights=dict(p[12]),
+            unknown_dependency=p[13],
+            await_timeout=p[14],
+            reservable_fraction=p[15],
         )
         for p in pools
     ]
@@ -460,11 +615,40 @@ def _parked(r: TaskRecord) -> str | None:
     return "group" if isinstance(r.parked, Groups) else r.parked.name
 
 
+def deps_row(e: Extras | None) -> tuple[Any, ...]:
+    """The dependency fields of a record's extras: the edges as submitted, the unmet count,
+    the keys awaited (sorted: a set), the resolved edges (parent id or None, awaited key or
+    None, condition) or None, the awaited keys' parents and the waiting children."""
+    if e is None:
+        return (None, 0, (), None, (), ())
+    return (
+        None if e.deps is None else tuple(e.deps),
+        e.waiting,
+        tuple(sorted(e.awaits or ())),
+        None
+        if e.resolved is None
+        else tuple((None if p is None else p.id, k, on) for p, k, on in e.resolved),
+        tuple(p.id for p in e.parents or ()),
+        tuple((c.id, on) for c, on in e.children or ()),
+    )
+
+
 def record_row(r: TaskRecord) -> tuple[Any, ...]:
     history = tuple(
         (p.number, p.started_at, p.ended_at, p.outcome, p.message) for p in r.past_attempts
     )
     extra = r.extra
+    fixed = None
+    if extra is not None and extra.start_at is not None:
+        fixed = (
+            extra.start_at,
+            extra.tolerance,
+            extra.on_miss,
+            extra.held,
+            extra.due,
+            extra.fixed_done,
+            extra.recurring is not None,
+        )
     return (
         r.id,
         r.seq,
@@ -487,6 +671,9 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         r.finished_at,
         None if r.running is None else r.running.lease,
         history,
+        fixed,
+        None if r.tags is None else r.tags.get(RECURRING_TAG),
+        deps_row(r.extra),
         None if r.labels is None else list(r.labels.items()),
         None if extra is None or extra.resources is None else list(extra.resources.items()),
         _parked(r),
@@ -545,22 +732,25 @@ def parking_row(eng: Engine) -> tuple[Any, ...]:
 
 
 def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
-    """The snapshot's fields that the Rust core has (not those of fixed starts)."""
+    """The snapshot's fields that the Rust core has (all but those of worker groups)."""
     pools = [
         (
             p.name,
             p.capacity,
             p.busy,
+            p.held,
             p.desired,
             p.pending,
             list(p.pending_by_class),
             p.ready,
+            p.reservations,
             p.window,
             p.dispatched,
             p.succeeded,
             p.failed,
             p.retried,
             p.priority_adherence,
+            p.fixed_start_hit_rate,
             p.utilization,
             p.schedule_efficiency,
             p.wait_mean,
@@ -582,12 +772,15 @@ def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
 def _record(spec: Sequence[Any]) -> TaskRecord:
     """The record the edge (cronoq._options) builds: amounts checked (0 is invalid), an
     empty mapping of resources or labels dropped."""
-    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, resources, labels = spec
+    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, start, deps, resources, labels = (
+        spec
+    )
+    amounts = None if resources is None else _amounts(dict(resources))
     extra = None
-    if resources is not None:
-        amounts = _amounts(dict(resources))
-        if amounts:
-            extra = Extras(resources=amounts)
+    if start is not None or deps is not None or amounts:
+        extra = Extras(deps=None if deps is None else list(deps), resources=amounts or None)
+        if start is not None:
+            extra.start_at, extra.tolerance, extra.on_miss = start
     return TaskRecord(
         None,
         pool,
@@ -601,6 +794,30 @@ def _record(spec: Sequence[Any]) -> TaskRecord:
         tenant=tenant,
         labels=None if labels is None else _labels(dict(labels)),
         extra=extra,
+    )
+
+
+def _schedule(op: Sequence[Any]) -> Recurring:
+    """The schedule of an add_recurring or resume_recurring operation (`_Ops.schedule`)."""
+    name, expr, tz, template, overlap, tolerance, on_miss = op[:7]
+    pool, cls, kind, key, deadline_in, hint, timeout, retry, tenant = template
+    return Recurring(
+        name=name,
+        spec=parse_cron(expr),
+        tz=zone(tz),
+        payload=None,
+        pool=pool,
+        cls=cls,
+        kind=kind,
+        key=key,
+        tenant=tenant,
+        deadline_in=deadline_in,
+        duration_hint=hint,
+        timeout=timeout,
+        retry=_policy(retry),
+        overlap=overlap,
+        tolerance=tolerance,
+        on_miss=on_miss,
     )
 
 
@@ -651,6 +868,9 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
         elif kind == "lookup":
             found = eng.lookup(op[2])
             result = None if found is None else record_row(found)
+        elif kind == "dependents":
+            found = eng.lookup(op[2])
+            result = None if found is None else [(c.id, on) for c, on in eng.dependents(found)]
         elif kind == "set_capacity":
             eng.set_capacity(op[2], op[3], now)
         elif kind == "set_group":
@@ -677,6 +897,12 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
         elif kind == "snapshot":
             levels = [r.level(now) for r in eng.resources.values()]
             result = (snapshot_row(eng.snapshot(now)), levels)
+        elif kind == "add_recurring":
+            eng.add_recurring(_schedule(op[2:]), now)
+        elif kind == "resume_recurring":
+            eng.resume_recurring(_schedule(op[2:]), op[9], op[10], now)
+        elif kind == "remove_recurring":
+            result = eng.remove_recurring(op[2], now)
         acts = eng.take()
         for a in acts.starts:
             attempts[a.lease] = a
@@ -707,19 +933,38 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                         sorted(p.durations.items()),
                         p.desired(),
                         p.arrivals,
+                        p.reservation_limit,
+                        p.holds,
+                        list(p.unready_by_class),
+                        sorted((rec.id, lo, hi) for rec, (lo, hi) in p.reservations.items()),
+                        sorted((start, seq, rec.id) for start, seq, rec in p.due),
+                        [rec.id for rec in p.misses],
                     )
                     for p in eng.pools.values()
                 ],
                 (
                     [record_row(r) for r in journal.added],
                     [record_row(r) for r in journal.changed.values()],
+                    [
+                        (name, s.next_time, _id(s.last))
+                        for name, s in journal.schedules.items()
+                        if eng.recurring.get(name) is s
+                    ],
                     list(journal.pools.items()),
                     list(journal.deleted),
                 ),
+                [
+                    (s.name, s.next_time, _id(s.last), [r.id for r in s.recent])
+                    for s in eng.recurring.values()
+                ],
                 parking_row(eng),
             )
         )
     return trace
+
+
+def _id(rec: TaskRecord | None) -> int | None:
+    return None if rec is None else rec.id
 
 
 # --- comparing --------------------------------------------------------------------------------

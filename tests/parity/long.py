@@ -1,10 +1,11 @@
 """A long differential run of the engines (tests/parity/engine_ops.py), on demand:
 
-    python tests/parity/long.py --ops 1000000 [--focus autoscale|fair|park]
+    python tests/parity/long.py --ops 1000000 [--focus autoscale|fair|fixed|deps|park]
 
 builds the Rust module as the suite does, then compares sequences drawn by the suite's
 strategies until at least that many operations were compared (`--focus`: every pool autoscaled,
-or with fair share, or resources and worker groups everywhere); prints the counts and the first
+or with fair share, or fixed starts and recurring schedules in every sequence, or most tasks
+with dependencies, or resources and worker groups everywhere); prints the counts and the first
 difference, if any (exit status 1)."""
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def main() -> int:
     parser.add_argument("--ops", type=int, default=1_000_000, help="operations to compare")
     parser.add_argument("--max-ops", type=int, default=200, help="longest sequence")
     parser.add_argument(
-        "--focus", choices=("autoscale", "fair", "park"), help="one feature everywhere"
+        "--focus",
+        choices=("autoscale", "fair", "fixed", "deps", "park"),
+        help="one feature throughout",
     )
     args = parser.parse_args()
     core_py = core_module()

@@ -3,9 +3,10 @@ operation sequences (parity/engine_ops.py), both engines run them, and every ope
 value, actions, next wake-up, counters and journal must be equal, field by field.
 
 A run compares 2,000 sequences of every feature (some 60k operations) and 150 each where every
-pool is autoscaled or has fair share (some 6-7k operations each), about 25 s on this 2-core
-machine when it is quiet; CRONOQ_PARITY_SCALE=N: N times as many; `python
-tests/parity/long.py --ops 1000000` runs a long one on fresh seeds."""
+pool is autoscaled or has fair share, or where fixed starts and recurring schedules abound, or
+most tasks have dependencies (some 6-8k operations each), about 35 s on this 2-core machine
+when it is quiet; CRONOQ_PARITY_SCALE=N: N times as many; `python tests/parity/long.py --ops
+1000000` runs a long one on fresh seeds."""
 
 from __future__ import annotations
 
@@ -46,12 +47,33 @@ def test_fair_share_pools_decide_the_same(
     check(core_py, *scenario)
 
 
+@examples(150)
+@given(scenarios(max_ops=200, focus="fixed"))
+def test_fixed_starts_and_schedules_decide_the_same(
+    core_py: ModuleType, scenario: tuple[Config, list[Op]]
+) -> None:
+    """Most submits with a fixed start, schedules in every sequence, short steps of time (so
+    occurrences are created ahead of their time and overlap) and jumps past tolerances."""
+    check(core_py, *scenario)
+
+
+@examples(150)
+@given(scenarios(max_ops=200, focus="deps"))
+def test_dependencies_decide_the_same(
+    core_py: ModuleType, scenario: tuple[Config, list[Op]]
+) -> None:
+    """Most tasks with dependencies and every pool awaiting unknown keys: blocking, releases,
+    skips and their cascades, await timeouts, batches' forward references and cycles."""
+    check(core_py, *scenario)
+
+
 def _config(
     *, elastic: bool = True, resources: Sequence[tuple[object, ...]] = (), **pool: object
 ) -> Config:
     base = {"name": "p0", "capacity": 1, "ttl": None, "retry": None, "duration": 1.0}
     base |= {"max_pending": None, "overflow": "wait", "cost": 0.5, "min": 1, "max": 10}
-    base |= {"autoscale": None, "fair_share": False, "weights": []} | pool
+    base |= {"autoscale": None, "fair_share": False, "weights": []}
+    base |= {"unknown_dependency": "reject", "await_timeout": None, "fraction": 0.5} | pool
     scoring = ((10000.0, 1000.0, 100.0, 10.0), 2.0, 800.0, 5.0, 5000.0, 10.0, 4000.0)
     return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic, list(resources))
 
@@ -62,10 +84,12 @@ def _spec(
     key: str | None = None,
     deadline: float | None = None,
     tenant: str | None = None,
+    start: tuple[float, float, str] | None = None,
+    deps: list[tuple[int | str, str]] | None = None,
     resources: list[tuple[str, int]] | None = None,
     labels: list[tuple[str, str]] | None = None,
 ) -> tuple[object, ...]:
-    return ("p0", cls, "a", key, deadline, None, None, None, tenant, resources, labels)
+    return ("p0", cls, "a", key, deadline, None, None, None, tenant, start, deps, resources, labels)
 
 
 def test_a_retry_with_jitter_and_its_timer(core_py: ModuleType) -> None:
@@ -164,6 +188,254 @@ def test_a_tenant_weight_is_refused_with_the_same_message(core_py: ModuleType) -
         assert str(python.value) == str(rust.value) == "tenant weights must be finite and > 0"
     # Without fair share the weights are not read, in either engine.
     check(core_py, _config(weights=[("t0", 0.0)]), [("submit", 0.0, *_spec(2, tenant="t0"))])
+
+
+def _statuses(config: Config, ops: list[Op]) -> dict[int, str]:
+    """Each task's status at the end, from the Python run's journal."""
+    out: dict[int, str] = {}
+    for step in run_python(config, ops):
+        for row in step[9][0] + step[9][1]:
+            out[row[0]] = row[10]
+    return out
+
+
+def test_a_fixed_start_holds_its_slot_and_each_on_miss_applies(core_py: ModuleType) -> None:
+    """The slot is held from start - lead (plain tasks wait), the start is on time; tasks
+    whose start passed beyond their tolerance are missed, failed or run late."""
+    ops: list[Op] = [
+        ("submit", 0.0, *_spec(2, start=(5.0, 1.0, "skip"))),
+        ("submit", 0.0, *_spec(3, start=(2.0, 0.5, "skip"))),
+        ("advance", 4.0),
+        ("submit", 4.0, *_spec(0)),
+        ("dispatch", 4.0),  # the slot is held: the plain task waits
+        ("advance", 5.0),
+        ("dispatch", 5.0),
+        ("snapshot", 5.0),
+        ("set_capacity", 5.0, "p0", 0),
+        ("submit", 5.0, *_spec(2, start=(6.0, 1.0, "skip"))),
+        ("submit", 5.0, *_spec(2, start=(6.0, 1.0, "fail"))),
+        ("submit", 5.0, *_spec(2, start=(6.0, 1.0, "run_late"))),
+        ("submit", 5.0, *_spec(2, start=(1.0, 1.0, "fail"))),  # past its tolerance already
+        ("advance", 6.5),
+        ("advance", 60.0),
+        ("dispatch", 60.0),
+        ("set_capacity", 60.0, "p0", 2),
+        ("dispatch", 60.0),
+        ("snapshot", 60.0),
+    ]
+    config = _config(max=10)
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert trace[4][1] == [] and trace[6][1][0][0] == 1, "held at 4.0, started at 5.0"
+    assert _statuses(config, ops) == {
+        1: "running",
+        2: "missed",
+        3: "ready",  # the due run_late task took the second slot first
+        4: "missed",
+        5: "failed",
+        6: "running",
+        7: "failed",
+    }
+
+
+def test_reservations_count_batch_mates_and_the_admitted(core_py: ModuleType) -> None:
+    """Limit 1 (max 2 x 0.5): overlapping reservations conflict, in a batch and one by one;
+    touching ones do not."""
+    fixed = [_spec(2, start=(10.0, 1.0, "skip")), _spec(2, start=(11.5, 1.0, "skip"))]
+    ops: list[Op] = [
+        ("batch", 0.0, fixed),
+        ("submit", 0.0, *_spec(2, start=(10.0, 1.0, "skip"))),
+        ("submit", 0.0, *_spec(2, start=(12.0, 0.0, "skip"))),  # [9, 12) and [12, 13)
+        ("submit", 0.0, *_spec(2, start=(12.5, 0.0, "skip"))),
+        ("snapshot", 0.0),
+    ]
+    config = _config(max=2)
+    check(core_py, config, ops)
+    results = [step[0] for step in run_python(config, ops)]
+    conflict = ("err", "reservation_conflict", "fixed-start reservation conflict")
+    assert results[:4] == [conflict, ("ok", 1, False), ("ok", 2, False), conflict]
+
+
+def _schedule(name: str, cron: str, overlap: str, key: str | None = "s0") -> tuple[object, ...]:
+    """(name, cron, zone, template, overlap, tolerance, on_miss) as engine_ops draws them."""
+    template = ("p0", 2, "a", key, None, None, None, None, None)
+    return (name, cron, "Asia/Kathmandu", template, overlap, 1.0, "skip")
+
+
+def test_an_occurrence_overlapping_a_running_one_is_skipped(core_py: ModuleType) -> None:
+    """Every 5 s, never completed: with skip the second occurrence is skipped at its start;
+    with allow both run (two slots)."""
+    for overlap, skipped in (("skip", 1), ("allow", 0)):
+        ops: list[Op] = [("add_recurring", 0.0, *_schedule("r0", "*/5 * * * * *", overlap))]
+        for i in range(1, 13):
+            ops += [("advance", float(i)), ("dispatch", float(i))]
+        config = _config(capacity=2)
+        check(core_py, config, ops)
+        trace = run_python(config, ops)
+        assert trace[-1][7][10] == skipped  # totals["skipped"]
+
+
+def test_schedules_removed_replaced_and_resumed(core_py: ModuleType) -> None:
+    """Removing cancels the occurrences not started and frees their keys; adding the name
+    again creates them anew; a resumed schedule takes the occurrences of its name over and
+    creates a passed occurrence at once; a pause across a start lets it be missed."""
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        ("add_recurring", 0.0, *_schedule("r0", "*/5 * * * * *", "allow")),
+        ("add_recurring", 0.0, *_schedule("r1", "*/2 * * * * *", "skip", key=None)),
+        ("advance", 3.0),
+        ("dispatch", 3.0),
+        ("remove_recurring", 3.0, "r0"),
+        ("remove_recurring", 3.0, "r0"),
+        ("add_recurring", 3.5, *_schedule("r0", "*/5 * * * * *", "allow")),
+        ("advance", 3.5),
+        ("dispatch", 3.5),
+        ("lookup", 3.5, "s0@1970-01-01T00:00:05Z"),
+        ("resume_recurring", 4.0, *_schedule("r1", "*/2 * * * * *", "skip"), 2.0, 2),
+        ("advance", 4.0),
+        ("dispatch", 4.0),
+        ("pause", 4.0, "p0"),
+        ("set_capacity", 4.0, "p0", 1),
+        ("advance", 30.0),
+        ("dispatch", 30.0),
+        ("resume", 30.0, "p0"),
+        ("dispatch", 30.0),
+    ]
+    config = _config()
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert [step[0] for step in trace[5:7]] == [True, False]
+    assert trace[10][0] is not None, "the key freed by the removal is taken again"
+
+
+def test_a_start_checks_the_schedule_that_created_it(core_py: ModuleType) -> None:
+    """Occurrence 1 (of a schedule with overlap allow) runs; the name is added again with
+    overlap skip, whose occurrence 2 then waits for its start; a resume under the name takes
+    both over. At its start occurrence 2 asks the schedule that created it, which never knew
+    occurrence 1: it starts (asking the resumed one would skip it)."""
+    allow = _schedule("r0", "*/5 * * * * *", "allow", key=None)
+    skip = _schedule("r0", "*/5 * * * * *", "skip", key=None)
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 2),
+        ("add_recurring", 0.0, *allow),
+        ("advance", 4.0),
+        ("dispatch", 4.0),
+        ("advance", 5.0),
+        ("dispatch", 5.0),
+        ("add_recurring", 5.5, *skip),
+        ("advance", 8.0),
+        ("dispatch", 8.0),
+        ("resume_recurring", 8.5, *skip, None, None),
+        ("advance", 10.0),
+        ("dispatch", 10.0),
+    ]
+    config = _config()
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert trace[-1][10] == [("r0", None, 2, [1, 2])]
+    assert [a[0] for a in trace[-1][1]] == [2] and trace[-1][7][10] == 0
+
+
+def test_dependencies_block_release_and_skip_alike(core_py: ModuleType) -> None:
+    """A batch with forward references (parents admitted first, ids in batch order), a
+    cycle and a duplicate key refused whole, awaited keys linked or timed out, releases and
+    a skip cascade, dependents, and delete keeping what a live task depends on."""
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        (
+            "batch",
+            0.0,
+            [
+                _spec(2, key="a", deps=[("b", "success")]),
+                _spec(2, key="b", deps=[("c", "complete"), ("late", "success")]),
+                _spec(2, key="c"),
+            ],
+        ),
+        (
+            "batch",
+            0.0,
+            [
+                _spec(2, key="d", deps=[("e", "success")]),
+                _spec(2, key="e", deps=[("d", "success")]),
+            ],
+        ),
+        ("batch", 0.0, [_spec(2, key="d"), _spec(2, key="d")]),
+        ("submit", 0.5, *_spec(1, key="x", deps=[("a", "success")])),
+        ("submit", 0.5, *_spec(1, deps=[("never", "complete"), (3, "complete")])),
+        ("submit", 0.5, *_spec(1, key="late", deps=[("x", "success")])),
+        ("dependents", 0.5, "c"),
+        ("set_capacity", 1.0, "p0", 1),
+        ("dispatch", 1.0),
+        ("complete", 1.5, 0),
+        ("submit", 2.0, *_spec(2, key="late")),
+        ("dispatch", 2.0),
+        ("fail", 2.5, 0, "boom", True, None),
+        ("dependents", 2.5, 2),
+        ("delete", 3.0, [1, 2, 3, 4, 5, 6, 7]),
+        ("advance", 11.0),
+        ("dispatch", 11.0),
+        ("cancel", 11.0, "c"),
+        ("lookup", 11.0, 2),
+    ]
+    config = _config(unknown_dependency="await", await_timeout=10.0)
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert trace[1][0] == ("ok", [(1, False), (2, False), (3, False)])
+    assert [r[0] for r in trace[1][9][0]] == [3, 2, 1], "parents first"
+    assert trace[2][0] == ("err", "cycle", "dependency cycle")
+    assert trace[3][0][:2] == ("err", "duplicate_key_in_batch")
+    assert trace[6][0] == ("err", "cycle", "dependency cycle"), "late is awaited by b"
+    assert trace[7][0] == [(2, "complete"), (5, "complete")]
+    assert trace[15][0] == [1, 2, 4, 6], "c (3) stays: 5 depends on it"
+    skipped = [(r[0], r[12]) for step in trace for r in step[3] if r[10] == "skipped"]
+    assert skipped == [
+        (2, "dependency 6 ended as failed"),
+        (1, "dependency 2 ended as skipped"),
+        (4, "dependency 1 ended as skipped"),
+        (5, "timed out awaiting unknown dependency"),
+    ]
+
+
+def test_a_parent_forgotten_during_its_childs_submit_still_decides(core_py: ModuleType) -> None:
+    """The victim a submit sheds is its task's parent and is forgotten at once (retention_max
+    0); in a batch, a skipped batch-mate parent is forgotten before its child is attached."""
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        ("submit", 0.0, *_spec(3)),
+        ("submit", 1.0, *_spec(0, deps=[(1, "complete")])),
+        ("set_capacity", 1.0, "p0", 1),
+        ("dispatch", 1.0),
+        ("submit", 2.0, *_spec(3)),
+        ("submit", 2.0, *_spec(0, deps=[(3, "success")])),
+    ]
+    base = _config(max_pending=1, overflow="shed_lowest")
+    config = (*base[:4], 0, *base[5:])  # retention_max 0
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    assert [(r[0], r[10]) for r in trace[2][3]] == [(1, "shed")]
+    assert trace[4][1][0][0] == 2, "released: any end will do"
+    assert [(r[0], r[10], r[12]) for r in trace[6][3]] == [
+        (3, "shed", "shed under overload"),
+        (4, "skipped", "dependency ended as shed"),
+    ]
+    ops = [
+        ("submit", 0.0, *_spec(2)),
+        ("dispatch", 0.0),
+        ("complete", 0.0, 0),
+        (
+            "batch",
+            1.0,
+            [
+                _spec(2, key="a", deps=[(1, "failure")]),
+                _spec(2, key="c", deps=[(1, "failure")]),
+                _spec(2, deps=[("a", "complete")]),
+            ],
+        ),
+    ]
+    base = _config()
+    config = (*base[:4], 1, *base[5:])  # retention_max 1
+    check(core_py, config, ops)
+    assert run_python(config, ops)[3][9][1][-1][10] == "ready"
 
 
 @examples(150)

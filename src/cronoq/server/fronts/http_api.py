@@ -28,12 +28,13 @@ Slow clients (docs/http.md, "Timeouts"): reading a request is bounded by
 timer (`keepalive_timeout`), armed when a connection opens and again after each response and not
 pushed back by bytes that arrive, closes a connection still waiting for complete headers, an idle
 one included, at that time; no answer is sent. Body: `_read_body` gives it `request_timeout_s`,
-then answers 408 and closes the connection right after it.
+then answers 408, ends its side of the connection and closes it after at most CLOSE_LINGER_S more.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import ssl
@@ -98,8 +99,13 @@ WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # aiohttp's default lingering time: after answering a request whose body was not read (a 401 or
 # a 413 sent before it), how long the server reads and discards what more arrives before it
 # closes the connection (so that a client still sending sees the answer rather than a reset).
-# Capped at limits.request_timeout_s. A 408 closes at once (`_answer_and_close`).
+# Capped at limits.request_timeout_s.
 LINGER_S = 10.0
+# After an answer that closes the connection (a 408 for a body that did not arrive in time, a
+# 400 for a body that cannot be read): how long the server still reads and discards what
+# arrives, its own side already closed, before it closes (`_answer_and_close`). Capped at
+# limits.request_timeout_s.
+CLOSE_LINGER_S = 1.0
 # A standby's connections (docs/http.md, "Connections on a standby"): closed once this old, as
 # seen by a sweep every RECYCLE_EVERY_S (so between RECYCLE_S and RECYCLE_S + RECYCLE_EVERY_S).
 RECYCLE_S = 1.0
@@ -259,7 +265,8 @@ class HttpListener:
             return await handler(request)
         except HttpError as e:
             if e.close:
-                return await _answer_and_close(request, e.response())
+                linger_s = min(CLOSE_LINGER_S, self.app.cfg.limits.request_timeout_s)
+                return await _answer_and_close(request, e.response(), linger_s)
             return e.response()
         except json_messages.BadRequest as e:
             return HttpError(400, str(e)).response()
@@ -457,12 +464,23 @@ class _Recycler:
         return response
 
 
-async def _answer_and_close(request: web.Request, response: web.Response) -> web.Response:
-    """Send `response`, then close the connection at once, without aiohttp's lingering read of
-    a body that did not all come: a stalled body gets its 408 and the close together, at
-    limits.request_timeout_s (docs/http.md, "Timeouts")."""
+async def _answer_and_close(
+    request: web.Request, response: web.Response, linger_s: float
+) -> web.Response:
+    """Send `response`, end the sending side (a TCP half-close; TLS has none), then read and
+    discard what more arrives until the client closes or for `linger_s`, and close. Closing
+    with unread bytes would reset the connection, and a reset can destroy the answer before a
+    client still sending reads it; the short bound keeps a stalled body from holding the
+    connection much past its 408 (docs/http.md, "Timeouts")."""
     await response.prepare(request)
     await response.write_eof()
+    transport = request.transport
+    if transport is not None and transport.can_write_eof():
+        transport.write_eof()
+    with contextlib.suppress(TimeoutError, web.RequestPayloadError, ConnectionError):
+        async with asyncio.timeout(linger_s):
+            while await request.content.readany():
+                pass
     request.protocol.force_close()  # the transport sends what it holds, then closes
     return response
 

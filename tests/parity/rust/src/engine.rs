@@ -4,12 +4,16 @@
 
 use crate::leaves::{SettingsFields, settings};
 use cronoq_core::autoscale::AutoscaleSettings;
-use cronoq_core::model::{Attempt, Lease, RetryPolicy, Scoring, Snapshot, TaskRecord};
+use cronoq_core::cron::{parse_cron, zone};
+use cronoq_core::model::{
+    Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord, py_cmp,
+};
 use cronoq_core::parking::Parked;
-use cronoq_core::vocab::Overflow;
+use cronoq_core::recurring::Recurring;
+use cronoq_core::vocab::{OnMiss, Overflow, Overlap};
 use cronoq_core::{
-    Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, ResourceConfig, TaskRef,
-    TaskSpec,
+    DepOn, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, ResourceConfig, TaskRef,
+    TaskSpec, UnknownDependency,
 };
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyValueError;
@@ -46,6 +50,32 @@ fn retry(t: &Obj<'_>) -> PyResult<Option<RetryPolicy>> {
     .map_err(|e| PyValueError::new_err(e.0))
 }
 
+/// A dependency's target as the suite encodes it: an id (int) or a key (str).
+enum Target {
+    Id(u64),
+    Key(String),
+}
+
+impl Target {
+    fn read(t: &Obj<'_>) -> PyResult<Target> {
+        Ok(match t.extract::<u64>() {
+            Ok(id) => Target::Id(id),
+            Err(_) => Target::Key(t.extract()?),
+        })
+    }
+
+    fn task_ref(&self) -> TaskRef<'_> {
+        match self {
+            Target::Id(id) => TaskRef::Id(*id),
+            Target::Key(key) => TaskRef::Key(key),
+        }
+    }
+}
+
+fn dep_on(name: &str) -> PyResult<DepOn> {
+    DepOn::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown condition {name}")))
+}
+
 /// A submit's options as the suite encodes them, owning the names a `TaskSpec` borrows.
 struct Spec {
     pool: String,
@@ -57,8 +87,14 @@ struct Spec {
     timeout: Option<f64>,
     retry: Option<RetryPolicy>,
     tenant: Option<String>,
+    start: Option<(f64, f64, OnMiss)>,
+    deps: Vec<(Target, DepOn)>,
     resources: Vec<(String, u32)>,
     labels: Option<Vec<(String, String)>>,
+}
+
+fn on_miss(name: &str) -> PyResult<OnMiss> {
+    OnMiss::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown on_miss {name}")))
 }
 
 /// Pairs of names borrowed from owned ones, as `TaskSpec` and the engine's calls take them.
@@ -75,6 +111,10 @@ fn amounts(pairs: &[(String, u32)]) -> Vec<(&str, u32)> {
 
 impl Spec {
     fn read(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Spec> {
+        let start = match item::<Option<(f64, f64, String)>>(t, at + 9)? {
+            None => None,
+            Some((start_at, tolerance, miss)) => Some((start_at, tolerance, on_miss(&miss)?)),
+        };
         Ok(Spec {
             pool: item(t, at)?,
             cls: item(t, at + 1)?,
@@ -85,13 +125,39 @@ impl Spec {
             timeout: item(t, at + 6)?,
             retry: retry(&t.get_item(at + 7)?)?,
             tenant: item(t, at + 8)?,
-            resources: item::<Option<Vec<(String, u32)>>>(t, at + 9)?.unwrap_or_default(),
-            labels: item(t, at + 10)?,
+            start,
+            deps: match t.get_item(at + 10)? {
+                d if d.is_none() => Vec::new(),
+                d => {
+                    let mut out = Vec::new();
+                    for edge in d.cast::<PyList>()?.iter() {
+                        let edge = edge.cast::<PyTuple>()?;
+                        let on: String = item(edge, 1)?;
+                        out.push((Target::read(&edge.get_item(0)?)?, dep_on(&on)?));
+                    }
+                    out
+                }
+            },
+            resources: item::<Option<Vec<(String, u32)>>>(t, at + 11)?.unwrap_or_default(),
+            labels: item(t, at + 12)?,
         })
     }
 
-    /// The spec, borrowing `names` for its resources and labels (`Spec::names`).
-    fn spec<'a>(&'a self, names: &'a Names<'a>) -> TaskSpec<'a> {
+    /// The edges as a `TaskSpec` borrows them.
+    fn edges(&self) -> Vec<(TaskRef<'_>, DepOn)> {
+        self.deps
+            .iter()
+            .map(|(t, on)| (t.task_ref(), *on))
+            .collect()
+    }
+
+    /// The spec, borrowing `edges` (`Spec::edges`) and `names` for its resources and labels
+    /// (`Spec::names`).
+    fn spec<'a>(&'a self, edges: &'a [(TaskRef<'a>, DepOn)], names: &'a Names<'a>) -> TaskSpec<'a> {
+        let (start_at, tolerance, on_miss) = match self.start {
+            Some((at, tolerance, on_miss)) => (Some(at), tolerance, on_miss),
+            None => (None, 1.0, OnMiss::RunLate),
+        };
         TaskSpec {
             pool: &self.pool,
             cls: self.cls,
@@ -102,6 +168,10 @@ impl Spec {
             timeout: self.timeout,
             retry: self.retry,
             tenant: self.tenant.as_deref(),
+            start_at,
+            tolerance,
+            on_miss,
+            deps: edges,
             resources: &names.0,
             labels: names.1.as_deref(),
         }
@@ -128,6 +198,33 @@ fn resource(t: &Bound<'_, PyTuple>) -> PyResult<ResourceConfig> {
         ResourceConfig::token_bucket(name, item(t, 3)?, item(t, 4)?)
     };
     cfg.map_err(|e| PyValueError::new_err(e.0))
+}
+
+/// The schedule of an add_recurring or resume_recurring operation (engine_ops._schedule):
+/// (name, cron, zone, template, overlap, tolerance, on_miss) from `at`.
+fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring> {
+    let name: String = item(t, at)?;
+    let expr: String = item(t, at + 1)?;
+    let tz: Option<String> = item(t, at + 2)?;
+    let spec = parse_cron(&expr).map_err(|e| PyValueError::new_err(e.message().to_owned()))?;
+    let tz = zone(tz.as_deref()).map_err(|e| PyValueError::new_err(e.message().to_owned()))?;
+    let template = t.get_item(at + 3)?;
+    let tpl = template.cast::<PyTuple>()?;
+    let mut sched = Recurring::new(&name, spec, tz, &item::<String>(tpl, 0)?);
+    sched.cls = item(tpl, 1)?;
+    sched.kind = item(tpl, 2)?;
+    sched.key = item(tpl, 3)?;
+    sched.deadline_in = item(tpl, 4)?;
+    sched.duration_hint = item(tpl, 5)?;
+    sched.timeout = item(tpl, 6)?;
+    sched.retry = retry(&tpl.get_item(7)?)?;
+    sched.tenant = item(tpl, 8)?;
+    let overlap: String = item(t, at + 4)?;
+    sched.overlap = Overlap::parse(&overlap)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown overlap {overlap}")))?;
+    sched.tolerance = item(t, at + 5)?;
+    sched.on_miss = on_miss(&item::<String>(t, at + 6)?)?;
+    Ok(sched)
 }
 
 /// `AutoscaleSettings` field by field, as the leaves' suite passes them, or None.
@@ -174,6 +271,11 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         cfg.autoscale = autoscale(&p.get_item(10)?)?;
         cfg.fair_share = item(p, 11)?;
         cfg.tenant_weights = item(p, 12)?;
+        let unknown: String = item(p, 13)?;
+        cfg.unknown_dependency = UnknownDependency::parse(&unknown)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown policy {unknown}")))?;
+        cfg.await_timeout = item(p, 14)?;
+        cfg.reservable_fraction = item(p, 15)?;
         pools.push(cfg);
     }
     let options = EngineOptions {
@@ -195,6 +297,56 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         .map_err(|e| PyValueError::new_err(e.0))
 }
 
+/// engine_ops.deps_row: the dependency fields of the extras.
+fn deps_row<'py>(py: Python<'py>, e: Option<&Extras>) -> PyResult<Obj<'py>> {
+    let Some(e) = e else {
+        let empty = PyTuple::empty(py);
+        return Ok(tup!(py; py.None(), 0u32, &empty, py.None(), &empty, &empty));
+    };
+    let target = |t: &DepTarget| match t {
+        DepTarget::Id(id) => id.into_bound_py_any(py),
+        DepTarget::Key(key) => (**key).into_bound_py_any(py),
+    };
+    let deps = if e.deps.is_empty() {
+        py.None().into_bound(py)
+    } else {
+        let edges: Vec<Obj<'py>> = e
+            .deps
+            .iter()
+            .map(|(t, on)| Ok(tup!(py; target(t)?, on.name())))
+            .collect::<PyResult<_>>()?;
+        PyTuple::new(py, edges)?.into_any()
+    };
+    let mut awaits: Vec<&str> = e.awaits.iter().map(|k| &**k).collect();
+    awaits.sort_unstable();
+    let resolved = match &e.resolved {
+        None => py.None().into_bound(py),
+        Some(edges) => {
+            let rows: Vec<Obj<'py>> = edges
+                .iter()
+                .map(|(r, on)| match r {
+                    Resolved::Parent(id) => Ok(tup!(py; *id, py.None(), on.name())),
+                    Resolved::Awaited(key) => Ok(tup!(py; py.None(), &**key, on.name())),
+                })
+                .collect::<PyResult<_>>()?;
+            PyTuple::new(py, rows)?.into_any()
+        }
+    };
+    let children: Vec<Obj<'py>> = e
+        .children
+        .iter()
+        .map(|(id, on)| Ok(tup!(py; *id, on.name())))
+        .collect::<PyResult<_>>()?;
+    Ok(tup!(py;
+        deps,
+        e.waiting,
+        PyTuple::new(py, awaits)?,
+        resolved,
+        PyTuple::new(py, &e.parents)?,
+        PyTuple::new(py, children)?,
+    ))
+}
+
 fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'py>> {
     let history = PyList::empty(py);
     for p in r.history() {
@@ -202,6 +354,14 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
             tup!(py; p.number, p.started_at, p.ended_at, p.outcome.name(), p.message.as_str()),
         )?;
     }
+    let fixed = match r.extra.as_deref() {
+        Some(e) if e.start_at.is_some() => tup!(py;
+            e.start_at, e.tolerance, e.on_miss.name(), e.held, e.due, e.fixed_done,
+            e.recurring.is_some(),
+        ),
+        _ => py.None().into_bound(py),
+    };
+    let tag = r.extra.as_deref().and_then(|e| e.schedule.as_deref());
     let fields = [
         r.id.into_bound_py_any(py)?,
         r.seq.into_bound_py_any(py)?,
@@ -224,6 +384,9 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
         r.finished_at.into_bound_py_any(py)?,
         r.running.into_bound_py_any(py)?,
         PyTuple::new(py, history)?.into_any(),
+        fixed,
+        tag.into_bound_py_any(py)?,
+        deps_row(py, r.extra.as_deref())?,
         labels(py, r.labels.as_deref())?,
         r.extra
             .as_ref()
@@ -342,16 +505,19 @@ fn snapshot<'py>(py: Python<'py>, s: &Snapshot) -> PyResult<Obj<'py>> {
             (*p.name).into_bound_py_any(py)?,
             p.capacity.into_bound_py_any(py)?,
             p.busy.into_bound_py_any(py)?,
+            p.held.into_bound_py_any(py)?,
             p.desired.into_bound_py_any(py)?,
             p.pending.into_bound_py_any(py)?,
             p.pending_by_class.to_vec().into_bound_py_any(py)?,
             p.ready.into_bound_py_any(py)?,
+            p.reservations.into_bound_py_any(py)?,
             p.window.into_bound_py_any(py)?,
             p.dispatched.into_bound_py_any(py)?,
             p.succeeded.into_bound_py_any(py)?,
             p.failed.into_bound_py_any(py)?,
             p.retried.into_bound_py_any(py)?,
             p.priority_adherence.into_bound_py_any(py)?,
+            p.fixed_start_hit_rate.into_bound_py_any(py)?,
             p.utilization.into_bound_py_any(py)?,
             p.schedule_efficiency.into_bound_py_any(py)?,
             p.wait_mean.into_bound_py_any(py)?,
@@ -407,17 +573,22 @@ fn run_engine<'py>(
         let result: Obj<'py> = match kind.as_str() {
             "submit" => {
                 let spec = Spec::read(t, 2)?;
+                let edges = spec.edges();
                 let names = spec.names();
-                submit_result(py, eng.submit(spec.spec(&names), now))?
+                submit_result(py, eng.submit(spec.spec(&edges, &names), now))?
             }
             "batch" => {
                 let mut owned = Vec::new();
                 for s in t.get_item(2)?.cast::<PyList>()?.iter() {
                     owned.push(Spec::read(s.cast::<PyTuple>()?, 0)?);
                 }
+                let edges: Vec<Vec<(TaskRef<'_>, DepOn)>> = owned.iter().map(Spec::edges).collect();
                 let names: Vec<Names<'_>> = owned.iter().map(Spec::names).collect();
-                let specs: Vec<TaskSpec<'_>> =
-                    owned.iter().zip(&names).map(|(s, n)| s.spec(n)).collect();
+                let specs: Vec<TaskSpec<'_>> = owned
+                    .iter()
+                    .zip(edges.iter().zip(&names))
+                    .map(|(s, (e, n))| s.spec(e, n))
+                    .collect();
                 match eng.submit_batch(&specs, now) {
                     Ok(v) => {
                         let out = PyList::empty(py);
@@ -460,15 +631,22 @@ fn run_engine<'py>(
                 done.into_bound_py_any(py)?
             }
             "lookup" => {
-                let target = t.get_item(2)?;
-                let found = if let Ok(id) = target.extract::<u64>() {
-                    eng.lookup(TaskRef::Id(id))
-                } else {
-                    let key: String = target.extract()?;
-                    eng.lookup(TaskRef::Key(&key))
-                };
-                match found {
+                let target = Target::read(&t.get_item(2)?)?;
+                match eng.lookup(target.task_ref()) {
                     Some(r) => record(py, &eng, r)?,
+                    None => py.None().into_bound(py),
+                }
+            }
+            "dependents" => {
+                let target = Target::read(&t.get_item(2)?)?;
+                match eng.dependents(target.task_ref()) {
+                    Some(children) => {
+                        let out = PyList::empty(py);
+                        for (id, on) in children {
+                            out.append(tup!(py; id, on.name()))?;
+                        }
+                        out.into_any()
+                    }
                     None => py.None().into_bound(py),
                 }
             }
@@ -552,6 +730,20 @@ fn run_engine<'py>(
                 let snap = snapshot(py, &eng.snapshot(now))?;
                 tup!(py; snap, levels)
             }
+            "add_recurring" => {
+                eng.add_recurring(schedule(t, 2)?, now)
+                    .map_err(|e| PyValueError::new_err(e.message))?;
+                py.None().into_bound(py)
+            }
+            "resume_recurring" => {
+                eng.resume_recurring(schedule(t, 2)?, item(t, 9)?, item(t, 10)?, now)
+                    .map_err(|e| PyValueError::new_err(e.message))?;
+                py.None().into_bound(py)
+            }
+            "remove_recurring" => {
+                let name: String = item(t, 2)?;
+                eng.remove_recurring(&name, now).into_bound_py_any(py)?
+            }
             other => return Err(PyValueError::new_err(format!("unknown operation {other}"))),
         };
         let acts = eng.take();
@@ -571,19 +763,38 @@ fn run_engine<'py>(
                 .filter_map(|(k, d)| Some((eng.kind_name(k)?, (*d)?)))
                 .collect();
             durations.sort_by(|a, b| a.0.cmp(b.0));
+            let reservations: Vec<(u64, f64, f64)> = p
+                .reservations
+                .iter()
+                .map(|(&id, &(lo, hi))| (id, lo, hi))
+                .collect();
+            let mut due: Vec<(f64, u64, u64)> =
+                p.due.iter().map(|e| (e.start, e.seq, e.task)).collect();
+            due.sort_by(|a, b| py_cmp(a.0, b.0).then(a.1.cmp(&b.1)));
             pools.append(tup!(py;
                 p.capacity, p.busy, p.pending_by_class.to_vec(), p.retrying_by_class.to_vec(),
                 p.queues.n, p.retries, p.dead_lettered, p.paused, p.learned, durations,
-                p.desired(), p.arrivals
+                p.desired(), p.arrivals, p.reservation_limit, p.holds,
+                p.unready_by_class.to_vec(), reservations, due, p.misses.clone()
             ))?;
         }
         let journal = eng
             .take_journal()
             .expect("the suite's engines keep a journal");
         let jpools: Vec<(&str, bool)> = journal.pools.iter().map(|(n, p)| (&**n, *p)).collect();
+        let jschedules: Vec<(&str, Option<f64>, Option<u64>)> = journal
+            .schedules
+            .iter()
+            .map(|s| (&*s.name, s.next_time, s.last))
+            .collect();
         let journal = tup!(py;
-            records(py, &eng, &journal.added)?, records(py, &eng, &journal.changed)?, jpools, journal.deleted.clone()
+            records(py, &eng, &journal.added)?, records(py, &eng, &journal.changed)?,
+            jschedules, jpools, journal.deleted.clone()
         );
+        let recurring = PyList::empty(py);
+        for s in eng.recurring() {
+            recurring.append(tup!(py; &*s.name, s.next_time(), s.last(), s.recent().to_vec()))?;
+        }
         let totals = totals(eng.totals());
         trace.append(tup!(py;
             result,
@@ -596,6 +807,7 @@ fn run_engine<'py>(
             totals,
             pools,
             journal,
+            recurring,
             parking(py, &eng)?,
         ))?;
     }

@@ -375,8 +375,9 @@ fn days_from_civil(year: i32, month: u32, day: u32) -> i64 {
     era * 146_097 + day_of_era - 719_468
 }
 
-/// Fields (year, month, day, hour, minute, second) of naive wall seconds.
-fn civil(naive: i64) -> (i32, u32, u32, u32, u32, u32) {
+/// Fields (year, month, day, hour, minute, second) of naive wall seconds (also a recurring
+/// occurrence's key, of UTC seconds).
+pub(crate) fn civil(naive: i64) -> (i32, u32, u32, u32, u32, u32) {
     let days = naive.div_euclid(SECONDS_PER_DAY) + 719_468;
     let secs = naive.rem_euclid(SECONDS_PER_DAY);
     let era = days.div_euclid(146_097);

@@ -6,7 +6,8 @@
 //! (attempts to run now), `aborts` (attempts given up on), `finished` (tasks that ended) and
 //! `events` (status changes, as `EngineOptions::event_level` asks). The driver calls
 //! `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry, autoscaler
-//! evaluations, token-bucket refills) and prune retained tasks, `dispatch(now)` to fill free slots, drains the
+//! evaluations, token-bucket refills, fixed starts, recurring occurrences) and prune retained
+//! tasks, `dispatch(now)` to fill free slots (and create the recurring occurrences due), drains the
 //! outbox, and calls back at `next_wake()`: one timer for the whole engine. A driver with a
 //! store also calls `take_journal()` after each turn for the rows to write.
 //!
@@ -24,21 +25,25 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::actions::{Actions, Journal};
+use crate::actions::{Actions, Journal, ScheduleRow};
+use crate::deps::{self, Needed};
 use crate::dispatch::fill;
 use crate::groups::{label_key, labels_of};
 use crate::model::{
     AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Outcome, PoolConfig,
     PoolSnapshot, Scoring, Snapshot, Status, SubmitError, TaskId, TaskRecord, TaskSpec, Totals,
-    UnknownPool, py_repr,
+    UnknownPool, check_seconds, py_repr,
 };
 use crate::parking::{Parking, Wanted, amounts_of, make_groups};
 use crate::pool::PoolState;
+use crate::pyrepr::py_float_repr;
+use crate::recurring::Recurring;
 use crate::resources::ResourceConfig;
 use crate::rng::{MersenneTwister, Random};
+use crate::schedules;
 use crate::state::{EventLevel, State};
 use crate::table::FastBuild;
-use crate::vocab::{NUM_CLASSES, Overflow};
+use crate::vocab::{DepOn, NUM_CLASSES, Overflow};
 
 /// The message of a cancelled task.
 pub const MSG_CANCELLED: &str = "cancelled";
@@ -99,7 +104,7 @@ pub enum TaskRef<'a> {
 /// The scheduling state machine. See the module docs for how a driver uses it.
 #[derive(Debug)]
 pub struct Engine<R = MersenneTwister> {
-    st: State<R>,
+    pub(crate) st: State<R>,
     kinds: HashMap<Arc<str>, KindId, FastBuild>,
     kind_names: Vec<Arc<str>>,
     retention: f64,
@@ -182,6 +187,15 @@ impl<R: Random> Engine<R> {
         self.st.tasks.get(&id)
     }
 
+    /// The live and retained tasks submitted with a dependency on this one (by its id, or by
+    /// its key while it holds it), each with the edge's condition, in id order; None if the
+    /// task is not held. A scan of every held task, for readers: `Extras::children` lists
+    /// only the dependents still waiting.
+    pub fn dependents(&self, r: TaskRef<'_>) -> Option<Vec<(TaskId, DepOn)>> {
+        let rec = self.lookup(r)?;
+        Some(deps::dependents(&self.st.tasks, rec))
+    }
+
     /// The live and retained tasks, in no particular order.
     pub fn tasks(&self) -> impl Iterator<Item = &TaskRecord> {
         self.st.tasks.values()
@@ -236,7 +250,10 @@ impl<R: Random> Engine<R> {
 
     /// Hand the accumulated actions to the driver and start a fresh outbox.
     pub fn take(&mut self) -> Actions {
-        std::mem::take(&mut self.st.out)
+        // The next outbox is sized as this one: a driver in a steady state allocates each
+        // list once per turn instead of growing it.
+        let next = self.st.out.sized_as();
+        std::mem::replace(&mut self.st.out, next)
     }
 
     /// Hand what changed since the last call to a driver with a store (None: the engine
@@ -251,9 +268,24 @@ impl<R: Random> Engine<R> {
                 .expect("a journaled task is held or kept")
                 .clone()
         };
+        let current = &self.st.schedules;
+        let schedules = log
+            .schedules
+            .iter()
+            .filter(|&&(_, id)| current.is_current(id))
+            .map(|(name, _)| {
+                let sched = current.get(name).expect("a current schedule");
+                ScheduleRow {
+                    name: name.clone(),
+                    next_time: sched.next_time(),
+                    last: sched.last(),
+                }
+            })
+            .collect();
         Some(Journal {
             added: log.added.iter().map(row).collect(),
             changed: log.changed.iter().map(row).collect(),
+            schedules,
             pools: log.pools.clone(),
             deleted: log.deleted.clone(),
         })
@@ -261,8 +293,9 @@ impl<R: Random> Engine<R> {
 
     // --- submission --------------------------------------------------------------------------
 
-    /// The record of a spec, with the checks Python's edge makes as it builds one.
-    fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
+    /// The record of a spec, checked as Python's edge checks a submit (unknown pool, class,
+    /// fixed start and tolerance, labels).
+    pub(crate) fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
         let Some(&pool) = self.st.pool_index.get(spec.pool) else {
             let msg = format!("unknown pool {}", py_repr(spec.pool));
             return Err(SubmitError::new("unknown_pool", msg));
@@ -270,6 +303,17 @@ impl<R: Random> Engine<R> {
         if usize::from(spec.cls) >= NUM_CLASSES {
             return Err(SubmitError::new("invalid", "priority must be 0..=3"));
         }
+        if let Some(start) = spec.start_at
+            && !start.is_finite()
+        {
+            let msg = format!(
+                "start_at must be a finite number of Unix seconds (got {})",
+                py_float_repr(start)
+            );
+            return Err(SubmitError::new("invalid", msg));
+        }
+        // (checked even without a fixed start, as Python's edge does)
+        check_seconds("tolerance", spec.tolerance).map_err(|m| SubmitError::new("invalid", m))?;
         let kind = match self.kinds.get(spec.kind) {
             Some(&kind) => kind,
             None => {
@@ -292,24 +336,54 @@ impl<R: Random> Engine<R> {
 
     /// Admit a task; a live or retained key returns (the existing task, true). On an error
     /// nothing changed. The spec is checked first (as Python's edge builds the record before
-    /// the engine sees it), then the key, then its resources.
+    /// the engine sees it), then the key, then its resources, reservation and dependencies. A
+    /// task with dependencies is blocked until they end as its edges ask
+    /// (`unknown_dependency` for an id or key no task holds, unless its pool awaits keys;
+    /// `cycle` for its own key, or an ancestor awaiting its key).
     pub fn submit(&mut self, spec: TaskSpec<'_>, now: f64) -> Result<(TaskId, bool), SubmitError> {
-        let mut rec = self.record(spec)?;
+        let rec = self.record(spec)?;
         if let Some(key) = spec.key
             && let Some(&old) = self.st.keys.get(key)
         {
             return Ok((old, true));
         }
-        self.st.resolve_resources(&mut rec)?;
-        if self.st.pools[rec.pool].cfg.max_pending.is_some() {
-            self.make_room(&rec, now)?;
+        Ok((self.submit_record(rec, now)?, false))
+    }
+
+    /// Admit a checked record whose key is free: its resources, reservation and dependencies, the pool's
+    /// overflow policy (Python's `submit` past the key check).
+    pub(crate) fn submit_record(
+        &mut self,
+        mut rec: TaskRecord,
+        now: f64,
+    ) -> Result<TaskId, SubmitError> {
+        let special = rec.extra.is_some();
+        if special {
+            self.st.resolve_resources(&mut rec)?;
+            if rec.start_at().is_some() {
+                self.st.check_reservation(&rec)?;
+            }
+            deps::resolve(&self.st, &mut rec, None)?;
+            deps::check_await_cycle(&self.st, &rec, &[])?;
+            self.st.deps.open_tombs();
         }
-        Ok((self.st.admit(rec, now), false))
+        let mut made = Ok(());
+        if self.st.pools[rec.pool].cfg.max_pending.is_some() {
+            made = self.make_room(&rec, now);
+        }
+        let out = made.map(|()| self.st.admit(rec, now));
+        if special {
+            self.st.deps.close_tombs();
+        }
+        out
     }
 
     /// Admit every task of a batch, or none (an error before anything changes). A key taken
     /// already returns its task, with true; a key twice in the batch is an error. Every spec
-    /// is checked first, then the keys, then the new tasks' resources in batch order.
+    /// is checked first, then the keys, then each new task's resources, reservation and
+    /// dependencies in batch order.
+    /// Dependencies may name keys defined anywhere in the batch (forward references): parents
+    /// in the batch are admitted first, ids follow the batch order, and a cycle is refused.
     pub fn submit_batch(
         &mut self,
         specs: &[TaskSpec<'_>],
@@ -320,6 +394,8 @@ impl<R: Random> Engine<R> {
             recs.push(self.record(spec)?);
         }
         let mut seen: HashSet<&str> = HashSet::new();
+        // the batch's new keys, by index into `new`
+        let mut fresh: HashMap<&str, usize> = HashMap::new();
         // (existing task) or (index into `new`)
         let mut out: Vec<Result<TaskId, usize>> = Vec::with_capacity(specs.len());
         let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
@@ -333,12 +409,32 @@ impl<R: Random> Engine<R> {
                     out.push(Ok(old));
                     continue;
                 }
+                fresh.insert(key, new.len());
             }
             out.push(Err(new.len()));
             new.push(rec);
         }
-        for rec in &mut new {
-            self.st.resolve_resources(rec)?;
+        let special = new.iter().any(|rec| rec.extra.is_some());
+        let mut order = None;
+        if special {
+            // The batch's reservations count against each other; each task is checked in
+            // batch order (its resources, reservation, then its dependencies), as Python's
+            // `_check`.
+            self.st.fixed.in_batch = true;
+            let checked = new.iter_mut().try_for_each(|rec| {
+                self.st.resolve_resources(rec)?;
+                if rec.start_at().is_some() {
+                    self.st.check_reservation(rec)?;
+                }
+                deps::resolve(&self.st, rec, Some(&fresh))
+            });
+            self.st.fixed.end_batch();
+            checked?;
+            for rec in &new {
+                // every batch-mate's parents are known now
+                deps::check_await_cycle(&self.st, rec, &new)?;
+            }
+            order = Some(deps::parents_first(&new, self.st.next_id)?);
         }
         if self.bounded {
             let mut per_pool: Vec<(usize, i64)> = Vec::new();
@@ -357,7 +453,24 @@ impl<R: Random> Engine<R> {
                 }
             }
         }
-        let ids: Vec<TaskId> = new.into_iter().map(|rec| self.st.admit(rec, now)).collect();
+        for rec in &mut new {
+            self.st.assign_id(rec);
+        }
+        let ids: Vec<TaskId> = new.iter().map(|rec| rec.id).collect();
+        match order {
+            None => new.into_iter().for_each(|rec| {
+                self.st.admit(rec, now);
+            }),
+            Some(order) => {
+                let mut slots: Vec<Option<TaskRecord>> = new.into_iter().map(Some).collect();
+                self.st.deps.open_tombs();
+                for i in order {
+                    let rec = slots[i].take().expect("each task once");
+                    self.st.admit(rec, now);
+                }
+                self.st.deps.close_tombs();
+            }
+        }
         Ok(out
             .into_iter()
             .map(|o| match o {
@@ -405,11 +518,61 @@ impl<R: Random> Engine<R> {
 
     // --- dispatch ----------------------------------------------------------------------------
 
-    /// Start the best ready tasks on every free slot.
+    /// Start the due fixed starts and the best ready tasks on every free slot; then create
+    /// the recurring occurrences whose timers fired and fill again. (They are created after
+    /// the previous occurrence has taken its slot, so its reservation no longer counts
+    /// against the next.)
     pub fn dispatch(&mut self, now: f64) {
-        if self.dispatching {
+        if !self.dispatching {
+            return;
+        }
+        fill(&mut self.st, now);
+        if schedules::create_due(self, now) {
             fill(&mut self.st, now);
         }
+    }
+
+    // --- recurring schedules ---------------------------------------------------------------
+
+    /// Add or replace a schedule by name; the replaced schedule's occurrences not started yet
+    /// are cancelled. Refused (nothing changes): a template a submit would refuse (unknown
+    /// pool, class, tolerance) or a deadline that is not a number of seconds.
+    ///
+    /// # Panics
+    /// When `now` is outside years 1-9999 (Python raises `ValueError`), here and at the
+    /// dispatches that plan the schedule's next occurrences.
+    pub fn add_recurring(&mut self, sched: Recurring, now: f64) -> Result<(), SubmitError> {
+        schedules::add(self, sched, now)
+    }
+
+    /// Take back a stored schedule: its next occurrence at `next_time` (created at once if
+    /// that passed), its latest at `last`, and the held tasks that are occurrences of its
+    /// name become its own. A schedule under that name is replaced, not removed. Refused as
+    /// `add_recurring` is.
+    pub fn resume_recurring(
+        &mut self,
+        sched: Recurring,
+        next_time: Option<f64>,
+        last: Option<TaskId>,
+        now: f64,
+    ) -> Result<(), SubmitError> {
+        schedules::resume(self, sched, next_time, last, now)
+    }
+
+    /// Drop a schedule and cancel its occurrences not started yet (their keys are freed);
+    /// false if no schedule has that name.
+    pub fn remove_recurring(&mut self, name: &str, now: f64) -> bool {
+        schedules::remove(self, name, now)
+    }
+
+    /// The schedules, in the order their names were added (a resumed name keeps its place).
+    pub fn recurring(&self) -> impl Iterator<Item = &Recurring> {
+        self.st.schedules.iter()
+    }
+
+    /// The schedule with this name.
+    pub fn schedule(&self, name: &str) -> Option<&Recurring> {
+        self.st.schedules.get(name)
     }
 
     // --- outcomes ----------------------------------------------------------------------------
@@ -482,7 +645,8 @@ impl<R: Random> Engine<R> {
                 // None after abort_running() at shutdown
                 self.st.abort(lease, now, AbortReason::Cancelled);
             }
-        } else if status == Status::Ready {
+        } else if status == Status::Ready && !rec.extra.as_deref().is_some_and(|e| e.due) {
+            // (due tasks are not queued)
             self.st.unqueue(id);
         }
         self.st
@@ -524,13 +688,15 @@ impl<R: Random> Engine<R> {
     }
 
     /// Forget ended tasks now rather than at the end of their retention (an operator's
-    /// clean-up); returns the ids deleted. Skipped: live tasks and tasks no longer held.
+    /// clean-up); returns the ids deleted. Skipped: live tasks, tasks no longer held, and
+    /// ended tasks that a live task names as a dependency (it needs their outcome).
     pub fn delete(&mut self, ids: &[TaskId]) -> Vec<TaskId> {
         let st = &mut self.st;
+        let needed = Needed::of(&st.tasks);
         let mut out = Vec::new();
         for &id in ids {
             match st.tasks.get(&id) {
-                Some(rec) if rec.status >= FIRST_TERMINAL => {}
+                Some(rec) if rec.status >= FIRST_TERMINAL && !needed.names(rec) => {}
                 _ => continue,
             }
             st.forget(id);
@@ -679,7 +845,7 @@ impl<R: Random> Engine<R> {
     /// End every running attempt without a status change (shutdown after grace), in start
     /// order; returns them.
     pub fn abort_running(&mut self, now: f64) -> Vec<Attempt> {
-        let leases: Vec<Lease> = self.st.running.keys().copied().collect();
+        let leases: Vec<Lease> = self.st.running.keys().collect();
         leases
             .into_iter()
             .map(|lease| self.st.abort(lease, now, AbortReason::Shutdown))

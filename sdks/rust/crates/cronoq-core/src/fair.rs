@@ -333,7 +333,7 @@ mod tests {
             rec.eligible_at = eligible_at;
             rec.latest_start = latest_start;
             self.q.push(&mut rec);
-            self.tasks.insert(rec.id, Box::new(rec));
+            self.tasks.insert(rec.id, rec);
         }
 
         /// Dispatch the head; its id.

@@ -7,13 +7,15 @@
 //!
 //! One Rust module per Python module of `src/cronoq/core`, under the same name: `vocab`, `model`,
 //! `actions`, `timers`, `heaps`, `queue`, `fair` (fair share's class queue), `pool`, `state`
-//! (the tables and the transition primitives), `dispatch` and `engine` (the driver interface),
-//! `resources` (semaphores and token buckets), `groups` (worker groups), `parking` (tasks
-//! waiting on a resource or for a group slot, and the offers that put them back), `stats`,
-//! `autoscale` (evaluated by the pools' timers) and `cron`;
-//! `table` is the task table (Python's `tasks` dict), `rng` the injected randomness and `pyrepr`
-//! Python's `repr()` of a name, for error messages. Python's records and attempts are shared
-//! objects; here the engine's tables own them and everything else names them by task id or lease.
+//! (the tables and the transition primitives), `deps` (dependencies, blocking and releasing
+//! tasks), `fixed` (fixed starts and reservations), `recurring` and `schedules` (recurring
+//! schedules over `cron`), `resources` (semaphores and token buckets), `groups` (worker groups),
+//! `parking` (tasks waiting on a resource or for a group slot, and the offers that put them
+//! back), `dispatch` and `engine` (the driver interface), `stats`, `autoscale` (evaluated by the
+//! pools' timers) and `cron`; `table` the tables of tasks and running attempts (Python's `tasks`
+//! and `running` dicts), `rng` the injected randomness and `pyrepr` Python's `repr()` of a name,
+//! for error messages. Python's records and attempts are shared objects; here the engine's tables
+//! own them and everything else names them by task id or lease.
 //! Parity rules kept throughout: iteration orders that reach a decision are Python's (configuration
 //! order for pools, start order for attempts, insertion order for the journal), float arithmetic is
 //! done in Python's order on `f64` (no fused operations), `min`/`max` keep Python's tie rules
@@ -21,18 +23,18 @@
 //! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
 //! `random.Random`).
 //!
-//! Not ported yet, and absent rather than ignored: dependencies and batches with them, fixed
-//! starts (so the autoscaler sees no due task and no reservation), recurring schedules (`cron`
-//! is ported and checked on its own, not yet used by the engine), restore, the observer,
-//! `ready_view`, and the snapshot fields of those features.
-//! Snapshots take their quality metrics from `stats`.
+//! Not ported yet, and absent rather than ignored: the recurring overlap modes `queue` and
+//! `queue_on_success`, restore, the observer, `ready_view`, and the snapshot fields of those
+//! features. Snapshots take their quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;
 pub mod cron;
+pub mod deps;
 pub mod dispatch;
 pub mod engine;
 pub mod fair;
+pub mod fixed;
 pub mod groups;
 pub mod heaps;
 pub mod model;
@@ -40,8 +42,10 @@ pub mod parking;
 pub mod pool;
 pub mod pyrepr;
 pub mod queue;
+pub mod recurring;
 pub mod resources;
 pub mod rng;
+pub mod schedules;
 pub mod state;
 pub mod stats;
 pub mod table;
@@ -51,9 +55,10 @@ pub mod vocab;
 pub use actions::{Actions, Journal};
 pub use engine::{Engine, EngineOptions, TaskRef};
 pub use model::{
-    Attempt, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId, TaskRecord,
-    TaskSpec,
+    Attempt, DepTarget, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId,
+    TaskRecord, TaskSpec,
 };
 pub use resources::ResourceConfig;
 pub use rng::{MersenneTwister, Random};
 pub use state::EventLevel;
+pub use vocab::{DepOn, UnknownDependency};

@@ -11,12 +11,17 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::autoscale::AutoscaleSettings;
+use crate::engine::TaskRef;
 use crate::groups::{LabelKey, Labels, labels_of};
 use crate::parking::{Parked, Wanted, amounts_of};
-use crate::vocab::{Overflow, STATUSES};
+use crate::vocab::{DepOn, OnMiss, Overflow, STATUSES, UnknownDependency};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
 pub type TaskId = u64;
+
+/// A recurring schedule as added (`recurring::Recurring`): each add or resume makes a new
+/// one, even under a name in use, as each is a new object in Python.
+pub type ScheduleId = u64;
 
 /// An attempt's lease number: unique per engine, ascending from 1.
 pub type Lease = u64;
@@ -47,7 +52,8 @@ pub enum Status {
     DeadLettered = 7,
     /// Ended: cancelled.
     Cancelled = 8,
-    /// Ended: skipped (a recurring occurrence).
+    /// Ended: skipped (a dependency ended without meeting its edge, or an awaited key did not
+    /// come in time).
     Skipped = 9,
     /// Ended: its fixed start was missed.
     Missed = 10,
@@ -192,6 +198,25 @@ impl RetryPolicy {
         })
     }
 
+    /// A policy as given, without `new`'s Python checks, for a driver whose public rules differ:
+    /// the Rust library takes any finite multiplier >= 0 (below 1 the waits shrink). The caller
+    /// keeps `max_attempts >= 1`, the backoffs >= 0 and the multiplier finite and >= 0.
+    pub fn from_parts(
+        max_attempts: u32,
+        initial_backoff: f64,
+        multiplier: f64,
+        max_backoff: f64,
+        jitter: bool,
+    ) -> Self {
+        RetryPolicy {
+            max_attempts,
+            initial_backoff,
+            multiplier,
+            max_backoff,
+            jitter,
+        }
+    }
+
     /// One attempt, no retries.
     pub fn none() -> Self {
         RetryPolicy {
@@ -314,8 +339,8 @@ impl Default for Scoring {
 
 // --- pool configuration ------------------------------------------------------------------------
 
-/// What the core needs to know about a pool. Options of features not ported yet (dependencies,
-/// fixed starts and their reservable fraction) are absent, not ignored.
+/// What the core needs to know about a pool. Options of features not ported yet (resources and
+/// worker groups) are absent, not ignored.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name, unique in an engine.
@@ -344,6 +369,14 @@ pub struct PoolConfig {
     pub fair_share: bool,
     /// Tenant -> weight under fair share (a tenant not listed weighs 1.0), in insertion order.
     pub tenant_weights: Vec<(String, f64)>,
+    /// What a dependency on a key no task holds does.
+    pub unknown_dependency: UnknownDependency,
+    /// Seconds from its submit after which a task still awaiting a key is skipped (None:
+    /// forever; a negative one times out at once).
+    pub await_timeout: Option<f64>,
+    /// The share of `max` that fixed-start reservations may take at one instant (0 to 1; at
+    /// least one reservation is always allowed).
+    pub reservable_fraction: f64,
 }
 
 impl PoolConfig {
@@ -363,6 +396,9 @@ impl PoolConfig {
             autoscale: None,
             fair_share: false,
             tenant_weights: Vec::new(),
+            unknown_dependency: UnknownDependency::Reject,
+            await_timeout: None,
+            reservable_fraction: 0.5,
         }
     }
 }
@@ -439,6 +475,17 @@ pub struct TaskSpec<'a> {
     /// Labels a worker group must carry to run it (None or empty, which Python's edge makes
     /// None: any slot). A name given twice keeps its last value.
     pub labels: Option<&'a [(&'a str, &'a str)]>,
+    /// A fixed start (seconds): it reserves a slot at admission and starts then; with
+    /// dependencies it waits for them first (and is late, or missed, if they end after it).
+    pub start_at: Option<f64>,
+    /// How late the fixed start may be (seconds) before `on_miss` applies.
+    pub tolerance: f64,
+    /// What a fixed start not made within its tolerance does.
+    pub on_miss: OnMiss,
+    /// The tasks it waits for, by id or key, each with the way it must end (none: it may run
+    /// at once). A key may name a task of the same batch, or, if the pool awaits unknown
+    /// keys, one not submitted yet.
+    pub deps: &'a [(TaskRef<'a>, DepOn)],
 }
 
 impl<'a> TaskSpec<'a> {
@@ -456,6 +503,10 @@ impl<'a> TaskSpec<'a> {
             tenant: None,
             resources: &[],
             labels: None,
+            start_at: None,
+            tolerance: 1.0,
+            on_miss: OnMiss::RunLate,
+            deps: &[],
         }
     }
 }
@@ -515,15 +566,92 @@ pub struct TaskRecord {
     pub extra: Option<Box<Extras>>,
 }
 
-/// A task's rarely used options and the engine state they need (Python: `model.Extras`).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A task's rarely used options and the engine state they need (Python: `model.Extras`): the
+/// spec as submitted (fixed start, dependencies, resources), then engine state set and cleared by the
+/// dependency, fixed-start and recurring code, and the attempt history of a task that retried.
+/// Python's `None` and empty lists are alike here (empty), but for `resolved`, whose presence
+/// decides how a task is admitted and what the await-cycle check walks.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Extras {
+    /// A fixed start (seconds), with `tolerance` and `on_miss`.
+    pub start_at: Option<f64>,
+    /// How late the fixed start may be (seconds).
+    pub tolerance: f64,
+    /// What a fixed start not made within its tolerance does.
+    pub on_miss: OnMiss,
+    /// Its dependency edges as submitted: (parent id or key, condition).
+    pub deps: Vec<(DepTarget, DepOn)>,
+    /// The edges resolved at admission; kept while it is blocked only as long as some task
+    /// awaits a key (the await-cycle check walks them), cleared when it is released or ends.
+    pub resolved: Option<Vec<(Resolved, DepOn)>>,
+    /// Unmet edges of a blocked task.
+    pub waiting: u32,
+    /// Keys it awaits (`UnknownDependency::Await`), each once.
+    pub awaits: Vec<Arc<str>>,
+    /// Parents that took an awaited key since it was admitted.
+    pub parents: Vec<TaskId>,
+    /// Dependents waiting on it, with their edges' conditions, in the order they came.
+    pub children: Vec<(TaskId, DepOn)>,
+    /// A slot of its pool is held for its fixed start.
+    pub held: bool,
+    /// Its fixed start came: it waits ahead of the ready queues.
+    pub due: bool,
+    /// Its reservation and held slot are gone (it started or ended).
+    pub fixed_done: bool,
+    /// The schedule whose earlier occurrences its start checks (overlap skip).
+    pub recurring: Option<ScheduleId>,
+    /// The name of the schedule it is an occurrence of (Python: its `cronoq.recurring` tag,
+    /// the one tag the core reads).
+    pub schedule: Option<Arc<str>>,
     /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
     pub history: Vec<PastAttempt>,
     /// Resource name -> amount, as submitted (empty: none).
     pub resources: Vec<(Arc<str>, u32)>,
     /// The same resources checked at admission (`parking::Parking::resolve`).
     pub wanted: Option<Wanted>,
+}
+
+/// A dependency's target as submitted (`TaskRef`, owned).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DepTarget {
+    /// A task id.
+    Id(TaskId),
+    /// A key.
+    Key(Arc<str>),
+}
+
+/// An edge resolved at admission: its parent task, or the key it awaits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// A task admitted before it (or earlier in its batch).
+    Parent(TaskId),
+    /// A key no task held at its submit.
+    Awaited(Arc<str>),
+}
+
+impl Default for Extras {
+    /// Python's `Extras()`: no fixed start (tolerance 1 s, run late), no dependencies, no state.
+    fn default() -> Self {
+        Extras {
+            start_at: None,
+            tolerance: 1.0,
+            on_miss: OnMiss::RunLate,
+            deps: Vec::new(),
+            resolved: None,
+            waiting: 0,
+            awaits: Vec::new(),
+            parents: Vec::new(),
+            children: Vec::new(),
+            held: false,
+            due: false,
+            fixed_done: false,
+            recurring: None,
+            schedule: None,
+            history: Vec::new(),
+            resources: Vec::new(),
+            wanted: None,
+        }
+    }
 }
 
 impl TaskRecord {
@@ -538,13 +666,8 @@ impl TaskRecord {
     }
 
     /// The record of a spec about to be admitted (id 0 until then).
+    #[inline]
     pub(crate) fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
-        let extra = (!spec.resources.is_empty()).then(|| {
-            Box::new(Extras {
-                resources: amounts_of(spec.resources),
-                ..Extras::default()
-            })
-        });
         TaskRecord {
             id: 0,
             seq: 0,
@@ -573,8 +696,30 @@ impl TaskRecord {
             running: None,
             qgen: 0,
             parked: None,
-            extra,
+            extra: (spec.start_at.is_some() || !spec.deps.is_empty() || !spec.resources.is_empty())
+                .then(|| {
+                    let deps = spec.deps.iter().map(|&(target, on)| {
+                        let target = match target {
+                            TaskRef::Id(id) => DepTarget::Id(id),
+                            TaskRef::Key(key) => DepTarget::Key(Arc::from(key)),
+                        };
+                        (target, on)
+                    });
+                    Box::new(Extras {
+                        start_at: spec.start_at,
+                        tolerance: spec.tolerance,
+                        on_miss: spec.on_miss,
+                        deps: deps.collect(),
+                        resources: amounts_of(spec.resources),
+                        ..Extras::default()
+                    })
+                }),
         }
+    }
+
+    /// Its fixed start, if it has one.
+    pub fn start_at(&self) -> Option<f64> {
+        self.extra.as_ref().and_then(|e| e.start_at)
     }
 }
 
@@ -627,6 +772,7 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    #[inline]
     pub(crate) fn new(
         task: TaskId,
         number: u32,
@@ -667,8 +813,7 @@ pub struct StatusEvent {
 }
 
 /// One pool now, plus quality metrics over the last `window` seconds (Python's
-/// `PoolSnapshot`, without the fields of features not ported yet: held slots and reservations
-/// of fixed starts, the fixed-start hit rate).
+/// `PoolSnapshot`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolSnapshot {
     /// The pool's name.
@@ -677,6 +822,8 @@ pub struct PoolSnapshot {
     pub capacity: i64,
     /// Attempts running.
     pub busy: i64,
+    /// Slots held for fixed starts and free (at most the free slots).
+    pub held: i64,
     /// The target capacity: the autoscaler's last one, or the capacity without it.
     pub desired: i64,
     /// Tasks admitted and not running or ended.
@@ -685,6 +832,8 @@ pub struct PoolSnapshot {
     pub pending_by_class: [i64; 4],
     /// Tasks in its ready queues.
     pub ready: i64,
+    /// Fixed starts admitted and not started or ended.
+    pub reservations: usize,
     /// The metrics' window (seconds).
     pub window: f64,
     /// Attempts started in the window.
@@ -697,6 +846,8 @@ pub struct PoolSnapshot {
     pub retried: u64,
     /// Share of dispatches that took from the most important non-empty class.
     pub priority_adherence: f64,
+    /// Share of fixed starts that started within their tolerance.
+    pub fixed_start_hit_rate: f64,
     /// Busy slot-seconds over capacity slot-seconds.
     pub utilization: f64,
     /// Slot-seconds of successful attempts over capacity slot-seconds.
@@ -751,17 +902,18 @@ pub struct Totals {
     pub failed: u64,
     /// Attempts whose lease expired.
     pub lease_expiries: u64,
-    /// Fixed starts missed (not ported: always 0).
+    /// Fixed starts missed.
     pub missed: u64,
-    /// Recurring conflicts (not ported: always 0).
+    /// Recurring occurrences not created: refused at submit (a reservation conflict, a full
+    /// pool).
     pub recurring_conflicts: u64,
-    /// Invalid recurring occurrences (not ported: always 0).
+    /// Invalid recurring occurrences (no rule of the core counts it: always 0, as in Python).
     pub recurring_invalid: u64,
     /// Retries scheduled.
     pub retries: u64,
     /// Tasks shed under overload.
     pub shed: u64,
-    /// Tasks skipped (not ported: always 0).
+    /// Tasks skipped.
     pub skipped: u64,
     /// Outcomes reported for attempts that had ended.
     pub stale_completions: u64,
@@ -796,6 +948,7 @@ impl Totals {
     }
 
     /// The counter of tasks that ended with `status`.
+    #[inline]
     pub(crate) fn ended(&mut self, status: Status) {
         let n = match status {
             Succeeded => &mut self.succeeded,
@@ -817,8 +970,9 @@ impl Totals {
 /// is Python's message, word for word.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitError {
-    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch", "invalid",
-    /// "unknown_resource" or "resource_exceeds_capacity".
+    /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch",
+    /// "reservation_conflict", "invalid", "unknown_dependency", "cycle", "unknown_resource" or
+    /// "resource_exceeds_capacity".
     pub code: &'static str,
     /// For people.
     pub message: String,

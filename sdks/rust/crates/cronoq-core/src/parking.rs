@@ -188,8 +188,8 @@ impl<R: Random> Offer for ResourceOffer<'_, R> {
 impl<R: Random> State<R> {
     // --- resources ---------------------------------------------------------------------------
 
-    /// Take the task's resources, or park it on the first one that is short.
-    pub(crate) fn acquire(&mut self, id: TaskId, now: f64) -> bool {
+    /// Take the task's resources, or (with `park`) park it on the first one that is short.
+    pub(crate) fn acquire(&mut self, id: TaskId, now: f64, park: bool) -> bool {
         let wanted = self.tasks[&id]
             .extra
             .as_ref()
@@ -202,7 +202,9 @@ impl<R: Random> State<R> {
             .iter()
             .any(|&(r, amount)| !resources[r].available(amount, now))
         {
-            self.park_if_short(id, &wanted, now, false);
+            if park {
+                self.park_if_short(id, &wanted, now, false);
+            }
             return false;
         }
         for &(r, amount) in wanted.iter() {
@@ -295,14 +297,15 @@ impl<R: Random> State<R> {
 
     // --- worker groups -----------------------------------------------------------------------
 
-    /// The worker-group slot the task would run on in pool `p`; parked when none is free.
-    pub(crate) fn slot_for(&mut self, id: TaskId, p: usize) -> Pick {
+    /// The worker-group slot the task would run on in pool `p`; with `park`, parked when
+    /// none is free.
+    pub(crate) fn slot_for(&mut self, id: TaskId, p: usize, park: bool) -> Pick {
         let pool = &mut self.pools[p];
         let unlabeled = pool.unlabeled;
         let groups = make_groups(pool);
         let rec = self.tasks.get_mut(&id).expect("a ready task is held");
         let slot = groups.pick(rec.labels.as_deref(), unlabeled);
-        if slot == Pick::Full {
+        if park && slot == Pick::Full {
             groups.park(rec);
         }
         slot

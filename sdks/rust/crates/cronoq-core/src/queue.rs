@@ -238,6 +238,7 @@ impl ReadyQueues {
     }
 
     /// Queue a ready task in its class.
+    #[inline]
     pub fn push(&mut self, rec: &mut TaskRecord) {
         self.classes[usize::from(rec.cls)].push(rec);
         self.n += 1;
@@ -251,6 +252,7 @@ impl ReadyQueues {
     }
 
     /// Remove and return the task with the highest score at `now`.
+    #[inline]
     pub fn pop_best(&mut self, now: f64, tasks: &mut Tasks) -> Option<TaskId> {
         if self.n == 0 {
             return None;
@@ -267,7 +269,7 @@ impl ReadyQueues {
             self.adherent = true;
             return Some(id);
         }
-        let sc = self.sc;
+        let sc = &self.sc;
         let (rate, cap) = (sc.aging_rate, sc.age_cap);
         let mut best: Option<Cand> = None;
         let mut best_score = -1.0;
@@ -278,7 +280,8 @@ impl ReadyQueues {
                 continue;
             }
             first.get_or_insert(c);
-            let bound = if q.dl_is_empty() {
+            let dl_empty = q.dl_is_empty();
+            let bound = if dl_empty {
                 self.bound[c].0
             } else {
                 self.bound[c].1
@@ -303,10 +306,10 @@ impl ReadyQueues {
             let age = rate * (now - head.eligible_at);
             let mut s = sc.base[c] + if age < cap { age } else { cap };
             if let Some(ls) = ls {
-                s += urgency(ls, now, &sc);
+                s += urgency(ls, now, sc);
             }
             let (mut cand, mut cand_s) = (head, s);
-            if !q.dl_is_empty()
+            if !dl_empty
                 && let Some(d) = q.dl_head(tasks)
                 && d.task != head.task
             {
@@ -320,7 +323,7 @@ impl ReadyQueues {
                 };
                 let age = rate * (now - d.eligible_at);
                 let mut ds = sc.base[c] + if age < cap { age } else { cap };
-                ds += urgency(dls, now, &sc);
+                ds += urgency(dls, now, sc);
                 if ds > s || (ds == s && ls.is_none_or(|ls| dls < ls)) {
                     (cand, cand_s) = (d, ds);
                 }

@@ -1,6 +1,7 @@
 //! The tables the engine shares and the transition primitives that change them (Python:
-//! `cronoq.core.state`): admitting, making ready, starting, ending and retrying attempts,
-//! finishing, retaining and forgetting tasks.
+//! `cronoq.core.state`): admitting, releasing, making ready, starting, ending and retrying
+//! attempts, finishing, retaining and forgetting tasks. `admit`, `finish` and the await timer
+//! reach into the dependency graph through the primitives of deps.rs (Python's `DepsHooks`).
 //!
 //! Every status change goes through `State::move_to`, which checks the life-cycle table
 //! (`model::TRANSITIONS`) and records the event; an illegal change panics (an engine bug).
@@ -9,11 +10,13 @@
 //! longer in `running`, which is Python's `Attempt.ended`.
 
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::actions::{Actions, JournalLog};
+use crate::deps::Dependencies;
 use crate::engine::EngineOptions;
+use crate::fixed::{FixedStarts, drop_fixed};
 use crate::model::{
     AbortReason, Attempt, ConfigError, HISTORY_MAX, Lease, Outcome, PastAttempt, PoolConfig,
     Status, StatusEvent, SubmitError, TaskId, TaskRecord, Totals, py_repr,
@@ -21,8 +24,9 @@ use crate::model::{
 use crate::parking::Parking;
 use crate::pool::PoolState;
 use crate::rng::Random;
+use crate::schedules::Schedules;
 use crate::table::FastBuild;
-pub use crate::table::Tasks;
+pub use crate::table::{Running, Tasks};
 use crate::timers::{Timer, Timers};
 
 /// Which status changes become events.
@@ -55,7 +59,7 @@ pub struct State<R> {
     /// Task by key, for the tasks holding one.
     pub keys: HashMap<Arc<str>, TaskId>,
     /// Running attempts by lease (lease order is start order, as Python's dict).
-    pub running: BTreeMap<Lease, Attempt>,
+    pub running: Running,
     /// Tasks not ended.
     pub live: u64,
     /// Counters.
@@ -74,16 +78,16 @@ pub struct State<R> {
     pub next_id: TaskId,
     /// Whether the autoscalers' targets become the pools' capacity (`EngineOptions::elastic`).
     pub elastic: bool,
+    /// The dependency graph's state beyond the records (deps.rs, whose primitives `admit` and
+    /// `finish` call).
+    pub deps: Dependencies,
+    /// The fixed-start batch being checked (the rules are in `fixed`).
+    pub fixed: FixedStarts,
+    /// The recurring schedules (their timers fire here, their occurrences' starts read them).
+    pub schedules: Schedules,
     seq: u64,
     lease: Lease,
-    /// Boxes of forgotten tasks, reused by the next admissions (no allocator round trip):
-    /// the boxes themselves are what is kept, hence boxes in a Vec.
-    #[allow(clippy::vec_box)]
-    spare: Vec<Box<TaskRecord>>,
 }
-
-/// Most boxes of forgotten tasks kept for reuse.
-const SPARE_MAX: usize = 64;
 
 impl<R: Random> State<R> {
     /// The tables of an engine with these pools (at least one, names unique) and options.
@@ -124,7 +128,7 @@ impl<R: Random> State<R> {
             retention_max: options.retention_max,
             tasks: Tasks::default(),
             keys: HashMap::new(),
-            running: BTreeMap::new(),
+            running: Running::default(),
             live: 0,
             totals: Totals::default(),
             out: Actions::default(),
@@ -134,9 +138,11 @@ impl<R: Random> State<R> {
             parking,
             next_id: options.first_id,
             elastic: options.elastic,
+            deps: Dependencies::default(),
+            fixed: FixedStarts::default(),
+            schedules: Schedules::default(),
             seq: 0,
             lease: 0,
-            spare: Vec::new(),
         })
     }
 
@@ -158,7 +164,9 @@ impl<R: Random> State<R> {
         rec.seq = self.seq;
     }
 
-    /// Take a new task in: indexed, counted, and ready (nothing else of it waits here).
+    /// Take a new task in: indexed and counted; it becomes the parent of the tasks awaiting
+    /// its key, and is ready at once unless it has dependencies or a fixed start (then
+    /// `attach` decides, and a released fixed start waits for its time).
     pub fn admit(&mut self, mut rec: TaskRecord, now: f64) -> TaskId {
         if rec.id == 0 {
             self.assign_id(&mut rec);
@@ -172,26 +180,38 @@ impl<R: Random> State<R> {
         }
         let pool = rec.pool;
         let cls = usize::from(rec.cls);
-        let boxed = match self.spare.pop() {
-            Some(mut b) => {
-                *b = rec;
-                b
-            }
-            None => Box::new(rec),
-        };
-        self.tasks.insert(id, boxed);
+        let fixed = rec.start_at().is_some();
+        self.tasks.insert(id, rec);
         self.live += 1;
         self.totals.submitted += 1;
         let p = &mut self.pools[pool];
         p.pending_by_class[cls] += 1;
-        p.arrivals += 1; // the autoscaler's signal
+        if !fixed {
+            p.arrivals += 1; // the autoscaler's signal (a fixed start arrives at its start)
+        }
         if let Some(j) = &mut self.journal {
             j.add(id);
         }
         if self.event_level == EventLevel::All {
             self.event(id, Status::Blocked, now, None);
         }
+        if !self.deps.awaiting.is_empty()
+            && let Some(key) = self.rec(id).key.clone()
+            && self.deps.awaiting.contains_key(&key)
+        {
+            self.key_admitted(id, &key);
+        }
         let rec = self.rec_mut(id);
+        if fixed || rec.extra.as_ref().is_some_and(|e| e.resolved.is_some()) {
+            let p = &mut self.pools[pool];
+            p.unready_by_class[cls] += 1; // until release, fixed's make_due or finish
+            if fixed {
+                let reserved = p.reservation(&self.tasks[&id]);
+                p.reservations.insert(id, reserved);
+            }
+            self.attach(id, now);
+            return id;
+        }
         if rec.eligible_at == 0.0 {
             rec.eligible_at = now;
         }
@@ -209,20 +229,43 @@ impl<R: Random> State<R> {
         Ok(())
     }
 
+    /// Every dependency of a blocked task is satisfied: it may run (or wait for its start).
+    pub fn release(&mut self, id: TaskId, now: f64) {
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        if let Some(e) = &mut rec.extra {
+            e.resolved = None;
+            e.parents = Vec::new();
+            if e.start_at.is_some() {
+                self.arrive(id, now);
+                return;
+            }
+        }
+        self.pools[rec.pool].unready_by_class[usize::from(rec.cls)] -= 1;
+        if rec.eligible_at == 0.0 {
+            rec.eligible_at = now;
+        }
+        self.make_ready(id, now);
+    }
+
     /// The task may run: it joins its pool's ready queue, or waits at once, in priority order,
     /// on a resource that is short or already has tasks waiting (dispatch would only pop it to
     /// park it).
     pub fn make_ready(&mut self, id: TaskId, now: f64) {
-        self.move_to(id, Status::Ready, now, None);
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        transition(rec, Status::Ready);
         rec.ready_at = now;
-        let pool = &self.pools[rec.pool];
+        let pool = &mut self.pools[rec.pool];
         if let Some(deadline) = rec.deadline {
             rec.latest_start = Some(deadline - pool.expected_duration(rec));
         }
-        if let Some(wanted) = rec.extra.as_ref().and_then(|e| e.wanted.clone())
-            && self.park_if_short(id, &wanted, now, true)
-        {
+        let wanted = rec.extra.as_ref().and_then(|e| e.wanted.clone());
+        let Some(wanted) = wanted else {
+            pool.queues.push(rec);
+            self.moved(id, Status::Ready, now, None);
+            return;
+        };
+        self.moved(id, Status::Ready, now, None);
+        if self.park_if_short(id, &wanted, now, true) {
             return;
         }
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
@@ -236,6 +279,7 @@ impl<R: Random> State<R> {
     /// group, None: an unlabeled slot).
     pub fn start(&mut self, id: TaskId, now: f64, adherent: bool, slot: Option<usize>) {
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        transition(rec, Status::Running);
         let pool = &mut self.pools[rec.pool];
         pool.busy += 1;
         pool.pending_by_class[usize::from(rec.cls)] -= 1;
@@ -249,13 +293,10 @@ impl<R: Random> State<R> {
         rec.running = Some(att.lease);
         rec.started_at = now;
         let timeout = rec.timeout;
+        pool.stats.on_dispatch(now, now - rec.ready_at, adherent);
         self.running.insert(att.lease, att.clone());
-        self.move_to(id, Status::Running, now, None);
+        self.moved(id, Status::Running, now, None);
         self.totals.dispatched += 1;
-        let rec = &self.tasks[&id];
-        self.pools[rec.pool]
-            .stats
-            .on_dispatch(now, now - rec.ready_at, adherent);
         if let Some(timeout) = timeout {
             self.timers
                 .set(now + timeout, Timer::Timeout { lease: att.lease });
@@ -407,10 +448,11 @@ impl<R: Random> State<R> {
                 let msg = AbortReason::Lease.message();
                 self.after_failure(task, now, msg, false, None, Outcome::LeaseExpired);
             }
+            Timer::Await { task } => self.await_expired(task, now),
             Timer::Scale { pool: p } => {
                 let elastic = self.elastic;
                 let pool = &mut self.pools[p];
-                let new = pool.evaluate_scaler(now, elastic);
+                let new = pool.evaluate_scaler(now, elastic, &self.tasks);
                 if elastic && new != pool.unlabeled {
                     self.set_capacity(p, new, now);
                 }
@@ -420,6 +462,14 @@ impl<R: Random> State<R> {
             }
             Timer::Refill { resource, when } => {
                 self.on_tokens(resource, f64::from_bits(when), now);
+            }
+            Timer::Hold { task } => self.on_hold(task),
+            Timer::Start { task } => self.on_start(task, now),
+            Timer::Miss { task } => self.on_miss(task, now),
+            Timer::Cron { schedule } => {
+                if self.schedules.is_current(schedule) {
+                    self.schedules.due.push(schedule); // created by the dispatch that follows
+                }
             }
         }
     }
@@ -445,40 +495,63 @@ impl<R: Random> State<R> {
 
     /// The task ends with `status` (terminal).
     pub fn finish(&mut self, id: TaskId, status: Status, now: f64, message: Option<&str>) {
-        let rec = self.rec(id);
-        let (old, p, cls) = (rec.status, rec.pool, usize::from(rec.cls));
+        let message: Option<Arc<str>> = message.map(Arc::from);
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        let (old, cls) = (rec.status, usize::from(rec.cls));
+        transition(rec, status);
+        rec.message = message;
+        rec.finished_at = now;
+        let pool = &mut self.pools[rec.pool];
         if old != Status::Running {
             // it was pending until now
-            let pool = &mut self.pools[p];
             pool.pending_by_class[cls] -= 1;
             if old == Status::Retrying {
                 pool.retrying_by_class[cls] -= 1;
+            } else if old == Status::Blocked || old == Status::Scheduled {
+                pool.unready_by_class[cls] -= 1;
             }
         }
-        let message: Option<Arc<str>> = message.map(Arc::from);
-        self.move_to_msg(id, status, now, message.clone());
-        let rec = self.tasks.get_mut(&id).expect("a live task is held");
-        rec.message = message;
-        rec.finished_at = now;
         if status == Status::DeadLettered {
-            self.pools[rec.pool].dead_lettered += 1;
+            pool.dead_lettered += 1;
         }
         self.live -= 1;
         self.totals.ended(status);
+        // Its children are taken before it may be forgotten below; they settle last.
+        let mut freed = false;
+        let children = match &mut rec.extra {
+            Some(e) => {
+                e.resolved = None;
+                e.parents = Vec::new();
+                if e.start_at.is_some() && !e.fixed_done {
+                    freed = drop_fixed(id, e, pool);
+                }
+                std::mem::take(&mut e.children)
+            }
+            None => Vec::new(),
+        };
         self.out.finished.push(rec.clone());
+        let message = rec.message.clone();
+        self.moved(id, status, now, message.as_ref());
+        if freed {
+            self.reoffer_if_resources(); // a held slot is free for others again
+        }
         self.retained.push_back((id, now));
         if self.retained.len() > self.retention_max {
             let (old, _) = self.retained.pop_front().expect("not empty");
             self.forget(old);
+        }
+        if !children.is_empty() {
+            self.deps_ended(id, status, children, now);
         }
     }
 
     /// Drop an ended task from memory. One deleted before (`Engine::delete`) is gone already
     /// and still listed in `retained`: nothing is left to drop.
     pub fn forget(&mut self, id: TaskId) {
-        let Some(rec) = self.tasks.remove(&id) else {
+        let Some(rec) = self.tasks.get(&id) else {
             return;
         };
+        self.deps.forgotten(id, rec.status);
         if let Some(key) = &rec.key
             && let Entry::Occupied(e) = self.keys.entry(key.clone())
             && *e.get() == id
@@ -486,9 +559,28 @@ impl<R: Random> State<R> {
             e.remove();
         }
         match &mut self.journal {
-            Some(j) => j.forgotten(*rec),
-            None if self.spare.len() < SPARE_MAX => self.spare.push(rec),
-            None => {}
+            Some(j) => j.forgotten(self.tasks.remove(&id).expect("a held task")),
+            None => {
+                self.tasks.delete(&id);
+            }
+        }
+    }
+
+    /// The task gives its key up for good (a new task may take it). Also in the outbox's copy
+    /// and the journal's row of it, as Python's driver reads the record itself there.
+    pub fn free_key(&mut self, id: TaskId) {
+        let rec = match self.tasks.get_mut(&id) {
+            Some(rec) => Some(rec),
+            None => self.journal.as_mut().and_then(|j| j.gone.get_mut(&id)),
+        };
+        if let Some(key) = rec.and_then(|r| r.key.take())
+            && let Entry::Occupied(e) = self.keys.entry(key)
+            && *e.get() == id
+        {
+            e.remove();
+        }
+        if let Some(copy) = self.out.finished.iter_mut().rev().find(|r| r.id == id) {
+            copy.key = None;
         }
     }
 
@@ -501,19 +593,20 @@ impl<R: Random> State<R> {
     }
 
     fn move_to_msg(&mut self, id: TaskId, new: Status, now: f64, message: Option<Arc<str>>) {
-        let rec = self.tasks.get_mut(&id).expect("a live task is held");
-        assert!(
-            rec.status.may_move_to(new),
-            "illegal transition: task {id}: {} -> {new}",
-            rec.status
-        );
-        rec.status = new;
+        transition(self.rec_mut(id), new);
+        self.moved(id, new, now, message.as_ref());
+    }
+
+    /// After the task's status changed to `new`: journal it and record the event the level
+    /// asks for.
+    #[inline]
+    fn moved(&mut self, id: TaskId, new: Status, now: f64, message: Option<&Arc<str>>) {
         if let Some(j) = &mut self.journal {
             j.change(id);
         }
         let level = self.event_level;
         if level == EventLevel::All || (level == EventLevel::Terminal && new.is_terminal()) {
-            self.event_msg(id, new, now, message);
+            self.event_msg(id, new, now, message.cloned());
         }
     }
 
@@ -535,4 +628,20 @@ impl<R: Random> State<R> {
         };
         self.out.events.push(ev);
     }
+}
+
+/// Change the task's status, checked against the life-cycle table (the caller then calls
+/// `State::moved`).
+///
+/// # Panics
+/// On a change the table forbids (an engine bug).
+#[inline]
+fn transition(rec: &mut TaskRecord, new: Status) {
+    assert!(
+        rec.status.may_move_to(new),
+        "illegal transition: task {}: {} -> {new}",
+        rec.id,
+        rec.status
+    );
+    rec.status = new;
 }

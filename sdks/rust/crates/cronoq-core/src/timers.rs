@@ -9,7 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use crate::model::{Lease, TaskId, py_cmp};
+use crate::model::{Lease, ScheduleId, TaskId, py_cmp};
 
 /// What a timer is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,32 @@ pub enum Timer {
         /// The time it was set for (`f64::to_bits`: the handler compares it, as Python's
         /// does, with the bucket's current wake-up).
         when: u64,
+    },
+    /// A task awaiting a key has waited its pool's `await_timeout` (if it still awaits one).
+    Await {
+        /// The task.
+        task: TaskId,
+    },
+    /// A scheduled fixed start's slot is held from now (if it is still scheduled).
+    Hold {
+        /// The task.
+        task: TaskId,
+    },
+    /// A scheduled fixed start's time has come (if it is still scheduled).
+    Start {
+        /// The task.
+        task: TaskId,
+    },
+    /// A due fixed start's tolerance ran out (if it is still due).
+    Miss {
+        /// The task.
+        task: TaskId,
+    },
+    /// A recurring schedule's next occurrence is to be created (if the schedule is still the
+    /// one under its name).
+    Cron {
+        /// The schedule.
+        schedule: ScheduleId,
     },
 }
 

@@ -7,6 +7,67 @@ pub const PRIORITY_NAMES: [&str; 4] = ["critical", "high", "normal", "low"];
 /// The number of strict priority classes.
 pub const NUM_CLASSES: usize = 4;
 
+/// What a fixed start that passed its tolerance does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum OnMiss {
+    /// It stays due and starts on the next free slot, late.
+    #[default]
+    RunLate,
+    /// It ends `missed`.
+    Skip,
+    /// It ends `failed`.
+    Fail,
+}
+
+impl OnMiss {
+    /// Every policy, in the order Python lists them.
+    pub const ALL: [OnMiss; 3] = [OnMiss::RunLate, OnMiss::Skip, OnMiss::Fail];
+
+    /// The policy's name, as given in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnMiss::RunLate => "run_late",
+            OnMiss::Skip => "skip",
+            OnMiss::Fail => "fail",
+        }
+    }
+
+    /// The policy with this name, if any.
+    pub fn parse(name: &str) -> Option<OnMiss> {
+        OnMiss::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
+
+/// What a recurring occurrence does while an earlier one is still live. Python's `queue` and
+/// `queue_on_success` make the occurrence depend on the previous one, so they come with the
+/// port of dependencies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Overlap {
+    /// Skipped at its start time while an earlier occurrence is live.
+    #[default]
+    Skip,
+    /// Runs beside the earlier ones.
+    Allow,
+}
+
+impl Overlap {
+    /// Every policy ported, in the order Python lists them.
+    pub const ALL: [Overlap; 2] = [Overlap::Skip, Overlap::Allow];
+
+    /// The policy's name, as given in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::Skip => "skip",
+            Overlap::Allow => "allow",
+        }
+    }
+
+    /// The policy with this name, if any.
+    pub fn parse(name: &str) -> Option<Overlap> {
+        Overlap::ALL.into_iter().find(|o| o.name() == name)
+    }
+}
+
 /// What a pool at `max_pending` does with one more task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Overflow {
@@ -62,3 +123,64 @@ pub const STATUSES: [&str; 12] = [
     "missed",
     "shed",
 ];
+
+/// What a pool does with a dependency on a key no task holds yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum UnknownDependency {
+    /// Refuse the submit with `unknown_dependency`.
+    #[default]
+    Reject,
+    /// Admit the task blocked until a task with that key is admitted (or `await_timeout`).
+    Await,
+}
+
+impl UnknownDependency {
+    /// Every policy, in the order Python lists them.
+    pub const ALL: [UnknownDependency; 2] = [UnknownDependency::Reject, UnknownDependency::Await];
+
+    /// The policy's name, as configured in Python.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnknownDependency::Reject => "reject",
+            UnknownDependency::Await => "await",
+        }
+    }
+
+    /// The policy with this name, if any.
+    pub fn parse(name: &str) -> Option<UnknownDependency> {
+        UnknownDependency::ALL
+            .into_iter()
+            .find(|o| o.name() == name)
+    }
+}
+
+/// How a dependency must end for its dependent to run (Python's `DepOn`; the edges normalise
+/// the `on_` aliases before the core sees them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DepOn {
+    /// It succeeded.
+    Success,
+    /// It ended, however.
+    Complete,
+    /// It failed or was dead-lettered.
+    Failure,
+}
+
+impl DepOn {
+    /// Every condition, in the order Python lists them.
+    pub const ALL: [DepOn; 3] = [DepOn::Success, DepOn::Complete, DepOn::Failure];
+
+    /// The condition's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DepOn::Success => "success",
+            DepOn::Complete => "complete",
+            DepOn::Failure => "failure",
+        }
+    }
+
+    /// The condition with this name, if any.
+    pub fn parse(name: &str) -> Option<DepOn> {
+        DepOn::ALL.into_iter().find(|o| o.name() == name)
+    }
+}

@@ -1,7 +1,95 @@
-//! cronoq for Rust programs. For now this crate holds [`TaskError`], the error type of every
-//! attempt: the remote worker's handlers return it (`cronoq_server::worker::run_worker`), as
-//! the in-process library's executors will.
+//! cronoq in a Rust program: an elastic, priority-aware task scheduler running in-process on
+//! tokio (library mode), and [`TaskError`], the error type of every attempt, in-process or in a
+//! remote worker (`cronoq_server::worker::run_worker`).
+//!
+//! A [`Scheduler`] holds named [`Pool`]s of workers. Each pool runs its tasks with one
+//! [`Executor`], most often a closure; tasks wait in priority order (four classes, aging,
+//! deadline urgency), are retried with backoff, time out, can be cancelled, and are
+//! deduplicated by key. The scheduling rules are those of cronoq's engine core
+//! (`cronoq-core`), which this crate drives: one tokio task owns the engine and keeps a single
+//! timer for it, and each attempt runs as a task of its own.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use cronoq::{Pool, Scheduler, Task, TaskContext, TaskError};
+//!
+//! struct Job { url: String }
+//!
+//! async fn do_work(job: &Job) -> Result<usize, std::io::Error> {
+//!     Ok(job.url.len())
+//! }
+//!
+//! let scheduler = Scheduler::<Job, usize>::builder()
+//!     .pool(Pool::new("default").executor_fn(|ctx: TaskContext, job: Arc<Job>| async move {
+//!         tokio::select! {
+//!             r = do_work(&job) => r.map_err(TaskError::from_err),
+//!             _ = ctx.cancelled() => Err(TaskError::Cancelled),
+//!         }
+//!     }))
+//!     .build()
+//!     .await?;
+//!
+//! let handle = scheduler.submit(Task::new(Job { url: "https://example.com".into() })).await?;
+//! assert_eq!(*handle.await?, 19);
+//! scheduler.shutdown(Duration::from_secs(5)).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `P` (the payload type) and `O` (the output type) are shared by all pools of a scheduler;
+//! payloads reach executors as `Arc<P>` and outputs reach handles as `Arc<O>`. Programs
+//! without tokio use [`BlockingScheduler`] ([`Builder::build_blocking`]).
+//!
+//! Tests drive time instead of sleeping: the scheduler's [`Clock`] follows tokio's, so with
+//! `#[tokio::test(start_paused = true)]` retries, timeouts and lease expiries happen as soon as
+//! every task is idle, in the order their times say.
+//!
+//! The crate's README (`sdks/rust/README.md`) describes library mode as a whole, including
+//! what this version does not offer yet and where it differs from the published cronoq crate.
 
+#![warn(missing_docs)]
+
+mod blocking;
+mod config;
+mod driver;
 mod error;
+mod executor;
+mod handle;
+mod pool;
+mod scheduler;
+mod snapshot;
+mod store;
+mod task;
+mod time;
+mod types;
+mod unwind;
 
-pub use error::TaskError;
+pub use blocking::{BlockingHandle, BlockingScheduler};
+pub use config::{
+    AutoscaleConfig, Bounds, Fairness, OverflowPolicy, PoolConfig, RetryPolicy, UrgencyConfig,
+};
+pub use error::{Error, StoreError, SubmitError, TaskError, TaskFailure};
+pub use executor::{BoxFuture, Executor, FnExecutor, TaskContext};
+pub use handle::TaskHandle;
+pub use pool::Pool;
+pub use scheduler::{Builder, Scheduler};
+pub use snapshot::{PoolSnapshot, Snapshot};
+pub use store::{
+    MemoryStore, Mutation, Recovered, RecoveredTask, RecoveredTerminal, Store, TimeBase,
+};
+pub use task::{Task, TaskSpec, When};
+pub use time::{Clock, Time};
+pub use types::{
+    LeaseId, PoolId, Priority, StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary,
+};
+
+/// Engine-level types that appear in this crate's signatures without being re-exported at its
+/// root: the engine-wide settings, the snapshot counters and the tags type.
+pub mod core {
+    pub use crate::config::CoreConfig;
+    pub use crate::executor::Tags;
+    pub use cronoq_core::model::Totals;
+}

@@ -1,0 +1,168 @@
+//! Where a scheduler keeps its state: the [`Store`] interface and [`MemoryStore`], which keeps
+//! everything in the scheduler's memory.
+//!
+//! This version of the library runs with [`MemoryStore`] only: a store whose
+//! [`persists`](Store::persists) is true makes [`Builder::build`](crate::Builder::build) fail
+//! with [`Error::Config`](crate::Error::Config), because restoring an engine from a store's
+//! rows is not available yet.
+
+use async_trait::async_trait;
+
+use crate::error::StoreError;
+use crate::task::TaskSpec;
+use crate::time::Time;
+use crate::types::{TaskId, TaskStatus};
+
+/// How a store relates engine time to Unix time: engine time zero is this many nanoseconds
+/// after the Unix epoch (always 0 from this library, whose engine time is Unix time; stores
+/// apply it anyway).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeBase {
+    /// Unix nanoseconds at engine time zero.
+    pub unix_nanos_at_zero: i64,
+}
+
+/// One change for a store to apply, in order.
+#[derive(Clone, Debug)]
+pub enum Mutation<P> {
+    /// A task was admitted.
+    Submitted {
+        /// The task.
+        id: TaskId,
+        /// Its admission order.
+        seq: u64,
+        /// When it was admitted.
+        arrival: Time,
+        /// What it is.
+        spec: TaskSpec<P>,
+    },
+    /// A task changed status.
+    Status {
+        /// The task.
+        id: TaskId,
+        /// Its new status.
+        status: TaskStatus,
+        /// Its attempt number then.
+        attempt: u32,
+        /// When.
+        at: Time,
+        /// The message of the change.
+        message: Option<std::sync::Arc<str>>,
+    },
+}
+
+/// A live task read back from a store.
+#[derive(Clone, Debug)]
+pub struct RecoveredTask<P> {
+    /// The task.
+    pub id: TaskId,
+    /// Its admission order.
+    pub seq: u64,
+    /// When it was admitted.
+    pub arrival: Time,
+    /// What it is.
+    pub spec: TaskSpec<P>,
+    /// Attempts it has used, counting one that was running when the store's writer stopped.
+    pub attempt: u32,
+}
+
+/// A recently ended task read back from a store (for its key and its status).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecoveredTerminal {
+    /// The task.
+    pub id: TaskId,
+    /// Its key.
+    pub key: Option<std::sync::Arc<str>>,
+    /// How it ended.
+    pub status: TaskStatus,
+    /// When.
+    pub at: Time,
+}
+
+/// What a store holds, read back at start.
+#[derive(Clone, Debug)]
+pub struct Recovered<P> {
+    /// Live tasks.
+    pub tasks: Vec<RecoveredTask<P>>,
+    /// Recently ended tasks.
+    pub terminal: Vec<RecoveredTerminal>,
+    /// The next task id's counter.
+    pub next_id: u64,
+}
+
+impl<P> Default for Recovered<P> {
+    /// Nothing.
+    fn default() -> Self {
+        Recovered {
+            tasks: Vec::new(),
+            terminal: Vec::new(),
+            next_id: 0,
+        }
+    }
+}
+
+/// Where a scheduler keeps its state. Declared with `#[async_trait]`: implementations use the
+/// `async-trait` crate too.
+///
+/// A persistent store writes every change ahead of its effects and is read back by the next
+/// leader; [`MemoryStore`] keeps nothing outside the scheduler.
+#[async_trait]
+pub trait Store<P, O>: Send + Sync + 'static {
+    /// Whether the store keeps anything (only [`MemoryStore`] does not).
+    fn persists(&self) -> bool {
+        true
+    }
+
+    /// Waits until this instance leads, and returns its fencing epoch.
+    async fn acquire_leadership(&self) -> Result<u16, StoreError>;
+
+    /// Gives leadership up (when starting failed after it was acquired).
+    async fn release_leadership(&self) {}
+
+    /// Applies a batch of changes durably and in order, with the outputs of the tasks that
+    /// succeeded in it; [`StoreError::Fenced`] when `epoch` is no longer the leader's.
+    async fn commit(
+        &self,
+        epoch: u16,
+        base: TimeBase,
+        batch: &[Mutation<P>],
+        outputs: &[(TaskId, &O)],
+    ) -> Result<(), StoreError>;
+
+    /// Reads back what the store holds.
+    async fn recover(&self, base: TimeBase) -> Result<Recovered<P>, StoreError>;
+
+    /// The output of a task that succeeded, if kept.
+    async fn load_output(&self, _id: TaskId) -> Result<Option<O>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// The store that keeps nothing outside the scheduler: the default.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemoryStore;
+
+#[async_trait]
+impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Store<P, O> for MemoryStore {
+    fn persists(&self) -> bool {
+        false
+    }
+
+    async fn acquire_leadership(&self) -> Result<u16, StoreError> {
+        Ok(0)
+    }
+
+    async fn commit(
+        &self,
+        _epoch: u16,
+        _base: TimeBase,
+        _batch: &[Mutation<P>],
+        _outputs: &[(TaskId, &O)],
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn recover(&self, _base: TimeBase) -> Result<Recovered<P>, StoreError> {
+        Ok(Recovered::default())
+    }
+}

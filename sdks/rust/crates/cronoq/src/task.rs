@@ -1,0 +1,401 @@
+//! Tasks: the [`Task`] builder that programs submit, the engine-level [`TaskSpec`] it wraps,
+//! and the checks every task passes before the engine sees it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::config::RetryPolicy;
+use crate::error::SubmitError;
+use crate::time::{Clock, Time};
+use crate::types::Priority;
+
+/// A point in time given relative to the submission or as wall-clock time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When {
+    /// This long after the task is submitted.
+    In(Duration),
+    /// At this wall-clock time.
+    At(SystemTime),
+}
+
+/// A task as the engine takes it: every option, with absolute times. Most programs build a
+/// [`Task`] instead, which also takes relative times.
+#[derive(Debug)]
+pub struct TaskSpec<P> {
+    /// The payload handed to the executor.
+    pub payload: Arc<P>,
+    /// The kind: tasks of one kind share a learned expected duration.
+    pub kind: Arc<str>,
+    /// The pool that runs it.
+    pub pool: Arc<str>,
+    /// The priority class.
+    pub priority: Priority,
+    /// The deduplication key: while a task with this key is live or retained, submitting
+    /// another returns that task.
+    pub key: Option<Arc<str>>,
+    /// The soft deadline: as it nears (less the expected duration) the task's urgency rises.
+    pub deadline: Option<Time>,
+    /// The expected duration, instead of the learned one.
+    pub duration_hint: Option<Duration>,
+    /// The most one attempt may run; then it is given up and retried.
+    pub timeout: Option<Duration>,
+    /// The retry policy (`None`: the pool's).
+    pub retry: Option<RetryPolicy>,
+    /// Tags, in order; a key may repeat.
+    pub tags: Vec<(Arc<str>, Arc<str>)>,
+    /// The tenant, for pools with fair sharing.
+    pub tenant: Option<Arc<str>>,
+}
+
+impl<P> Clone for TaskSpec<P> {
+    /// A copy sharing the payload.
+    fn clone(&self) -> Self {
+        TaskSpec {
+            payload: self.payload.clone(),
+            kind: self.kind.clone(),
+            pool: self.pool.clone(),
+            priority: self.priority,
+            key: self.key.clone(),
+            deadline: self.deadline,
+            duration_hint: self.duration_hint,
+            timeout: self.timeout,
+            retry: self.retry,
+            tags: self.tags.clone(),
+            tenant: self.tenant.clone(),
+        }
+    }
+}
+
+impl<P> TaskSpec<P> {
+    /// A task of kind `"default"` for the pool `"default"`, priority `Normal`.
+    pub fn new(payload: P) -> Self {
+        TaskSpec::from_arc(Arc::new(payload))
+    }
+
+    /// [`TaskSpec::new`] with a shared payload.
+    pub fn from_arc(payload: Arc<P>) -> Self {
+        TaskSpec {
+            payload,
+            kind: Arc::from("default"),
+            pool: Arc::from("default"),
+            priority: Priority::Normal,
+            key: None,
+            deadline: None,
+            duration_hint: None,
+            timeout: None,
+            retry: None,
+            tags: Vec::new(),
+            tenant: None,
+        }
+    }
+
+    /// The same task with another payload.
+    pub fn map_payload<Q>(self, payload: Arc<Q>) -> TaskSpec<Q> {
+        TaskSpec {
+            payload,
+            kind: self.kind,
+            pool: self.pool,
+            priority: self.priority,
+            key: self.key,
+            deadline: self.deadline,
+            duration_hint: self.duration_hint,
+            timeout: self.timeout,
+            retry: self.retry,
+            tags: self.tags,
+            tenant: self.tenant,
+        }
+    }
+
+    /// Sets the kind.
+    pub fn kind(mut self, kind: impl Into<Arc<str>>) -> Self {
+        self.kind = kind.into();
+        self
+    }
+
+    /// Sets the pool.
+    pub fn pool(mut self, pool: impl Into<Arc<str>>) -> Self {
+        self.pool = pool.into();
+        self
+    }
+
+    /// Sets the priority class.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Sets the deduplication key.
+    pub fn key(mut self, key: impl Into<Arc<str>>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the deadline.
+    pub fn deadline(mut self, at: Time) -> Self {
+        self.deadline = Some(at);
+        self
+    }
+
+    /// Sets the expected duration.
+    pub fn duration_hint(mut self, d: Duration) -> Self {
+        self.duration_hint = Some(d);
+        self
+    }
+
+    /// Sets the per-attempt timeout.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Adds a tag.
+    pub fn tag(mut self, key: impl Into<Arc<str>>, value: impl Into<Arc<str>>) -> Self {
+        self.tags.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the tenant.
+    pub fn tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// The checks the library makes before the engine sees a task (the engine checks the rest:
+    /// the pool, the bounds).
+    pub(crate) fn check(&self) -> Result<(), SubmitError> {
+        let nul = |s: &str| s.contains('\0');
+        let names = [Some(&self.kind), Some(&self.pool), self.key.as_ref()];
+        if names.into_iter().flatten().any(|s| nul(s)) || self.tenant.as_deref().is_some_and(nul) {
+            return Err(SubmitError::Invalid(
+                "kind, pool, key and tenant must not contain NUL characters",
+            ));
+        }
+        if self.tags.iter().any(|(k, v)| nul(k) || nul(v)) {
+            return Err(SubmitError::Invalid("tags must not contain NUL characters"));
+        }
+        match self.retry.and_then(|r| r.problem()) {
+            Some(problem) => Err(SubmitError::Invalid(problem)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A task to submit: a payload and its options, each set by a method that takes and returns
+/// the task.
+///
+/// ```
+/// use std::time::Duration;
+/// use cronoq::{Priority, RetryPolicy, Task};
+///
+/// let task = Task::new("report-42".to_string())
+///     .pool("reports")
+///     .kind("render")
+///     .key("report-42")
+///     .priority(Priority::High)
+///     .deadline_in(Duration::from_secs(60))
+///     .timeout(Duration::from_secs(10))
+///     .retry(RetryPolicy { max_attempts: 5, ..RetryPolicy::default() })
+///     .tag("customer", "acme");
+/// assert_eq!(&*task.spec().pool, "reports");
+/// ```
+///
+/// Relative times (`*_in`) count from the submission; with both `deadline_in` and
+/// `deadline_at`, the last call wins.
+pub struct Task<P> {
+    spec: TaskSpec<P>,
+    deadline: Option<When>,
+}
+
+impl<P> Clone for Task<P> {
+    /// A copy sharing the payload.
+    fn clone(&self) -> Self {
+        Task {
+            spec: self.spec.clone(),
+            deadline: self.deadline,
+        }
+    }
+}
+
+impl<P: fmt::Debug> fmt::Debug for Task<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Task")
+            .field("spec", &self.spec)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+impl<P> From<TaskSpec<P>> for Task<P> {
+    fn from(spec: TaskSpec<P>) -> Self {
+        Task {
+            spec,
+            deadline: None,
+        }
+    }
+}
+
+impl<P> Task<P> {
+    /// A task of kind `"default"` for the pool named `"default"`, priority `Normal`.
+    pub fn new(payload: P) -> Self {
+        TaskSpec::new(payload).into()
+    }
+
+    /// [`Task::new`] with a shared payload.
+    pub fn from_arc(payload: Arc<P>) -> Self {
+        TaskSpec::from_arc(payload).into()
+    }
+
+    /// Sets the kind (default `"default"`): tasks of one kind share a learned expected
+    /// duration.
+    pub fn kind(self, kind: impl Into<Arc<str>>) -> Self {
+        self.with(|s| s.kind(kind))
+    }
+
+    /// Sets the pool (default: the pool named `"default"`).
+    pub fn pool(self, pool: impl Into<Arc<str>>) -> Self {
+        self.with(|s| s.pool(pool))
+    }
+
+    /// Sets the priority class (default `Normal`).
+    pub fn priority(self, priority: Priority) -> Self {
+        self.with(|s| s.priority(priority))
+    }
+
+    /// Sets the deduplication key: while a task with this key is live or retained, submitting
+    /// another returns a handle to that task instead.
+    pub fn key(self, key: impl Into<Arc<str>>) -> Self {
+        self.with(|s| s.key(key))
+    }
+
+    /// A soft deadline this long after the submission.
+    pub fn deadline_in(mut self, d: Duration) -> Self {
+        self.deadline = Some(When::In(d));
+        self.spec.deadline = None;
+        self
+    }
+
+    /// A soft deadline at this wall-clock time.
+    pub fn deadline_at(mut self, at: SystemTime) -> Self {
+        self.deadline = Some(When::At(at));
+        self.spec.deadline = Some(Clock::from_system(at));
+        self
+    }
+
+    /// The expected duration, instead of the one learned from this kind's earlier runs.
+    pub fn duration_hint(self, d: Duration) -> Self {
+        self.with(|s| s.duration_hint(d))
+    }
+
+    /// The most one attempt may run; then the attempt is given up (its executor aborted) and
+    /// the task retried. `Duration::ZERO` times out at once.
+    pub fn timeout(self, d: Duration) -> Self {
+        self.with(|s| s.timeout(d))
+    }
+
+    /// The retry policy (default: the pool's).
+    pub fn retry(self, policy: RetryPolicy) -> Self {
+        self.with(|s| s.retry(policy))
+    }
+
+    /// One attempt only.
+    pub fn no_retry(self) -> Self {
+        self.retry(RetryPolicy::none())
+    }
+
+    /// Adds a tag; tags keep their order and a key may repeat.
+    pub fn tag(self, key: impl Into<Arc<str>>, value: impl Into<Arc<str>>) -> Self {
+        self.with(|s| s.tag(key, value))
+    }
+
+    /// Sets the tenant, for pools with fair sharing.
+    pub fn tenant(self, tenant: impl Into<Arc<str>>) -> Self {
+        self.with(|s| s.tenant(tenant))
+    }
+
+    /// The underlying spec (a relative deadline is not resolved yet).
+    pub fn spec(&self) -> &TaskSpec<P> {
+        &self.spec
+    }
+
+    fn with(mut self, f: impl FnOnce(TaskSpec<P>) -> TaskSpec<P>) -> Self {
+        self.spec = f(self.spec);
+        self
+    }
+
+    /// The spec with relative times resolved at `now`.
+    pub(crate) fn resolve(self, now: Time) -> TaskSpec<P> {
+        let mut spec = self.spec;
+        if let Some(When::In(d)) = self.deadline {
+            spec.deadline = Some(now + d);
+        }
+        spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_deadline_call_wins() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let t = Task::new(1)
+            .deadline_at(at)
+            .deadline_in(Duration::from_secs(5));
+        assert_eq!(t.spec().deadline, None);
+        let spec = t.clone().resolve(Time(1_000_000_000));
+        assert_eq!(spec.deadline, Some(Time(6_000_000_000)));
+        let t = t.deadline_at(at);
+        assert_eq!(t.resolve(Time::ZERO).deadline, Some(Time(100_000_000_000)));
+    }
+
+    #[test]
+    fn checks_name_the_rule() {
+        let msg = |t: Task<u8>| t.spec().check().unwrap_err().to_string();
+        assert_eq!(
+            msg(Task::new(0).kind("a\0b")),
+            "invalid task: kind, pool, key and tenant must not contain NUL characters"
+        );
+        assert_eq!(
+            msg(Task::new(0).tenant("\0")),
+            "invalid task: kind, pool, key and tenant must not contain NUL characters"
+        );
+        assert_eq!(
+            msg(Task::new(0).tag("k", "v\0")),
+            "invalid task: tags must not contain NUL characters"
+        );
+        let bad = RetryPolicy {
+            multiplier: -1.0,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(
+            msg(Task::new(0).retry(bad)),
+            "invalid task: retry multiplier must be finite and non-negative"
+        );
+        let zero = RetryPolicy {
+            max_attempts: 0,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(
+            msg(Task::new(0).retry(zero)),
+            "invalid task: retry.max_attempts must be >= 1"
+        );
+        assert!(Task::new(0).key("k").spec().check().is_ok());
+    }
+
+    #[test]
+    fn specs_map_and_share_payloads() {
+        let t = Task::new(7u8).kind("k");
+        let copy = t.clone();
+        assert!(Arc::ptr_eq(&t.spec().payload, &copy.spec().payload));
+        let s = t.resolve(Time::ZERO).map_payload(Arc::new("x"));
+        assert_eq!((&*s.kind, *s.payload), ("k", "x"));
+    }
+}
