@@ -24,8 +24,9 @@
 //! `random.Random`).
 //!
 //! Not ported yet, and absent rather than ignored: the recurring overlap modes `queue` and
-//! `queue_on_success`, restore, the observer, `ready_view`, and the snapshot fields of those
-//! features. Snapshots take their quality metrics from `stats`.
+//! `queue_on_success`, resources and labels in a recurring schedule's template, restore, the
+//! observer, `ready_view`, and the snapshot fields of those features. Snapshots take their
+//! quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;

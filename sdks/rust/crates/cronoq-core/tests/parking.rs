@@ -220,6 +220,72 @@ fn overflow_sheds_a_parked_task_like_a_queued_one() {
 }
 
 #[test]
+fn a_due_fixed_start_short_of_a_resource_stays_due_and_lets_the_next_one_start() {
+    let mut eng = engine(3, vec![db(1)]);
+    let holder = submit(&mut eng, wants(2, &[("db", 1)]), 0.0);
+    assert_eq!(started(&mut eng, 0.0), [holder]);
+    let fixed = |start: f64, resources| TaskSpec {
+        start_at: Some(start),
+        resources,
+        ..TaskSpec::new("p")
+    };
+    let short = submit(&mut eng, fixed(1.0, &[("db", 1)]), 1.0);
+    let next = submit(&mut eng, fixed(1.5, &[]), 1.0);
+    eng.advance(1.5);
+    assert_eq!(
+        started(&mut eng, 1.5),
+        [next],
+        "the short one lets the next due one try"
+    );
+    let rec = eng.lookup(TaskRef::Id(short)).unwrap();
+    assert_eq!(
+        (rec.status, rec.parked),
+        (Status::Ready, None),
+        "due, not parked"
+    );
+    assert_eq!(eng.pools()[0].holds, 1, "it keeps its held slot");
+    assert!(eng.complete(lease_of(&eng, holder), 2.0));
+    assert_eq!(started(&mut eng, 2.0), [short], "started on its held slot");
+    assert_eq!(eng.pools()[0].holds, 0);
+}
+
+#[test]
+fn a_due_fixed_start_without_a_matching_group_slot_stays_due() {
+    let mut eng = engine(1, vec![]);
+    let spec = TaskSpec {
+        start_at: Some(0.0),
+        labels: Some(&[("zone", "a")]),
+        ..TaskSpec::new("p")
+    };
+    let id = submit(&mut eng, spec, 0.0);
+    assert!(started(&mut eng, 0.0).is_empty());
+    assert_eq!(parked(&eng, id), None, "not parked on the groups");
+    eng.set_group_capacity("p", &[("zone", "a")], 1, 1.0)
+        .unwrap();
+    assert_eq!(started(&mut eng, 1.0), [id]);
+}
+
+#[test]
+fn a_held_slot_let_go_offers_resources_again() {
+    let mut eng = engine(1, vec![db(1)]);
+    let spec = TaskSpec {
+        start_at: Some(10.0),
+        ..TaskSpec::new("p")
+    };
+    let id = submit(&mut eng, spec, 0.0);
+    eng.advance(9.5);
+    assert!(started(&mut eng, 9.5).is_empty());
+    assert_eq!(eng.pools()[0].holds, 1);
+    assert!(!eng.parking().reoffer);
+    assert!(eng.cancel(TaskRef::Id(id), 9.5));
+    assert_eq!(eng.pools()[0].holds, 0);
+    assert!(
+        eng.parking().reoffer,
+        "the freed slot is offered to tasks parked on a resource"
+    );
+}
+
+#[test]
 fn labeled_tasks_wait_for_a_matching_group_and_unlabeled_ones_take_unlabeled_slots_first() {
     let mut eng = engine(1, vec![]);
     let gpu: &[(&str, &str)] = &[("gpu", "1")];
