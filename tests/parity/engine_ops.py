@@ -7,8 +7,10 @@ An operation is a plain tuple `(kind, now, *args)`; times are absolute, computed
 both engines see the same floats. Both sides return one trace entry per operation: the call's
 return value (or the SubmitError's code and message), the Actions drained after it (starts,
 aborts, finished records, events, field by field), next_wake, the live count, the totals, each
-pool's counters and the journal taken after it. Attempts are picked by index among the running
-ones (in start order) or, for stale outcomes, among every lease issued so far.
+pool's counters, the journal taken after it and the parking state (each resource's level,
+its parked tasks, each pool's worker groups and the tasks waiting for them, the pending
+re-offer). Attempts are picked by index among the running ones (in start order) or, for stale
+outcomes, among every lease issued so far.
 
 Hypothesis draws the configuration, each sequence's mix of operation kinds, its length and a
 seed; the operations themselves are expanded from that seed (`_Ops`), which keeps a sequence
@@ -16,19 +18,22 @@ cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry polic
 duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
 settings, fair share with tenant weights, unknown dependencies rejected or awaited with an
 await timeout, the reservable fraction), the scoring, the event level, retention, whether the
-engine is elastic (the autoscalers set the capacity), and operations: submit with random
-options (class, kind, key, deadline, duration hint, timeout, retry policy, tenant, a fixed
-start in the past, now, near or far, with a tolerance and an on_miss, dependency edges on
-recent ids and on keys, some never submitted, with every condition; a fixed start may have
-dependencies too), submit_batch (keys may repeat: the batch error; fixed starts reserve
-against each other; edges may name batch-mates' keys, forward, backward, in cycles or their
-own), dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes,
-cancel by id or key, lookup, dependents, set_capacity, pause/resume, delete, snapshot (the
-quality metrics), recurring schedules added, replaced, resumed and removed (cron expressions
-and intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
-tolerances, halt and abort_running. Each operation's trace also holds the fixed-start state
-of every pool (reservations, holds, due tasks, misses) and the schedules (next occurrence,
-latest, the one queued, live occurrences).
+engine is elastic (the autoscalers set the capacity), resources (semaphores and token
+buckets), and operations: submit with random options (class, kind, key, deadline, duration
+hint, timeout, retry policy, tenant, a fixed start in the past, now, near or far, with a
+tolerance and an on_miss, dependency edges on recent ids and on keys, some never submitted,
+with every condition; a fixed start may have dependencies too; resource amounts, unknown,
+zero and over capacity ones included; labels), submit_batch (keys may repeat: the batch
+error; fixed starts reserve against each other; edges may name batch-mates' keys, forward,
+backward, in cycles or their own), dispatch, complete, fail (permanent, with retry_after),
+heartbeat, stale outcomes, cancel by id or key, lookup, dependents, set_capacity,
+set_group_capacity, move_attempt (to another group or the unlabeled slots), group_has_room,
+resolve_resources, pause/resume, delete, snapshot (the quality metrics and the resources'
+levels), recurring schedules added, replaced, resumed and removed (cron expressions and
+intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
+tolerances (bucket refills among them), halt and abort_running. Each operation's trace also
+holds the fixed-start state of every pool (reservations, holds, due tasks, misses), the
+schedules (next occurrence, latest, the one queued, live occurrences) and the parking state.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from cronoq._options import Resource, _amounts, _labels
 from cronoq.core.autoscale import AutoscaleSettings
 from cronoq.core.cron import parse_cron, zone
 from cronoq.core.engine import Engine
+from cronoq.core.groups import Groups
 from cronoq.core.model import (
     DEFAULT_RETRY,
     STATUS_NAMES,
@@ -55,6 +62,7 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.core.recurring import RECURRING_TAG, Recurring
+from cronoq.core.resources import ResourceConfig
 from cronoq.errors import SubmitError
 
 Op = tuple[Any, ...]
@@ -73,12 +81,31 @@ FIELDS = (
     "pools",
     "journal",
     "recurring",
+    "parking",
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
 DEP_KEYS = (*KEYS, "k5")  # dependencies also name a key no task takes (awaited or unknown)
 CONDITIONS = ("success", "complete", "failure")
 KINDS = ("a", "b")
 TENANTS = ("t0", "t1", "t2")
+RESOURCES = ("r0", "r1", "r2", "r3")  # configs name at most three: r3 is always unknown
+# Label sets of worker groups and of tasks (a task is served by a group carrying all its
+# labels; os=x by none, the empty set of a group by unlabeled tasks only).
+GROUP_LABELS = (
+    [("zone", "a")],
+    [("zone", "b")],
+    [("gpu", "1"), ("zone", "a")],
+    [("gpu", "1")],
+    [],
+)
+TASK_LABELS = (
+    [("zone", "a")],
+    [("zone", "b")],
+    [("gpu", "1")],
+    [("zone", "a"), ("gpu", "1")],
+    [("os", "x")],
+    [],
+)
 MAX_ID = 40  # cancel, lookup and delete name ids up to this (some never exist)
 
 # Operation kinds, with the range of their weights: each sequence draws its own mix, so some
@@ -95,6 +122,10 @@ OP_WEIGHTS = {
     "lookup": (0, 2),
     "dependents": (0, 2),
     "set_capacity": (0, 2),
+    "set_group": (0, 3),
+    "move": (0, 2),
+    "group_room": (0, 1),
+    "resolve": (0, 1),
     "pause": (0, 1),
     "resume": (0, 2),
     "delete": (0, 2),
@@ -237,9 +268,27 @@ def _pool(i: int, focus: str | None) -> st.SearchStrategy[tuple[Any, ...]]:
     ).map(lambda t: (*t[:-1], *t[-1]))
 
 
+def _resources(seed: int, focus: str | None) -> list[tuple[Any, ...]]:
+    """(name, kind, permits, rate, burst) of up to three resources, expanded from one drawn
+    seed: none in half the configurations, at least one with `focus` "park"."""
+    rnd = random.Random(seed)
+    if focus != "park" and rnd.random() < 0.5:
+        return []
+    names = list(RESOURCES[:3])
+    rnd.shuffle(names)
+    out = []
+    for name in names[: rnd.randint(1, 3)]:
+        if rnd.random() < 0.5:
+            out.append((name, "semaphore", rnd.randint(1, 4), None, None))
+        else:
+            rate = rnd.choice((0.1, 0.5, 1.0, 2.5)) if rnd.random() < 0.6 else rnd.uniform(0.05, 5)
+            out.append((name, "token_bucket", None, rate, rnd.randint(1, 4)))
+    return out
+
+
 @st.composite
 def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
-    """(seed, scoring, event level, retention, retention_max, pools, elastic)."""
+    """(seed, scoring, event level, retention, retention_max, pools, elastic, resources)."""
     n = draw(st.integers(1, 2 if focus == "fair" else 3))
     return (
         draw(st.integers(0, 2**40)),
@@ -249,6 +298,7 @@ def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
         draw(st.sampled_from((0, 1, 3, 10, 100_000))),
         [draw(_pool(i, focus)) for i in range(n)],
         draw(st.booleans()),
+        draw(st.integers(0, 2**32).map(lambda seed: _resources(seed, focus))),
     )
 
 
@@ -259,7 +309,13 @@ class _Ops:
     difference is reported at its first operation, with the operations before it."""
 
     def __init__(
-        self, rnd: random.Random, pools: int, classes: Sequence[int], focus: str | None
+        self,
+        rnd: random.Random,
+        pools: int,
+        classes: Sequence[int],
+        focus: str | None,
+        resources: Sequence[str] = (),
+        labels: float = 0.0,
     ) -> None:
         self.rnd = rnd
         self.pools = pools
@@ -269,6 +325,10 @@ class _Ops:
         # the share of tasks submitted with dependencies
         self.dep_rate = 0.6 if focus == "deps" else 0.3 if focus == "fixed" else 0.2
         self.submitted = 0  # tasks submitted so far, at most: ids to depend on
+        self.names = resources or RESOURCES  # the resources configured
+        # the share of tasks asking for resources (some ask for unknown ones in any case)
+        self.resources = rnd.choice((0.3, 0.6, 0.9)) if resources else 0.05
+        self.labels = labels  # the share of tasks with labels
 
     def target(self) -> int | str:
         """A task to depend on or to ask the dependents of: a recent id (about 3/5 of the
@@ -327,9 +387,22 @@ class _Ops:
     def pool(self) -> str:
         return f"p{self.rnd.randrange(self.pools)}"
 
+    def amounts(self) -> list[tuple[str, int]]:
+        """Resource amounts as (name, amount) pairs: mostly known names and amounts a
+        resource can give, some unknown, zero or over its capacity, a name twice or none."""
+        rnd = self.rnd
+        n = rnd.choice((0, 1, 1, 1, 2, 2, 3))
+        pairs = []
+        for _ in range(n):
+            name = rnd.choice(RESOURCES) if rnd.random() < 0.05 else rnd.choice(self.names)
+            r = rnd.random()
+            amount = rnd.randint(1, 2) if r < 0.8 else (0 if r < 0.85 else rnd.randint(3, 5))
+            pairs.append((name, amount))
+        return pairs
+
     def spec(self, now: float, key: str | None, mates: Sequence[str] = ()) -> tuple[Any, ...]:
         """(pool, class, kind, key, deadline, duration hint, timeout, retry, tenant, fixed
-        start as (start_at, tolerance, on_miss) or None, deps)."""
+        start as (start_at, tolerance, on_miss) or None, deps, resources, labels)."""
         rnd = self.rnd
         deadline = self.seconds()
         return (
@@ -344,6 +417,8 @@ class _Ops:
             None if rnd.random() < 0.25 else rnd.choice(TENANTS),
             self.start(now),
             self.deps(mates),
+            self.amounts() if rnd.random() < self.resources else None,
+            rnd.choice(TASK_LABELS) if rnd.random() < self.labels else None,
         )
 
     def start(self, now: float) -> tuple[float, float, str] | None:
@@ -409,6 +484,14 @@ class _Ops:
             return (kind, now, self.target())
         if kind == "set_capacity":
             return (kind, now, self.pool(), rnd.randint(0, 4))
+        if kind == "set_group":
+            return (kind, now, self.pool(), rnd.choice(GROUP_LABELS), rnd.randint(0, 3))
+        if kind == "move":
+            return (kind, now, rnd.randint(0, 7), rnd.choice(GROUP_LABELS))
+        if kind == "group_room":
+            return (kind, now, self.pool(), rnd.choice(GROUP_LABELS))
+        if kind == "resolve":
+            return (kind, now, self.amounts())
         if kind in ("pause", "resume"):
             return (kind, now, self.pool())
         if kind == "delete":
@@ -432,8 +515,9 @@ def scenarios(
     draw: st.DrawFn, max_ops: int = 80, focus: str | None = None
 ) -> tuple[Config, list[Op]]:
     """A configuration and the operations to run on it. `focus`: "autoscale" or "fair" in
-    every pool (`_extras`), or "fixed": most submits with a fixed start, a schedule in every
-    sequence, dispatches enough to create occurrences, short steps of time (`_Ops.step`)."""
+    every pool (`_extras`), "fixed": most submits with a fixed start, a schedule in every
+    sequence, dispatches enough to create occurrences, short steps of time (`_Ops.step`), or
+    "park": every configuration has resources, and tasks ask for them and carry labels often."""
     config = draw(configs(focus))
     kinds = list(OP_WEIGHTS)
     weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]
@@ -447,7 +531,15 @@ def scenarios(
     rnd = random.Random(draw(st.integers(0, 2**32)))
     # Fair share: tenants contend within a class, so crowd the tasks into two.
     classes = (1, 2) if focus == "fair" else range(4)
-    gen = _Ops(rnd, len(config[5]), classes, focus)
+    park = focus == "park"
+    gen = _Ops(
+        rnd,
+        len(config[5]),
+        classes,
+        focus,
+        resources=[r[0] for r in config[7]],
+        labels=rnd.choice((0.0, 0.3, 0.6)) if park else rnd.choice((0.0, 0.0, 0.2)),
+    )
     now = 0.0
     ops: list[Op] = []
     for kind in rnd.choices(kinds, weights, k=n):
@@ -470,8 +562,16 @@ def _settings(fields: Sequence[Any] | None) -> AutoscaleSettings | None:
     return AutoscaleSettings(*fields[:3], dict(fields[3]), *fields[4:])
 
 
+def _resource(r: Sequence[Any]) -> ResourceConfig:
+    """Through cronoq.Resource, whose checks the Rust ResourceConfig makes."""
+    name, kind, permits, rate, burst = r
+    if kind == "semaphore":
+        return Resource.semaphore(name, permits).core_config()
+    return Resource.token_bucket(name, rate, burst).core_config()
+
+
 def make_engine(config: Config) -> Engine:
-    seed, sc, level, retention, retention_max, pools, elastic = config
+    seed, sc, level, retention, retention_max, pools, elastic, resources = config
     cfgs = [
         PoolConfig(
             p[0],
@@ -504,7 +604,15 @@ def make_engine(config: Config) -> Engine:
         retention_max=retention_max,
         journal=True,
         elastic=elastic,
+        resources=[_resource(r) for r in resources],
     )
+
+
+def _parked(r: TaskRecord) -> str | None:
+    """What a ready task waits for outside its queue: a resource's name, or "group"."""
+    if r.parked is None:
+        return None
+    return "group" if isinstance(r.parked, Groups) else r.parked.name
 
 
 def deps_row(e: Extras | None) -> tuple[Any, ...]:
@@ -566,11 +674,61 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         fixed,
         None if r.tags is None else r.tags.get(RECURRING_TAG),
         deps_row(r.extra),
+        None if r.labels is None else list(r.labels.items()),
+        None if extra is None or extra.resources is None else list(extra.resources.items()),
+        _parked(r),
     )
 
 
 def attempt_row(a: Attempt) -> tuple[Any, ...]:
-    return (a.task.id, a.number, a.lease, a.started_at, a.lease_ttl, a.lease_expiry, a.abort_reason)
+    slot = None if a.slot is None else sorted(a.slot.labels.items())
+    return (
+        a.task.id,
+        a.number,
+        a.lease,
+        a.started_at,
+        a.lease_ttl,
+        a.lease_expiry,
+        a.abort_reason,
+        slot,
+    )
+
+
+def parking_row(eng: Engine) -> tuple[Any, ...]:
+    """Each resource's level and parked tasks (live ones with their amounts, and how many
+    entries the heap holds), each pool's unlabeled slots and worker groups with the tasks
+    parked for them, the pending re-offer and the tasks offered since the dispatch loop last
+    looked. Read without refilling any bucket; None while the engine has neither resources
+    nor worker groups (nothing is parked or offered then, and every slot is unlabeled)."""
+    pool_list = eng.pools.values()
+    if not eng.resources and all(p.groups is None for p in pool_list):
+        return None
+    resources = [
+        (
+            r.name,
+            r.in_use,
+            r.tokens,
+            r.last,
+            r.wake,
+            len(r.parked),
+            sorted((e[4].id, e[5]) for e in r.parked if e[4].qgen == e[3] and e[4].parked is r),
+        )
+        for r in eng.resources.values()
+    ]
+    pools = []
+    for p in pool_list:
+        g = p.groups
+        groups = None
+        if g is not None:
+            groups = (
+                g.unlabeled_busy,
+                [(list(x.labels.items()), x.capacity, x.busy) for x in g.by_key.values()],
+                len(g.parked),
+                sorted(e[4].id for e in g.parked if e[4].qgen == e[3] and e[4].parked is g),
+            )
+        pools.append((p.unlabeled, groups))
+    offered = [r.id for r in eng.parking.offered]
+    return (resources, pools, eng.parking.reoffer, offered)
 
 
 def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
@@ -612,10 +770,15 @@ def snapshot_row(s: Snapshot) -> tuple[Any, ...]:
 
 
 def _record(spec: Sequence[Any]) -> TaskRecord:
-    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, start, deps = spec
+    """The record the edge (cronoq._options) builds: amounts checked (0 is invalid), an
+    empty mapping of resources or labels dropped."""
+    pool, cls, kind, key, deadline, hint, timeout, retry, tenant, start, deps, resources, labels = (
+        spec
+    )
+    amounts = None if resources is None else _amounts(dict(resources))
     extra = None
-    if start is not None or deps is not None:
-        extra = Extras(deps=None if deps is None else list(deps))
+    if start is not None or deps is not None or amounts:
+        extra = Extras(deps=None if deps is None else list(deps), resources=amounts or None)
         if start is not None:
             extra.start_at, extra.tolerance, extra.on_miss = start
     return TaskRecord(
@@ -629,6 +792,7 @@ def _record(spec: Sequence[Any]) -> TaskRecord:
         timeout=timeout,
         retry=_policy(retry),
         tenant=tenant,
+        labels=None if labels is None else _labels(dict(labels)),
         extra=extra,
     )
 
@@ -680,6 +844,9 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             elif kind == "batch":
                 got = eng.submit_batch([_record(s) for s in op[2]], now)
                 result = ("ok", [(rec.id, existed) for rec, existed in got])
+            elif kind == "resolve":
+                wanted = eng.resolve_resources(dict(op[2]))
+                result = ("ok", [(r.name, amount) for r, amount in wanted])
         except SubmitError as e:
             result = ("err", e.code, e.message)
         if kind == "dispatch":
@@ -706,6 +873,16 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             result = None if found is None else [(c.id, on) for c, on in eng.dependents(found)]
         elif kind == "set_capacity":
             eng.set_capacity(op[2], op[3], now)
+        elif kind == "set_group":
+            eng.set_group_capacity(op[2], dict(op[3]), op[4], now)
+        elif kind == "move":
+            att = pick(op[2])
+            if att is None:
+                result = "noop"
+            else:
+                eng.move_attempt(att, dict(op[3]))
+        elif kind == "group_room":
+            result = eng.group_has_room(op[2], frozenset(dict(op[3]).items()))
         elif kind == "pause":
             result = eng.pause(op[2], now)
         elif kind == "resume":
@@ -718,7 +895,8 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
         elif kind == "abort_running":
             result = [attempt_row(a) for a in eng.abort_running(now)]
         elif kind == "snapshot":
-            result = snapshot_row(eng.snapshot(now))
+            levels = [r.level(now) for r in eng.resources.values()]
+            result = (snapshot_row(eng.snapshot(now)), levels)
         elif kind == "add_recurring":
             eng.add_recurring(_schedule(op[2:]), now)
         elif kind == "resume_recurring":
@@ -779,6 +957,7 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                     (s.name, s.next_time, _id(s.last), _id(s.queued), [r.id for r in s.recent])
                     for s in eng.recurring.values()
                 ],
+                parking_row(eng),
             )
         )
     return trace

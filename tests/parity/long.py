@@ -1,11 +1,12 @@
 """A long differential run of the engines (tests/parity/engine_ops.py), on demand:
 
-    python tests/parity/long.py --ops 1000000 [--focus autoscale|fair|fixed|deps]
+    python tests/parity/long.py --ops 1000000 [--focus autoscale|fair|fixed|deps|park]
 
 builds the Rust module as the suite does, then compares sequences drawn by the suite's
 strategies until at least that many operations were compared (`--focus`: every pool autoscaled,
 or with fair share, or fixed starts and recurring schedules in every sequence, or most tasks
-with dependencies); prints the counts and the first difference, if any (exit status 1)."""
+with dependencies, or resources and worker groups everywhere); prints the counts and the first
+difference, if any (exit status 1)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def main() -> int:
     parser.add_argument("--max-ops", type=int, default=200, help="longest sequence")
     parser.add_argument(
         "--focus",
-        choices=("autoscale", "fair", "fixed", "deps"),
+        choices=("autoscale", "fair", "fixed", "deps", "park"),
         help="one feature throughout",
     )
     args = parser.parse_args()

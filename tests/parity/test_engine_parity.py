@@ -11,6 +11,7 @@ when it is quiet; CRONOQ_PARITY_SCALE=N: N times as many; `python tests/parity/l
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from types import ModuleType
 
 import pytest
@@ -67,13 +68,15 @@ def test_dependencies_decide_the_same(
     check(core_py, *scenario)
 
 
-def _config(*, elastic: bool = True, **pool: object) -> Config:
+def _config(
+    *, elastic: bool = True, resources: Sequence[tuple[object, ...]] = (), **pool: object
+) -> Config:
     base = {"name": "p0", "capacity": 1, "ttl": None, "retry": None, "duration": 1.0}
     base |= {"max_pending": None, "overflow": "wait", "cost": 0.5, "min": 1, "max": 10}
     base |= {"autoscale": None, "fair_share": False, "weights": []}
     base |= {"unknown_dependency": "reject", "await_timeout": None, "fraction": 0.5} | pool
     scoring = ((10000.0, 1000.0, 100.0, 10.0), 2.0, 800.0, 5.0, 5000.0, 10.0, 4000.0)
-    return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic)
+    return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic, list(resources))
 
 
 def _spec(
@@ -84,8 +87,10 @@ def _spec(
     tenant: str | None = None,
     start: tuple[float, float, str] | None = None,
     deps: list[tuple[int | str, str]] | None = None,
+    resources: list[tuple[str, int]] | None = None,
+    labels: list[tuple[str, str]] | None = None,
 ) -> tuple[object, ...]:
-    return ("p0", cls, "a", key, deadline, None, None, None, tenant, start, deps)
+    return ("p0", cls, "a", key, deadline, None, None, None, tenant, start, deps, resources, labels)
 
 
 def test_a_retry_with_jitter_and_its_timer(core_py: ModuleType) -> None:
@@ -459,3 +464,140 @@ def test_fixed_starts_with_dependencies_and_queued_occurrences(core_py: ModuleTy
     assert (statuses[2], statuses[3]) == ("failed", "missed")
     assert (statuses[4], statuses[5]) == ("running", "blocked"), "5 queued behind 4"
     assert run_python(config, ops)[-1][7][TOTALS_KEYS.index("recurring_conflicts")] > 0
+
+
+@examples(150)
+@given(scenarios(max_ops=200, focus="park"))
+def test_resources_and_worker_groups_decide_the_same(
+    core_py: ModuleType, scenario: tuple[Config, list[Op]]
+) -> None:
+    """Resources in every configuration, tasks asking for them and carrying labels often:
+    parking, offers and re-offers, bucket refills, group slots, moves, sheds of parked tasks."""
+    check(core_py, *scenario)
+
+
+SEMAPHORE = ("db", "semaphore", 2, None, None)
+BUCKET = ("api", "token_bucket", None, 0.5, 2)
+
+
+def test_tasks_wait_on_short_resources_and_come_back_when_they_can_be_served(
+    core_py: ModuleType,
+) -> None:
+    """A task short of permits parks (the one behind it runs) and starts when an attempt
+    returns them; a bucket's task waits for the refill timer, at 2 s for the missing token."""
+    ops: list[Op] = [("set_capacity", 0.0, "p0", 4)]
+    ops += [("submit", 0.0, *_spec(1, resources=[("db", 2)]))]  # 1
+    ops += [("submit", 0.0, *_spec(1, resources=[("db", 1), ("api", 1)]))]  # 2: db short
+    ops += [("submit", 0.0, *_spec(2, resources=[("api", 2)]))]  # 3: takes both tokens
+    ops += [("submit", 0.0, *_spec(2))]  # 4
+    ops += [("dispatch", 0.0), ("snapshot", 0.0)]
+    ops += [("complete", 1.0, 0), ("dispatch", 1.0)]  # db back: 2 waits for a token now
+    ops += [("advance", 1.5), ("dispatch", 1.5), ("advance", 2.0), ("dispatch", 2.0)]
+    ops += [("snapshot", 2.5)]
+    config = _config(resources=[SEMAPHORE, BUCKET])
+    check(core_py, config, ops)
+    trace = run_python(config, ops)
+    started = [[a[0] for a in step[1]] for step in trace]
+    assert started[5] == [1, 3, 4]
+    assert started[8] == started[10] == []
+    assert started[12] == [2], "the token missing at 1.0 has refilled by 2.0"
+    assert [trace[6][0][1], trace[13][0][1]] == [[0.0, 0.0], [1.0, 0.25]]  # db, api levels
+
+
+def test_resource_errors_carry_the_same_codes_and_messages(core_py: ModuleType) -> None:
+    bad = [
+        ([("db", 1), ("gpu", 1)], "unknown_resource", "unknown resource 'gpu'"),
+        ([("api", 3)], "resource_exceeds_capacity", "of resource 'api'"),
+        ([("db", 0)], "invalid", "invalid task: resource amount must be > 0"),
+    ]
+    config = _config(resources=[SEMAPHORE, BUCKET])
+    for amounts, code, message in bad:
+        ops: list[Op] = [
+            ("submit", 0.0, *_spec(2, resources=amounts)),
+            ("batch", 0.0, [_spec(2, key="k0"), _spec(2, key="k1", resources=amounts)]),
+            ("resolve", 0.0, amounts),
+        ]
+        check(core_py, config, ops)
+        trace = run_python(config, ops)
+        assert trace[0][0][:2] == trace[1][0][:2] == ("err", code)
+        assert message in trace[0][0][2]
+        assert trace[0][0] == trace[1][0]
+    duplicate = [("db", 3), ("db", 1)]  # a dict keeps the last amount
+    ops = [("submit", 0.0, *_spec(2, resources=duplicate)), ("resolve", 0.0, duplicate)]
+    check(core_py, config, ops)
+    assert run_python(config, ops)[1][0] == ("ok", [("db", 1)])
+
+
+def test_a_resource_config_is_refused_with_the_same_message(core_py: ModuleType) -> None:
+    bad = [
+        (("r0", "semaphore", 0, None, None), "permits must be >= 1"),
+        (("r0", "token_bucket", None, 0.0, 1), "rate must be a finite number > 0 (got 0)"),
+        (("r0", "token_bucket", None, -1.5, 1), "rate must be a finite number > 0 (got -1.5)"),
+        (("r0", "token_bucket", None, math.inf, 1), "rate must be a finite number > 0 (got inf)"),
+        (("r0", "token_bucket", None, math.nan, 1), "rate must be a finite number > 0 (got nan)"),
+        (("r0", "token_bucket", None, 1.0, 0), "burst must be >= 1"),
+        (("r\0", "semaphore", 1, None, None), "must not contain NUL characters (got 'r\\x00')"),
+    ]
+    for resource, message in bad:
+        for resources in ([resource], [SEMAPHORE, resource], [SEMAPHORE, SEMAPHORE]):
+            config = _config(resources=resources)
+            with pytest.raises(ValueError) as python:
+                run_python(config, [])
+            with pytest.raises(ValueError) as rust:
+                core_py.run_engine(config, [])
+            assert str(python.value) == str(rust.value)
+        assert message in str(python.value) or "duplicate" in str(python.value)
+    assert str(rust.value) == "duplicate resource name 'db'"
+
+
+def test_labeled_tasks_wait_for_a_matching_group_slot(core_py: ModuleType) -> None:
+    """Labeled tasks run only on a group carrying their labels (parked until one has a free
+    slot); unlabeled ones take unlabeled slots first; an attempt moved to another group keeps
+    the counts right, and group_has_room reads them."""
+    a, b, ab = [("zone", "a")], [("zone", "b")], [("gpu", "1"), ("zone", "a")]
+    ops: list[Op] = [
+        ("set_group", 0.0, "p0", ab, 1),
+        ("submit", 0.0, *_spec(1, labels=a)),  # 1: on the ab group
+        ("submit", 0.0, *_spec(1, labels=b)),  # 2: no zone=b group
+        ("submit", 0.0, *_spec(2)),  # 3: the unlabeled slot
+        ("submit", 0.0, *_spec(2, labels=a)),  # 4: waits for the ab group
+        ("dispatch", 0.0),
+        ("group_room", 0.0, "p0", ab),
+        ("set_group", 1.0, "p0", b, 1),  # 2 is offered the new slot
+        ("dispatch", 1.0),
+        ("move", 2.0, 0, b),  # 1's attempt moves to the zone=b group
+        ("group_room", 2.0, "p0", ab),
+        ("set_group", 2.0, "p0", ab, 0),
+        ("complete", 3.0, 0),
+        ("dispatch", 3.0),
+        ("set_group", 4.0, "p0", ab, 2),
+        ("dispatch", 4.0),
+        ("snapshot", 4.0),
+    ]
+    check(core_py, _config(), ops)
+    trace = run_python(_config(), ops)
+    starts = {a[0]: a[7] for step in trace for a in step[1]}
+    assert starts == {1: sorted(ab), 3: None, 2: b, 4: sorted(ab)}
+    assert [trace[6][0], trace[10][0]] == [False, True]
+
+
+def test_a_move_within_a_group_without_slots_keeps_the_group(core_py: ModuleType) -> None:
+    """The Python core dropped the group here (found by this suite; tests/unit has the case)."""
+    a = [("zone", "a")]
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        ("set_group", 0.0, "p0", a, 1),
+        ("submit", 0.0, *_spec(2, labels=a)),
+        ("dispatch", 0.0),
+        ("set_group", 1.0, "p0", a, 0),
+        ("move", 1.0, 0, a),
+        ("set_group", 2.0, "p0", a, 1),
+        ("submit", 2.0, *_spec(2, labels=a)),
+        ("complete", 3.0, 0),
+        ("group_room", 3.0, "p0", a),
+        ("dispatch", 3.0),
+    ]
+    check(core_py, _config(), ops)
+    trace = run_python(_config(), ops)
+    assert trace[9][0] is True
+    assert [s[0] for s in trace[10][1]] == [2]

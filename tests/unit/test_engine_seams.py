@@ -106,6 +106,28 @@ def test_group_has_room() -> None:
     assert eng.group_has_room("p", frozenset())
 
 
+def test_an_attempt_moved_within_its_group_without_slots_keeps_the_group() -> None:
+    """move_attempt onto the group it runs on, after that group lost its slots: the group
+    stays while the attempt runs, so the slots declared for it again outlive the attempt
+    (the group used to be dropped, the attempt kept on a detached copy, and its end then
+    dropped the redeclared group: labeled tasks waited forever for its slot)."""
+    eng = make(capacity=0)
+    gpu = {"gpu": "a100"}
+    eng.set_group_capacity("p", gpu, 1, 0.0)
+    first = submit(eng, labels=gpu)
+    eng.dispatch(0.0)
+    att = first.running
+    assert att is not None
+    eng.set_group_capacity("p", gpu, 0, 1.0)
+    eng.move_attempt(att, gpu)
+    eng.set_group_capacity("p", gpu, 1, 2.0)
+    eng.complete(att, 3.0)
+    assert eng.group_has_room("p", frozenset(gpu.items()))
+    second = submit(eng, labels=gpu)
+    eng.dispatch(3.0)
+    assert second.status_name == "running"
+
+
 def test_has_room_for_n_and_desired() -> None:
     """`has_room(pool, n)`: room for n more pending tasks (what a held batch needs); `desired`:
     the target of the pool's snapshot, read without one (the webhook scaler's seam)."""

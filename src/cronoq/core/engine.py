@@ -519,8 +519,9 @@ class Engine:
         if groups is None:  # no labeled slots at all: every slot is alike
             return
         slot = groups.by_key.get(frozenset(labels.items())) if labels else None
-        groups.vacate(att.slot)
+        # Onto the new slot first: a move within a group without slots must not drop it.
         groups.occupy(slot)
+        groups.vacate(att.slot)
         att.slot = slot
 
     def heartbeat(self, att: Attempt, now: float) -> bool:

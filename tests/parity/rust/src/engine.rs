@@ -8,16 +8,18 @@ use cronoq_core::cron::{parse_cron, zone};
 use cronoq_core::model::{
     Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord, py_cmp,
 };
+use cronoq_core::parking::Parked;
 use cronoq_core::recurring::Recurring;
 use cronoq_core::vocab::{OnMiss, Overflow, Overlap};
 use cronoq_core::{
-    DepOn, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, TaskRef, TaskSpec,
-    UnknownDependency,
+    DepOn, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, ResourceConfig, TaskRef,
+    TaskSpec, UnknownDependency,
 };
 use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
+use std::sync::Arc;
 
 type Obj<'py> = Bound<'py, PyAny>;
 
@@ -87,10 +89,24 @@ struct Spec {
     tenant: Option<String>,
     start: Option<(f64, f64, OnMiss)>,
     deps: Vec<(Target, DepOn)>,
+    resources: Vec<(String, u32)>,
+    labels: Option<Vec<(String, String)>>,
 }
 
 fn on_miss(name: &str) -> PyResult<OnMiss> {
     OnMiss::parse(name).ok_or_else(|| PyValueError::new_err(format!("unknown on_miss {name}")))
+}
+
+/// Pairs of names borrowed from owned ones, as `TaskSpec` and the engine's calls take them.
+fn str_pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    pairs
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect()
+}
+
+fn amounts(pairs: &[(String, u32)]) -> Vec<(&str, u32)> {
+    pairs.iter().map(|(a, n)| (a.as_str(), *n)).collect()
 }
 
 impl Spec {
@@ -122,6 +138,8 @@ impl Spec {
                     out
                 }
             },
+            resources: item::<Option<Vec<(String, u32)>>>(t, at + 11)?.unwrap_or_default(),
+            labels: item(t, at + 12)?,
         })
     }
 
@@ -133,7 +151,9 @@ impl Spec {
             .collect()
     }
 
-    fn spec<'a>(&'a self, edges: &'a [(TaskRef<'a>, DepOn)]) -> TaskSpec<'a> {
+    /// The spec, borrowing `edges` (`Spec::edges`) and `names` for its resources and labels
+    /// (`Spec::names`).
+    fn spec<'a>(&'a self, edges: &'a [(TaskRef<'a>, DepOn)], names: &'a Names<'a>) -> TaskSpec<'a> {
         let (start_at, tolerance, on_miss) = match self.start {
             Some((at, tolerance, on_miss)) => (Some(at), tolerance, on_miss),
             None => (None, 1.0, OnMiss::RunLate),
@@ -152,8 +172,32 @@ impl Spec {
             tolerance,
             on_miss,
             deps: edges,
+            resources: &names.0,
+            labels: names.1.as_deref(),
         }
     }
+
+    fn names(&self) -> Names<'_> {
+        (
+            amounts(&self.resources),
+            self.labels.as_deref().map(str_pairs),
+        )
+    }
+}
+
+/// A spec's resource amounts and labels as the slices `TaskSpec` borrows.
+type Names<'a> = (Vec<(&'a str, u32)>, Option<Vec<(&'a str, &'a str)>>);
+
+/// A resource of the suite's config, through the checked constructors.
+fn resource(t: &Bound<'_, PyTuple>) -> PyResult<ResourceConfig> {
+    let name: String = item(t, 0)?;
+    let kind: String = item(t, 1)?;
+    let cfg = if kind == "semaphore" {
+        ResourceConfig::semaphore(name, item(t, 2)?)
+    } else {
+        ResourceConfig::token_bucket(name, item(t, 3)?, item(t, 4)?)
+    };
+    cfg.map_err(|e| PyValueError::new_err(e.0))
 }
 
 /// The schedule of an add_recurring or resume_recurring operation (engine_ops._schedule):
@@ -242,6 +286,12 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         first_id: 1,
         journal: true,
         elastic: item(config, 6)?,
+        resources: config
+            .get_item(7)?
+            .cast::<PyList>()?
+            .iter()
+            .map(|r| resource(r.cast::<PyTuple>()?))
+            .collect::<PyResult<_>>()?,
     };
     Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
         .map_err(|e| PyValueError::new_err(e.0))
@@ -337,8 +387,34 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
         fixed,
         tag.into_bound_py_any(py)?,
         deps_row(py, r.extra.as_deref())?,
+        labels(py, r.labels.as_deref())?,
+        r.extra
+            .as_ref()
+            .filter(|e| !e.resources.is_empty())
+            .map(|e| {
+                e.resources
+                    .iter()
+                    .map(|(n, a)| (&**n, *a))
+                    .collect::<Vec<_>>()
+            })
+            .into_bound_py_any(py)?,
+        parked(eng, r.parked).into_bound_py_any(py)?,
     ];
     Ok(PyTuple::new(py, fields)?.into_any())
+}
+
+/// Labels as a list of (name, value) pairs, or None.
+fn labels<'py>(py: Python<'py>, l: Option<&[(Arc<str>, Arc<str>)]>) -> PyResult<Obj<'py>> {
+    l.map(|l| l.iter().map(|(n, v)| (&**n, &**v)).collect::<Vec<_>>())
+        .into_bound_py_any(py)
+}
+
+/// What a ready task waits for outside its queue: a resource's name, or "group".
+fn parked(eng: &Engine, p: Option<Parked>) -> Option<&str> {
+    match p? {
+        Parked::Resource(r) => Some(&*eng.parking().resources[r].name),
+        Parked::Group => Some("group"),
+    }
 }
 
 fn attempt<'py>(py: Python<'py>, a: &Attempt) -> PyResult<Obj<'py>> {
@@ -350,7 +426,56 @@ fn attempt<'py>(py: Python<'py>, a: &Attempt) -> PyResult<Obj<'py>> {
         a.lease_ttl,
         a.lease_expiry,
         a.abort_reason.map(|r| r.message()),
+        labels(py, a.slot.as_deref())?,
     ))
+}
+
+/// The parking state (engine_ops.parking_row), read without refilling any bucket; None
+/// without resources and worker groups.
+fn parking<'py>(py: Python<'py>, eng: &Engine) -> PyResult<Obj<'py>> {
+    let park = eng.parking();
+    if park.resources.is_empty() && eng.pools().iter().all(|p| p.groups.is_none()) {
+        return Ok(py.None().into_bound(py));
+    }
+    let live = |task, generation, on| {
+        eng.lookup(TaskRef::Id(task))
+            .is_some_and(|r| r.qgen == generation && r.parked == Some(on))
+    };
+    let resources = PyList::empty(py);
+    for (i, r) in park.resources.iter().enumerate() {
+        let mut waiting: Vec<(u64, u32)> = r
+            .parked
+            .iter()
+            .filter(|e| live(e.task, e.generation, Parked::Resource(i)))
+            .map(|e| (e.task, e.amount))
+            .collect();
+        waiting.sort_unstable();
+        resources.append(tup!(py;
+            &*r.name, r.in_use, r.tokens, r.last, r.wake, r.parked.len(), waiting
+        ))?;
+    }
+    let pools = PyList::empty(py);
+    for p in eng.pools() {
+        let groups = match &p.groups {
+            None => py.None().into_bound(py),
+            Some(g) => {
+                let list = PyList::empty(py);
+                for x in &g.by_key {
+                    list.append(tup!(py; labels(py, Some(&x.labels))?, x.capacity, x.busy))?;
+                }
+                let mut waiting: Vec<u64> = g
+                    .parked
+                    .iter()
+                    .filter(|e| live(e.task, e.generation, Parked::Group))
+                    .map(|e| e.task)
+                    .collect();
+                waiting.sort_unstable();
+                tup!(py; g.unlabeled_busy, list, g.parked.len(), waiting)
+            }
+        };
+        pools.append(tup!(py; p.unlabeled, groups))?;
+    }
+    Ok(tup!(py; resources, pools, park.reoffer, park.offered.clone()))
 }
 
 fn records<'py>(py: Python<'py>, eng: &Engine, rs: &[TaskRecord]) -> PyResult<Obj<'py>> {
@@ -449,7 +574,8 @@ fn run_engine<'py>(
             "submit" => {
                 let spec = Spec::read(t, 2)?;
                 let edges = spec.edges();
-                submit_result(py, eng.submit(spec.spec(&edges), now))?
+                let names = spec.names();
+                submit_result(py, eng.submit(spec.spec(&edges, &names), now))?
             }
             "batch" => {
                 let mut owned = Vec::new();
@@ -457,8 +583,12 @@ fn run_engine<'py>(
                     owned.push(Spec::read(s.cast::<PyTuple>()?, 0)?);
                 }
                 let edges: Vec<Vec<(TaskRef<'_>, DepOn)>> = owned.iter().map(Spec::edges).collect();
-                let specs: Vec<TaskSpec<'_>> =
-                    owned.iter().zip(&edges).map(|(s, e)| s.spec(e)).collect();
+                let names: Vec<Names<'_>> = owned.iter().map(Spec::names).collect();
+                let specs: Vec<TaskSpec<'_>> = owned
+                    .iter()
+                    .zip(edges.iter().zip(&names))
+                    .map(|(s, (e, n))| s.spec(e, n))
+                    .collect();
                 match eng.submit_batch(&specs, now) {
                     Ok(v) => {
                         let out = PyList::empty(py);
@@ -526,6 +656,44 @@ fn run_engine<'py>(
                     .map_err(|e| PyValueError::new_err(e.to_string()))?;
                 py.None().into_bound(py)
             }
+            "set_group" => {
+                let pool: String = item(t, 2)?;
+                let labels: Vec<(String, String)> = item(t, 3)?;
+                eng.set_group_capacity(&pool, &str_pairs(&labels), item(t, 4)?, now)
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+                py.None().into_bound(py)
+            }
+            "move" => match pick(&eng, item(t, 2)?, issued) {
+                None => "noop".into_bound_py_any(py)?,
+                Some(lease) => {
+                    let labels: Vec<(String, String)> = item(t, 3)?;
+                    if !eng.move_attempt(lease, &str_pairs(&labels)) {
+                        return Err(PyValueError::new_err("moved an attempt that ended"));
+                    }
+                    py.None().into_bound(py)
+                }
+            },
+            "group_room" => {
+                let pool: String = item(t, 2)?;
+                let labels: Vec<(String, String)> = item(t, 3)?;
+                eng.group_has_room(&pool, &str_pairs(&labels))
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?
+                    .into_bound_py_any(py)?
+            }
+            "resolve" => {
+                let pairs: Vec<(String, u32)> = item(t, 2)?;
+                match eng.resolve_resources(&amounts(&pairs)) {
+                    Ok(wanted) => {
+                        let resources = &eng.parking().resources;
+                        let named: Vec<(&str, u32)> = wanted
+                            .iter()
+                            .map(|&(r, n)| (&*resources[r].name, n))
+                            .collect();
+                        tup!(py; "ok", named)
+                    }
+                    Err(e) => tup!(py; "err", e.code, e.message),
+                }
+            }
             "pause" | "resume" => {
                 let pool: String = item(t, 2)?;
                 let done = if kind == "pause" {
@@ -548,7 +716,20 @@ fn run_engine<'py>(
                 let atts = eng.abort_running(now);
                 attempts(py, &atts)?
             }
-            "snapshot" => snapshot(py, &eng.snapshot(now))?,
+            "snapshot" => {
+                let names: Vec<String> = eng
+                    .parking()
+                    .resources
+                    .iter()
+                    .map(|r| r.name.to_string())
+                    .collect();
+                let levels: Vec<f64> = names
+                    .iter()
+                    .map(|n| eng.resource_level(n, now).expect("a configured resource"))
+                    .collect();
+                let snap = snapshot(py, &eng.snapshot(now))?;
+                tup!(py; snap, levels)
+            }
             "add_recurring" => {
                 eng.add_recurring(schedule(t, 2)?, now)
                     .map_err(|e| PyValueError::new_err(e.message))?;
@@ -629,6 +810,7 @@ fn run_engine<'py>(
             pools,
             journal,
             recurring,
+            parking(py, &eng)?,
         ))?;
     }
     Ok(trace)

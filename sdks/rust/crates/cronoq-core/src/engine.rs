@@ -6,15 +6,17 @@
 //! (attempts to run now), `aborts` (attempts given up on), `finished` (tasks that ended) and
 //! `events` (status changes, as `EngineOptions::event_level` asks). The driver calls
 //! `advance(now)` to fire due timers (retry backoff, attempt timeout, lease expiry, autoscaler
-//! evaluations, fixed starts, recurring occurrences) and prune retained tasks,
-//! `dispatch(now)` to fill free slots (and create the recurring occurrences due), drains the
+//! evaluations, token-bucket refills, fixed starts, recurring occurrences) and prune retained
+//! tasks, `dispatch(now)` to fill free slots (and create the recurring occurrences due), drains the
 //! outbox, and calls back at `next_wake()`: one timer for the whole engine. A driver with a
 //! store also calls `take_journal()` after each turn for the rows to write.
 //!
 //! Differences from the Python driver interface, none of which changes a decision: attempts
 //! are named by lease and tasks by id or key (Python passes the objects); records name their
 //! pool and kind by number (`pool_name`, `kind_name`); payloads and outputs stay with the
-//! driver; a call naming an unknown pool returns an error (Python raises KeyError).
+//! driver; a call naming an unknown pool returns an error (Python raises KeyError), and so
+//! does `move_attempt` for an attempt that has ended (Python would count it off its group
+//! again); labels and resource amounts are slices of pairs, read as a Python dict reads them.
 //! `snapshot(now)` gives each pool's state and quality metrics, as Python's does.
 //!
 //! Determinism: the same calls with the same times and the same seeded `Random` give the same
@@ -26,14 +28,17 @@ use std::sync::Arc;
 use crate::actions::{Actions, Journal, ScheduleRow};
 use crate::deps::{self, Needed};
 use crate::dispatch::fill;
+use crate::groups::{label_key, labels_of};
 use crate::model::{
     AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Outcome, PoolConfig,
     PoolSnapshot, Scoring, Snapshot, Status, SubmitError, TaskId, TaskRecord, TaskSpec, Totals,
     UnknownPool, check_seconds, py_repr,
 };
+use crate::parking::{Parking, Wanted, amounts_of, make_groups};
 use crate::pool::PoolState;
 use crate::pyrepr::py_float_repr;
 use crate::recurring::Recurring;
+use crate::resources::ResourceConfig;
 use crate::rng::{MersenneTwister, Random};
 use crate::schedules;
 use crate::state::{EventLevel, State};
@@ -68,6 +73,8 @@ pub struct EngineOptions {
     /// outside (remote workers' grants) and the autoscalers only compute `desired`, for
     /// external scalers to act on.
     pub elastic: bool,
+    /// The resources every pool's tasks may take (names unique).
+    pub resources: Vec<ResourceConfig>,
 }
 
 impl Default for EngineOptions {
@@ -80,6 +87,7 @@ impl Default for EngineOptions {
             first_id: 1,
             journal: false,
             elastic: true,
+            resources: Vec::new(),
         }
     }
 }
@@ -118,7 +126,7 @@ impl Engine<MersenneTwister> {
 
 impl<R: Random> Engine<R> {
     /// An engine over these pools (at least one, names unique, tenant weights finite and > 0,
-    /// autoscaled ones with `min <= max`), starting at `now` (the pool statistics count from
+    /// autoscaled ones with `min <= max`) and the resources of `options`, starting at `now` (the pool statistics count from
     /// there and the autoscalers first evaluate then), jittering with `rng`.
     pub fn new(
         pools: Vec<PoolConfig>,
@@ -286,7 +294,7 @@ impl<R: Random> Engine<R> {
     // --- submission --------------------------------------------------------------------------
 
     /// The record of a spec, checked as Python's edge checks a submit (unknown pool, class,
-    /// fixed start and tolerance).
+    /// fixed start and tolerance, labels).
     pub(crate) fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
         let Some(&pool) = self.st.pool_index.get(spec.pool) else {
             let msg = format!("unknown pool {}", py_repr(spec.pool));
@@ -316,24 +324,33 @@ impl<R: Random> Engine<R> {
                 kind
             }
         };
-        Ok(TaskRecord::from_spec(spec, pool, kind))
+        let rec = TaskRecord::from_spec(spec, pool, kind);
+        if let Some(extra) = &rec.extra
+            && extra.resources.iter().any(|&(_, amount)| amount == 0)
+        {
+            let msg = "invalid task: resource amount must be > 0";
+            return Err(SubmitError::new("invalid", msg));
+        }
+        Ok(rec)
     }
 
     /// Admit a task; a live or retained key returns (the existing task, true). On an error
-    /// nothing changed. A task with dependencies is blocked until they end as its edges ask
+    /// nothing changed. The spec is checked first (as Python's edge builds the record before
+    /// the engine sees it), then the key, then its resources, reservation and dependencies. A
+    /// task with dependencies is blocked until they end as its edges ask
     /// (`unknown_dependency` for an id or key no task holds, unless its pool awaits keys;
     /// `cycle` for its own key, or an ancestor awaiting its key).
     pub fn submit(&mut self, spec: TaskSpec<'_>, now: f64) -> Result<(TaskId, bool), SubmitError> {
+        let rec = self.record(spec)?;
         if let Some(key) = spec.key
             && let Some(&old) = self.st.keys.get(key)
         {
             return Ok((old, true));
         }
-        let rec = self.record(spec)?;
         Ok((self.submit_record(rec, now)?, false))
     }
 
-    /// Admit a checked record whose key is free: its reservation, its dependencies, the pool's
+    /// Admit a checked record whose key is free: its resources, reservation and dependencies, the pool's
     /// overflow policy (Python's `submit` past the key check).
     pub(crate) fn submit_record(
         &mut self,
@@ -342,6 +359,7 @@ impl<R: Random> Engine<R> {
     ) -> Result<TaskId, SubmitError> {
         let special = rec.extra.is_some();
         if special {
+            self.st.resolve_resources(&mut rec)?;
             if rec.start_at().is_some() {
                 self.st.check_reservation(&rec)?;
             }
@@ -361,7 +379,9 @@ impl<R: Random> Engine<R> {
     }
 
     /// Admit every task of a batch, or none (an error before anything changes). A key taken
-    /// already returns its task, with true; a key twice in the batch is an error.
+    /// already returns its task, with true; a key twice in the batch is an error. Every spec
+    /// is checked first, then the keys, then each new task's resources, reservation and
+    /// dependencies in batch order.
     /// Dependencies may name keys defined anywhere in the batch (forward references): parents
     /// in the batch are admitted first, ids follow the batch order, and a cycle is refused.
     pub fn submit_batch(
@@ -369,13 +389,17 @@ impl<R: Random> Engine<R> {
         specs: &[TaskSpec<'_>],
         now: f64,
     ) -> Result<Vec<(TaskId, bool)>, SubmitError> {
+        let mut recs = Vec::with_capacity(specs.len());
+        for &spec in specs {
+            recs.push(self.record(spec)?);
+        }
         let mut seen: HashSet<&str> = HashSet::new();
         // the batch's new keys, by index into `new`
         let mut fresh: HashMap<&str, usize> = HashMap::new();
         // (existing task) or (index into `new`)
         let mut out: Vec<Result<TaskId, usize>> = Vec::with_capacity(specs.len());
         let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
-        for &spec in specs {
+        for (&spec, rec) in specs.iter().zip(recs) {
             if let Some(key) = spec.key {
                 if !seen.insert(key) {
                     let msg = format!("duplicate key {} in batch", py_repr(key));
@@ -388,15 +412,17 @@ impl<R: Random> Engine<R> {
                 fresh.insert(key, new.len());
             }
             out.push(Err(new.len()));
-            new.push(self.record(spec)?);
+            new.push(rec);
         }
         let special = new.iter().any(|rec| rec.extra.is_some());
         let mut order = None;
         if special {
             // The batch's reservations count against each other; each task is checked in
-            // batch order (its reservation, then its dependencies), as Python's `_check`.
+            // batch order (its resources, reservation, then its dependencies), as Python's
+            // `_check`.
             self.st.fixed.in_batch = true;
             let checked = new.iter_mut().try_for_each(|rec| {
+                self.st.resolve_resources(rec)?;
                 if rec.start_at().is_some() {
                     self.st.check_reservation(rec)?;
                 }
@@ -468,32 +494,26 @@ impl<R: Random> Engine<R> {
             Overflow::Reject => {}
             Overflow::ShedLowest => {
                 for c in (usize::from(rec.cls) + 1..=3).rev() {
-                    victim = self.shed_candidate(p, c, true);
+                    victim = self.st.shed_candidate(p, c, true);
                     if victim.is_some() {
                         break;
                     }
                 }
             }
-            Overflow::ShedOldest => victim = self.shed_candidate(p, 3, false),
+            Overflow::ShedOldest => victim = self.st.shed_candidate(p, 3, false),
         }
         let Some(victim) = victim else {
             return Err(SubmitError::new("overloaded", "overloaded"));
         };
-        let st = &mut self.st;
-        st.pools[p].queues.discard(victim, &mut st.tasks);
-        st.finish(victim, Status::Shed, now, Some(MSG_SHED));
+        self.st.unqueue(victim);
+        self.st.finish(victim, Status::Shed, now, Some(MSG_SHED));
         Ok(())
     }
 
-    /// The newest (or oldest) queued task of a class: a scan, only run under overload.
-    fn shed_candidate(&mut self, p: usize, cls: usize, newest: bool) -> Option<TaskId> {
-        let st = &mut self.st;
-        let q = &mut st.pools[p].queues.classes[cls];
-        if newest {
-            q.newest(&st.tasks)
-        } else {
-            q.oldest(&st.tasks)
-        }
+    /// Check requested resource amounts (`unknown_resource`, `resource_exceeds_capacity`) as
+    /// a submit would, and return them as (resource index, amount) pairs.
+    pub fn resolve_resources(&mut self, amounts: &[(&str, u32)]) -> Result<Wanted, SubmitError> {
+        self.st.parking.resolve(&amounts_of(amounts))
     }
 
     // --- dispatch ----------------------------------------------------------------------------
@@ -627,9 +647,7 @@ impl<R: Random> Engine<R> {
             }
         } else if status == Status::Ready && !rec.extra.as_deref().is_some_and(|e| e.due) {
             // (due tasks are not queued)
-            let st = &mut self.st;
-            let pool = st.tasks[&id].pool;
-            st.pools[pool].queues.discard(id, &mut st.tasks);
+            self.st.unqueue(id);
         }
         self.st
             .finish(id, Status::Cancelled, now, Some(MSG_CANCELLED));
@@ -650,7 +668,11 @@ impl<R: Random> Engine<R> {
     /// paused.
     pub fn resume(&mut self, pool: &str, _now: f64) -> Result<bool, UnknownPool> {
         let p = self.pool_id(pool)?;
-        Ok(self.set_paused(p, false))
+        if !self.set_paused(p, false) {
+            return Ok(false);
+        }
+        self.st.reoffer_if_resources(); // its parked tasks may take what others left free
+        Ok(true)
     }
 
     fn set_paused(&mut self, p: usize, paused: bool) -> bool {
@@ -695,11 +717,89 @@ impl<R: Random> Engine<R> {
 
     // --- capacity ------------------------------------------------------------------------------
 
-    /// Set the pool's slots.
+    /// Set the pool's unlabeled slots (worker groups keep theirs).
     pub fn set_capacity(&mut self, pool: &str, n: u32, now: f64) -> Result<(), UnknownPool> {
         let p = self.pool_id(pool)?;
         self.st.set_capacity(p, i64::from(n), now);
         Ok(())
+    }
+
+    /// Declare or resize the worker group of the pool carrying exactly `labels` (0 removes
+    /// its slots; the group goes when nothing runs on it any more).
+    pub fn set_group_capacity(
+        &mut self,
+        pool: &str,
+        labels: &[(&str, &str)],
+        n: u32,
+        now: f64,
+    ) -> Result<(), UnknownPool> {
+        let p = self.pool_id(pool)?;
+        let st = &mut self.st;
+        let pool = &mut st.pools[p];
+        let unlabeled = pool.unlabeled;
+        let groups = make_groups(pool);
+        let g = groups.set(labels_of(labels), i64::from(n));
+        let capacity = unlabeled + groups.total();
+        pool.stats.level(now, pool.busy, capacity);
+        pool.capacity = capacity;
+        if let Some(g) = g {
+            st.unpark_labeled(p, g);
+        }
+        st.reoffer_if_resources();
+        Ok(())
+    }
+
+    /// Has the pool's worker group with exactly these labels (empty: the unlabeled slots) a
+    /// free slot? A pool without worker groups answers true: all its slots are alike.
+    pub fn group_has_room(&self, pool: &str, labels: &[(&str, &str)]) -> Result<bool, UnknownPool> {
+        let pool = &self.st.pools[self.pool_id(pool)?];
+        let Some(groups) = &pool.groups else {
+            return Ok(true);
+        };
+        if labels.is_empty() {
+            return Ok(groups.unlabeled_busy < pool.unlabeled);
+        }
+        let key = label_key(&labels_of(labels));
+        Ok(groups
+            .position(&key)
+            .is_some_and(|g| groups.by_key[g].busy < groups.by_key[g].capacity))
+    }
+
+    /// A running attempt changed slots: a remote worker of another label set took it over (a
+    /// hand-back). Keeps the worker groups' busy counts right; false if it has ended.
+    pub fn move_attempt(&mut self, lease: Lease, labels: &[(&str, &str)]) -> bool {
+        let Some(att) = self.st.running.get_mut(&lease) else {
+            return false;
+        };
+        let pool = self.st.tasks[&att.task].pool;
+        let Some(groups) = &mut self.st.pools[pool].groups else {
+            return true; // no labeled slots at all: every slot is alike
+        };
+        let slot = if labels.is_empty() {
+            None
+        } else {
+            groups.position(&label_key(&labels_of(labels)))
+        };
+        // Onto the new slot first: a move within a group without slots must not drop it
+        // (and the old group may go, moving the others' indices: keep the new one's key).
+        let key = slot.map(|g| groups.by_key[g].key.clone());
+        groups.occupy(slot);
+        groups.vacate(att.slot.as_ref());
+        att.slot = key;
+        true
+    }
+
+    /// The resources (in configuration order) and the bookkeeping of the tasks parked on them
+    /// or for worker-group slots, to read.
+    pub fn parking(&self) -> &Parking {
+        &self.st.parking
+    }
+
+    /// The units of the named resource available now (free permits, or tokens: the bucket
+    /// refills to `now`, as a Python driver's read of `level` does).
+    pub fn resource_level(&mut self, name: &str, now: f64) -> Option<f64> {
+        let r = self.st.parking.resource(name)?;
+        Some(self.st.parking.resources[r].level(now))
     }
 
     /// The pool's target capacity now (`PoolSnapshot::desired`), without a snapshot.

@@ -12,10 +12,9 @@
 //!
 //! Python's `FixedStarts` component is here the primitives below on `State`, which owns the
 //! tables (the pools' reservations, holds, due heaps and misses) and fires the timers; the
-//! batch being checked is `FixedStarts`. Not ported yet (it comes with resources and worker
-//! groups): a due task that lacks a resource or a matching group slot, and lets the next one
-//! try.
+//! batch being checked is `FixedStarts`.
 
+use crate::groups::Pick;
 use crate::model::{Extras, Status, SubmitError, TaskId, TaskRecord, py_max};
 use crate::pool::{DueEntry, PoolState, peak_overlap};
 use crate::rng::Random;
@@ -110,15 +109,18 @@ impl<R: Random> State<R> {
         self.finish(id, status, now, Some(MSG_MISSED));
     }
 
-    /// Start tasks at their fixed start time on the slots held for them, in start order.
+    /// Start tasks at their fixed start time on the slots held for them, in start order; one
+    /// that lacks a matching group slot or a resource lets the next one try (it stays due,
+    /// not parked: its held slot is its place).
     pub(crate) fn dispatch_due(&mut self, p: usize, now: f64) {
+        let mut waiting = Vec::new();
         loop {
             let pool = &mut self.pools[p];
             if pool.busy >= pool.capacity {
-                return;
+                break;
             }
             let Some(entry) = pool.due.pop() else {
-                return;
+                break;
             };
             let Some(rec) = self.tasks.get(&entry.task) else {
                 continue; // ended and forgotten
@@ -127,17 +129,36 @@ impl<R: Random> State<R> {
             if rec.status != Status::Ready || !extra.due {
                 continue;
             }
-            let start = extra.start_at.expect("a fixed start");
-            let hit = now <= start + extra.tolerance;
-            let pool = &mut self.pools[p];
-            pool.stats.on_fixed_start(now, hit);
+            let mut slot = None;
+            if self.pools[p].groups.is_some() || rec.labels.is_some() {
+                match self.slot_for(entry.task, p, false) {
+                    Pick::Full => {
+                        waiting.push(entry);
+                        continue;
+                    }
+                    Pick::Unlabeled => {}
+                    Pick::Group(g) => slot = Some(g),
+                }
+            }
+            if !self.acquire(entry.task, now, false) {
+                waiting.push(entry);
+                continue;
+            }
             let rec = self
                 .tasks
                 .get_mut(&entry.task)
                 .expect("a live task is held");
-            drop_fixed(entry.task, rec.extra_mut(), pool);
-            self.start(entry.task, now, true);
+            let extra = rec.extra.as_deref_mut().expect("a fixed start");
+            let start = extra.start_at.expect("a fixed start");
+            let hit = now <= start + extra.tolerance;
+            let pool = &mut self.pools[p];
+            pool.stats.on_fixed_start(now, hit);
+            if drop_fixed(entry.task, extra, pool) {
+                self.reoffer_if_resources();
+            }
+            self.start(entry.task, now, true, slot);
         }
+        self.pools[p].due.extend(waiting);
     }
 
     /// Due tasks past their tolerance (skip or fail) that dispatch could not start end now.
@@ -230,15 +251,18 @@ impl<R: Random> State<R> {
     }
 }
 
-/// The task started or ended: its reservation and held slot go.
-pub(crate) fn drop_fixed(id: TaskId, extra: &mut Extras, pool: &mut PoolState) {
+/// The task started or ended: its reservation and held slot go. True if a held slot went,
+/// which the caller offers again to the tasks parked on resources (`reoffer_if_resources`).
+pub(crate) fn drop_fixed(id: TaskId, extra: &mut Extras, pool: &mut PoolState) -> bool {
     pool.reservations.remove(&id);
-    if extra.held {
+    let freed = extra.held;
+    if freed {
         extra.held = false;
         pool.holds -= 1;
     }
     extra.due = false;
     extra.fixed_done = true;
+    freed
 }
 
 /// Hold a slot of the task's pool for it (once).

@@ -9,11 +9,13 @@
 //! `actions`, `timers`, `heaps`, `queue`, `fair` (fair share's class queue), `pool`, `state`
 //! (the tables and the transition primitives), `deps` (dependencies, blocking and releasing
 //! tasks), `fixed` (fixed starts and reservations), `recurring` and `schedules` (recurring
-//! schedules over `cron`), `dispatch` and `engine` (the driver interface), `stats`, `autoscale`
-//! (evaluated by the pools' timers) and `cron`; `table` the tables of tasks and running attempts
-//! (Python's `tasks` and `running` dicts), `rng` the injected randomness and `pyrepr` Python's
-//! `repr()` of a name, for error messages. Python's records and attempts are shared objects; here
-//! the engine's tables own them and everything else names them by task id or lease.
+//! schedules over `cron`), `resources` (semaphores and token buckets), `groups` (worker groups),
+//! `parking` (tasks waiting on a resource or for a group slot, and the offers that put them
+//! back), `dispatch` and `engine` (the driver interface), `stats`, `autoscale` (evaluated by the
+//! pools' timers) and `cron`; `table` the tables of tasks and running attempts (Python's `tasks`
+//! and `running` dicts), `rng` the injected randomness and `pyrepr` Python's `repr()` of a name,
+//! for error messages. Python's records and attempts are shared objects; here the engine's tables
+//! own them and everything else names them by task id or lease.
 //! Parity rules kept throughout: iteration orders that reach a decision are Python's (configuration
 //! order for pools, start order for attempts, insertion order for the journal), float arithmetic is
 //! done in Python's order on `f64` (no fused operations), `min`/`max` keep Python's tie rules
@@ -21,8 +23,8 @@
 //! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
 //! `random.Random`).
 //!
-//! Not ported yet, and absent rather than ignored: resources and parking, worker groups and
-//! labels (so a due fixed start never waits for a resource or a group slot), restore, the
+//! Not ported yet, and absent rather than ignored: resources and labels in a recurring
+//! schedule's template, restore, the
 //! observer, `ready_view`, and the snapshot fields of those features. Snapshots take their
 //! quality metrics from `stats`.
 
@@ -34,12 +36,15 @@ pub mod dispatch;
 pub mod engine;
 pub mod fair;
 pub mod fixed;
+pub mod groups;
 pub mod heaps;
 pub mod model;
+pub mod parking;
 pub mod pool;
 pub mod pyrepr;
 pub mod queue;
 pub mod recurring;
+pub mod resources;
 pub mod rng;
 pub mod schedules;
 pub mod state;
@@ -54,6 +59,7 @@ pub use model::{
     Attempt, DepTarget, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId,
     TaskRecord, TaskSpec,
 };
+pub use resources::ResourceConfig;
 pub use rng::{MersenneTwister, Random};
 pub use state::EventLevel;
 pub use vocab::{DepOn, UnknownDependency};

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use crate::autoscale::AutoscaleSettings;
 use crate::engine::TaskRef;
+use crate::groups::{LabelKey, Labels, labels_of};
+use crate::parking::{Parked, Wanted, amounts_of};
 use crate::vocab::{DepOn, OnMiss, Overflow, STATUSES, UnknownDependency};
 
 /// A task's id: assigned at admission, ascending from `EngineOptions::first_id`.
@@ -467,6 +469,12 @@ pub struct TaskSpec<'a> {
     pub retry: Option<RetryPolicy>,
     /// Its tenant, for fair share (None: the untenanted group).
     pub tenant: Option<&'a str>,
+    /// Amounts of the engine's resources it takes while it runs, by name (empty: none). A
+    /// name given twice keeps its last amount, as in a Python dict.
+    pub resources: &'a [(&'a str, u32)],
+    /// Labels a worker group must carry to run it (None or empty, which Python's edge makes
+    /// None: any slot). A name given twice keeps its last value.
+    pub labels: Option<&'a [(&'a str, &'a str)]>,
     /// A fixed start (seconds): it reserves a slot at admission and starts then; with
     /// dependencies it waits for them first (and is late, or missed, if they end after it).
     pub start_at: Option<f64>,
@@ -493,6 +501,8 @@ impl<'a> TaskSpec<'a> {
             timeout: None,
             retry: None,
             tenant: None,
+            resources: &[],
+            labels: None,
             start_at: None,
             tolerance: 1.0,
             on_miss: OnMiss::RunLate,
@@ -526,6 +536,8 @@ pub struct TaskRecord {
     pub retry: Option<RetryPolicy>,
     /// Its tenant (fair share).
     pub tenant: Option<Arc<str>>,
+    /// The labels a worker group must carry to run it (never empty).
+    pub labels: Option<Labels>,
     /// Its status.
     pub status: Status,
     /// The number of its latest attempt (0: none yet).
@@ -548,12 +560,14 @@ pub struct TaskRecord {
     pub running: Option<Lease>,
     /// Its queue generation: a queue entry is live while it matches.
     pub qgen: u64,
+    /// What it waits for outside the ready queues, ready: a resource or a group slot.
+    pub parked: Option<Parked>,
     /// Its rarely used options and their state (None: a plain task that never retried).
     pub extra: Option<Box<Extras>>,
 }
 
 /// A task's rarely used options and the engine state they need (Python: `model.Extras`): the
-/// spec as submitted (fixed start, dependencies), then engine state set and cleared by the
+/// spec as submitted (fixed start, dependencies, resources), then engine state set and cleared by the
 /// dependency, fixed-start and recurring code, and the attempt history of a task that retried.
 /// Python's `None` and empty lists are alike here (empty), but for `resolved`, whose presence
 /// decides how a task is admitted and what the await-cycle check walks.
@@ -591,6 +605,10 @@ pub struct Extras {
     pub schedule: Option<Arc<str>>,
     /// The attempts after which it retried, oldest first (at most HISTORY_MAX).
     pub history: Vec<PastAttempt>,
+    /// Resource name -> amount, as submitted (empty: none).
+    pub resources: Vec<(Arc<str>, u32)>,
+    /// The same resources checked at admission (`parking::Parking::resolve`).
+    pub wanted: Option<Wanted>,
 }
 
 /// A dependency's target as submitted (`TaskRef`, owned).
@@ -630,6 +648,8 @@ impl Default for Extras {
             recurring: None,
             schedule: None,
             history: Vec::new(),
+            resources: Vec::new(),
+            wanted: None,
         }
     }
 }
@@ -660,6 +680,10 @@ impl TaskRecord {
             timeout: spec.timeout,
             retry: spec.retry,
             tenant: spec.tenant.map(Arc::from),
+            labels: spec
+                .labels
+                .filter(|l| !l.is_empty())
+                .map(|l| labels_of(l).into()),
             status: Status::Blocked,
             attempt: 0,
             message: None,
@@ -671,22 +695,25 @@ impl TaskRecord {
             finished_at: 0.0,
             running: None,
             qgen: 0,
-            extra: (spec.start_at.is_some() || !spec.deps.is_empty()).then(|| {
-                let deps = spec.deps.iter().map(|&(target, on)| {
-                    let target = match target {
-                        TaskRef::Id(id) => DepTarget::Id(id),
-                        TaskRef::Key(key) => DepTarget::Key(Arc::from(key)),
-                    };
-                    (target, on)
-                });
-                Box::new(Extras {
-                    start_at: spec.start_at,
-                    tolerance: spec.tolerance,
-                    on_miss: spec.on_miss,
-                    deps: deps.collect(),
-                    ..Extras::default()
-                })
-            }),
+            parked: None,
+            extra: (spec.start_at.is_some() || !spec.deps.is_empty() || !spec.resources.is_empty())
+                .then(|| {
+                    let deps = spec.deps.iter().map(|&(target, on)| {
+                        let target = match target {
+                            TaskRef::Id(id) => DepTarget::Id(id),
+                            TaskRef::Key(key) => DepTarget::Key(Arc::from(key)),
+                        };
+                        (target, on)
+                    });
+                    Box::new(Extras {
+                        start_at: spec.start_at,
+                        tolerance: spec.tolerance,
+                        on_miss: spec.on_miss,
+                        deps: deps.collect(),
+                        resources: amounts_of(spec.resources),
+                        ..Extras::default()
+                    })
+                }),
         }
     }
 
@@ -740,6 +767,8 @@ pub struct Attempt {
     pub lease_expiry: f64,
     /// Why the engine aborted it, if it did.
     pub abort_reason: Option<AbortReason>,
+    /// The labels of the worker group whose slot runs it (None: an unlabeled slot).
+    pub slot: Option<LabelKey>,
 }
 
 impl Attempt {
@@ -759,6 +788,7 @@ impl Attempt {
             lease_ttl,
             lease_expiry: lease_ttl.map_or(f64::INFINITY, |ttl| started_at + ttl),
             abort_reason: None,
+            slot: None,
         }
     }
 }
@@ -941,7 +971,8 @@ impl Totals {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitError {
     /// Why: "unknown_pool", "full", "overloaded", "duplicate_key_in_batch",
-    /// "reservation_conflict", "invalid", "unknown_dependency" or "cycle".
+    /// "reservation_conflict", "invalid", "unknown_dependency", "cycle", "unknown_resource" or
+    /// "resource_exceeds_capacity".
     pub code: &'static str,
     /// For people.
     pub message: String,

@@ -1,16 +1,18 @@
 //! The engine's state of one pool (Python: `cronoq.core.pool`): slots, queues, counters,
-//! learned durations, fixed-start bookkeeping, the quality statistics (`stats::PoolStats`)
-//! and the autoscaler. Not ported yet: worker groups (so the pool's slots are all unlabeled).
+//! learned durations, fixed-start bookkeeping, the quality statistics (`stats::PoolStats`),
+//! the autoscaler and the worker groups.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
-use crate::autoscale::{Autoscaler, Signals, python_shown};
+use crate::autoscale::{Autoscaler, Signals};
+use crate::groups::Groups;
 use crate::model::{
     ConfigError, KindId, PoolConfig, PoolSnapshot, RetryPolicy, Scoring, Status, TaskId,
     TaskRecord, py_cmp, py_max, py_min,
 };
+use crate::pyrepr::python_shown;
 use crate::queue::ReadyQueues;
 use crate::stats::PoolStats;
 use crate::table::Tasks;
@@ -58,8 +60,13 @@ pub struct PoolState {
     pub cfg: PoolConfig,
     /// Its name.
     pub name: Arc<str>,
-    /// Its slots. Signed: a capacity lowered below `busy` leaves a negative room.
+    /// Its slots: the unlabeled ones plus those of every worker group. Signed: a capacity
+    /// lowered below `busy` leaves a negative room.
     pub capacity: i64,
+    /// Its unlabeled slots (what `set_capacity` and the autoscaler set).
+    pub unlabeled: i64,
+    /// Its worker groups, made when a group or a labeled task first appears.
+    pub groups: Option<Groups>,
     /// Attempts running.
     pub busy: i64,
     /// Its ready tasks.
@@ -142,6 +149,8 @@ impl PoolState {
         Ok(PoolState {
             name: Arc::from(cfg.name.as_str()),
             capacity: i64::from(cfg.capacity),
+            unlabeled: i64::from(cfg.capacity),
+            groups: None,
             busy: 0,
             queues,
             pending_by_class: [0; 4],
@@ -183,11 +192,11 @@ impl PoolState {
         self.learned.unwrap_or(self.cfg.default_duration)
     }
 
-    /// One autoscaler evaluation: the slots the pool should have (Python's `evaluate_scaler`,
-    /// whose docstring says why, without `elastic`, the autoscaler steps from its own last
-    /// target). Resets the arrivals counted since the last one. The backlog is the queued, due
-    /// and retrying tasks per class; the reservations starting within the horizon count at
-    /// their peak overlap.
+    /// One autoscaler evaluation: the unlabeled slots the pool should have (Python's
+    /// `evaluate_scaler`, whose docstring says why, without `elastic`, the autoscaler steps
+    /// from its own last target). Resets the arrivals counted since the last one. The backlog
+    /// is the queued, due and retrying tasks per class; the reservations starting within the
+    /// horizon count at their peak overlap.
     ///
     /// # Panics
     /// Without an autoscaler (the engine evaluates only pools that have one).
@@ -220,12 +229,12 @@ impl PoolState {
             backlog_by_class: backlog,
             busy: self.busy,
             capacity: if elastic {
-                self.capacity
+                self.unlabeled
             } else {
                 self.desired()
             },
             reserved: peak_overlap(&upcoming, now, f64::INFINITY),
-            stranded: !elastic && self.capacity == 0,
+            stranded: !elastic && self.unlabeled == 0,
         };
         let scaler = self.scaler.as_mut().expect("a pool with an autoscaler");
         let new = scaler.evaluate(now, &sig);

@@ -215,6 +215,43 @@ pub fn py_float_repr(x: f64) -> String {
     }
 }
 
+/// `_options._shown`: an integral float as Python's exact `repr(int(value))`, else its repr.
+pub fn python_shown(v: f64) -> String {
+    if !v.is_finite() || v.fract() != 0.0 {
+        return py_float_repr(v);
+    }
+    let sign = if v < 0.0 { "-" } else { "" };
+    let a = v.abs();
+    if a < 2f64.powi(63) {
+        return format!("{sign}{}", a as u64);
+    }
+    // exact decimal of mantissa * 2^exp for integers too big for u64
+    let bits = a.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i32 - 1075;
+    let mantissa = (bits & ((1 << 52) - 1)) | (1 << 52);
+    // little-endian base-1e9 limbs
+    let mut limbs: Vec<u64> = vec![mantissa % 1_000_000_000, mantissa / 1_000_000_000];
+    for _ in 0..exp {
+        let mut carry = 0u64;
+        for limb in &mut limbs {
+            let x = *limb * 2 + carry;
+            *limb = x % 1_000_000_000;
+            carry = x / 1_000_000_000;
+        }
+        if carry > 0 {
+            limbs.push(carry);
+        }
+    }
+    while limbs.len() > 1 && limbs.last() == Some(&0) {
+        limbs.pop();
+    }
+    let mut out = format!("{sign}{}", limbs.last().copied().unwrap_or(0));
+    for limb in limbs.iter().rev().skip(1) {
+        out.push_str(&format!("{limb:09}"));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +275,14 @@ mod tests {
         for (x, want) in cases {
             assert_eq!(py_float_repr(x), want);
         }
+    }
+
+    #[test]
+    fn integral_floats_are_shown_as_ints() {
+        assert_eq!(python_shown(2.0), "2");
+        assert_eq!(python_shown(-3.0), "-3");
+        assert_eq!(python_shown(1.5), "1.5");
+        assert_eq!(python_shown(2f64.powi(70)), "1180591620717411303424");
+        assert_eq!(python_shown(1e20), "100000000000000000000");
     }
 }

@@ -142,6 +142,8 @@ impl Recurring {
             tolerance: self.tolerance,
             on_miss: self.on_miss,
             deps,
+            resources: &[],
+            labels: None,
         }
     }
 

@@ -19,8 +19,9 @@ use crate::engine::EngineOptions;
 use crate::fixed::{FixedStarts, drop_fixed};
 use crate::model::{
     AbortReason, Attempt, ConfigError, HISTORY_MAX, Lease, Outcome, PastAttempt, PoolConfig,
-    Status, StatusEvent, TaskId, TaskRecord, Totals, py_repr,
+    Status, StatusEvent, SubmitError, TaskId, TaskRecord, Totals, py_repr,
 };
+use crate::parking::Parking;
 use crate::pool::PoolState;
 use crate::rng::Random;
 use crate::schedules::Schedules;
@@ -71,6 +72,8 @@ pub struct State<R> {
     pub retained: VecDeque<(TaskId, f64)>,
     /// The timer heap.
     pub timers: Timers,
+    /// The resources and the tasks parked on them or for worker-group slots.
+    pub parking: Parking,
     /// The id the next admitted task gets.
     pub next_id: TaskId,
     /// Whether the autoscalers' targets become the pools' capacity (`EngineOptions::elastic`).
@@ -97,6 +100,7 @@ impl<R: Random> State<R> {
         if pools.is_empty() {
             return Err(ConfigError("at least one pool is required".into()));
         }
+        let parking = Parking::new(&options.resources, now)?;
         let mut states: Vec<PoolState> = Vec::with_capacity(pools.len());
         let mut pool_index = HashMap::default();
         for cfg in pools {
@@ -131,6 +135,7 @@ impl<R: Random> State<R> {
             journal: options.journal.then(JournalLog::default),
             retained: VecDeque::new(),
             timers,
+            parking,
             next_id: options.first_id,
             elastic: options.elastic,
             deps: Dependencies::default(),
@@ -214,6 +219,16 @@ impl<R: Random> State<R> {
         id
     }
 
+    /// Keep the checked (resource, amount) pairs that dispatch and release use.
+    pub fn resolve_resources(&mut self, rec: &mut TaskRecord) -> Result<(), SubmitError> {
+        if let Some(extra) = &mut rec.extra
+            && !extra.resources.is_empty()
+        {
+            extra.wanted = Some(self.parking.resolve(&extra.resources)?);
+        }
+        Ok(())
+    }
+
     /// Every dependency of a blocked task is satisfied: it may run (or wait for its start).
     pub fn release(&mut self, id: TaskId, now: f64) {
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
@@ -232,7 +247,9 @@ impl<R: Random> State<R> {
         self.make_ready(id, now);
     }
 
-    /// The task may run: it joins its pool's ready queue.
+    /// The task may run: it joins its pool's ready queue, or waits at once, in priority order,
+    /// on a resource that is short or already has tasks waiting (dispatch would only pop it to
+    /// park it).
     pub fn make_ready(&mut self, id: TaskId, now: f64) {
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
         transition(rec, Status::Ready);
@@ -241,15 +258,26 @@ impl<R: Random> State<R> {
         if let Some(deadline) = rec.deadline {
             rec.latest_start = Some(deadline - pool.expected_duration(rec));
         }
-        pool.queues.push(rec);
+        let wanted = rec.extra.as_ref().and_then(|e| e.wanted.clone());
+        let Some(wanted) = wanted else {
+            pool.queues.push(rec);
+            self.moved(id, Status::Ready, now, None);
+            return;
+        };
         self.moved(id, Status::Ready, now, None);
+        if self.park_if_short(id, &wanted, now, true) {
+            return;
+        }
+        let rec = self.tasks.get_mut(&id).expect("a live task is held");
+        self.pools[rec.pool].queues.push(rec);
     }
 
     // --- attempts --------------------------------------------------------------------------
 
     /// Start an attempt of a ready task just taken from its queue (`adherent`: from the most
-    /// important class that had tasks).
-    pub fn start(&mut self, id: TaskId, now: f64, adherent: bool) {
+    /// important class that had tasks) on a slot of its pool (`slot`: the index of a worker
+    /// group, None: an unlabeled slot).
+    pub fn start(&mut self, id: TaskId, now: f64, adherent: bool, slot: Option<usize>) {
         let rec = self.tasks.get_mut(&id).expect("a live task is held");
         transition(rec, Status::Running);
         let pool = &mut self.pools[rec.pool];
@@ -257,7 +285,11 @@ impl<R: Random> State<R> {
         pool.pending_by_class[usize::from(rec.cls)] -= 1;
         rec.attempt += 1;
         self.lease += 1;
-        let att = Attempt::new(id, rec.attempt, self.lease, now, pool.lease_ttl);
+        let mut att = Attempt::new(id, rec.attempt, self.lease, now, pool.lease_ttl);
+        if let Some(groups) = &mut pool.groups {
+            att.slot = slot.map(|g| groups.by_key[g].key.clone());
+            groups.occupy(slot);
+        }
         rec.running = Some(att.lease);
         rec.started_at = now;
         let timeout = rec.timeout;
@@ -276,7 +308,7 @@ impl<R: Random> State<R> {
         self.out.starts.push(att);
     }
 
-    /// End a running attempt and free its slot; returns it and its runtime.
+    /// End a running attempt and free its slot and resources; returns it and its runtime.
     pub fn end_attempt(&mut self, lease: Lease, now: f64, success: bool) -> (Attempt, f64) {
         let att = self.running.remove(&lease).expect("a running attempt");
         let rec = self
@@ -284,11 +316,30 @@ impl<R: Random> State<R> {
             .get_mut(&att.task)
             .expect("a running task is held");
         rec.running = None;
-        let pool = &mut self.pools[rec.pool];
+        let p = rec.pool;
+        let wanted = rec.extra.as_ref().and_then(|e| e.wanted.clone());
+        let pool = &mut self.pools[p];
         pool.stats.level(now, pool.busy - 1, pool.capacity);
         pool.busy -= 1;
+        if let Some(groups) = &mut pool.groups {
+            let held = groups.vacate(att.slot.as_ref());
+            if let Some(g) = held
+                && !groups.parked.is_empty()
+            {
+                self.unpark_labeled(p, g);
+            }
+        }
+        let pool = &mut self.pools[p];
         let runtime = now - att.started_at;
         pool.stats.on_attempt_end(now, att.started_at, success);
+        if let Some(wanted) = wanted {
+            for &(r, amount) in wanted.iter() {
+                self.parking.resources[r].release(amount);
+            }
+        }
+        // Permits came back, or a slot did for a task that a resource could serve: the next
+        // dispatch re-offers them (once for all the attempts that ended meanwhile).
+        self.reoffer_if_resources();
         (att, runtime)
     }
 
@@ -402,12 +453,15 @@ impl<R: Random> State<R> {
                 let elastic = self.elastic;
                 let pool = &mut self.pools[p];
                 let new = pool.evaluate_scaler(now, elastic, &self.tasks);
-                if elastic && new != pool.capacity {
+                if elastic && new != pool.unlabeled {
                     self.set_capacity(p, new, now);
                 }
                 let scaler = self.pools[p].scaler.as_ref().expect("a scaled pool");
                 self.timers
                     .set(scaler.next_eval(), Timer::Scale { pool: p });
+            }
+            Timer::Refill { resource, when } => {
+                self.on_tokens(resource, f64::from_bits(when), now);
             }
             Timer::Hold { task } => self.on_hold(task),
             Timer::Start { task } => self.on_start(task, now),
@@ -420,11 +474,14 @@ impl<R: Random> State<R> {
         }
     }
 
-    /// Set the pool's slots (all unlabeled: worker groups are not ported).
-    pub fn set_capacity(&mut self, p: usize, capacity: i64, now: f64) {
+    /// Set the pool's unlabeled slots (worker groups keep theirs).
+    pub fn set_capacity(&mut self, p: usize, n: i64, now: f64) {
         let pool = &mut self.pools[p];
+        let capacity = n + pool.groups.as_ref().map_or(0, |g| g.total());
         pool.stats.level(now, pool.busy, capacity);
+        pool.unlabeled = n;
         pool.capacity = capacity;
+        self.reoffer_if_resources(); // new slots for tasks waiting on a resource
     }
 
     /// Fire every timer due at or before `now`, also those set meanwhile.
@@ -460,12 +517,13 @@ impl<R: Random> State<R> {
         self.live -= 1;
         self.totals.ended(status);
         // Its children are taken before it may be forgotten below; they settle last.
+        let mut freed = false;
         let children = match &mut rec.extra {
             Some(e) => {
                 e.resolved = None;
                 e.parents = Vec::new();
                 if e.start_at.is_some() && !e.fixed_done {
-                    drop_fixed(id, e, pool);
+                    freed = drop_fixed(id, e, pool);
                 }
                 std::mem::take(&mut e.children)
             }
@@ -474,6 +532,9 @@ impl<R: Random> State<R> {
         self.out.finished.push(rec.clone());
         let message = rec.message.clone();
         self.moved(id, status, now, message.as_ref());
+        if freed {
+            self.reoffer_if_resources(); // a held slot is free for others again
+        }
         self.retained.push_back((id, now));
         if self.retained.len() > self.retention_max {
             let (old, _) = self.retained.pop_front().expect("not empty");

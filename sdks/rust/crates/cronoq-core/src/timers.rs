@@ -36,6 +36,15 @@ pub enum Timer {
         /// The pool's index.
         pool: usize,
     },
+    /// A token bucket should hold enough tokens for a task parked on it (if this is still
+    /// its wake-up: an earlier one may have been set since).
+    Refill {
+        /// The resource's index.
+        resource: usize,
+        /// The time it was set for (`f64::to_bits`: the handler compares it, as Python's
+        /// does, with the bucket's current wake-up).
+        when: u64,
+    },
     /// A task awaiting a key has waited its pool's `await_timeout` (if it still awaits one).
     Await {
         /// The task.
