@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Spelled in pieces, so that this file does not match its own patterns.
 _OUTSIDE = re.escape("..") + r"[/\\]" + "shared"
-_SPEC_NAMES = ("SERVER", "ENGINE", "CLIENT", "DESIGN", "COMPAT", "SCALE", "STYLE")
+_SPEC_NAMES = ("SERVER", "ENGINE", "CLIENT", "DESIGN", "COMPAT", "SCALE", "STYLE", "RUST")
 _DOT_MD = r"\.md"
 FORBIDDEN = [
     (re.compile(_OUTSIDE), "refers outside the repository"),

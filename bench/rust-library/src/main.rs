@@ -50,6 +50,15 @@ struct Timed {
     cpu: Duration,
 }
 
+/// One line of a throughput phase's figures, as bench/rust_library.py reads them.
+fn report(phase: &str, n: u64, t: Timed) {
+    println!(
+        "{phase} {n} {:.9} {:.9}",
+        t.wall.as_secs_f64(),
+        t.cpu.as_secs_f64()
+    );
+}
+
 macro_rules! bench_crate {
     ($module:ident, $($krate:tt)+) => {
         mod $module {
@@ -224,22 +233,10 @@ macro_rules! run_phases {
         }
         for _ in 0..a.repeat {
             if a.seq {
-                let t = $module::one_at_a_time(a.n).await;
-                println!(
-                    "seq {} {:.9} {:.9}",
-                    a.n,
-                    t.wall.as_secs_f64(),
-                    t.cpu.as_secs_f64()
-                );
+                report("seq", a.n, $module::one_at_a_time(a.n).await);
             }
             if a.batch {
-                let t = $module::batch(a.n).await;
-                println!(
-                    "batch {} {:.9} {:.9}",
-                    a.n,
-                    t.wall.as_secs_f64(),
-                    t.cpu.as_secs_f64()
-                );
+                report("batch", a.n, $module::batch(a.n).await);
             }
             if a.rt {
                 let rt = $module::round_trips(a.rt_warmup, a.rt_samples).await;
