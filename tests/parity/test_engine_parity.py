@@ -1,12 +1,12 @@
 """The Rust engine core decides exactly as the Python one: hypothesis draws configurations and
 operation sequences (parity/engine_ops.py), both engines run them, and every operation's return
-value, actions, next wake-up, counters and journal must be equal, field by field.
+value, actions, next wake-up, counters, journal and parking state must be equal, field by field.
 
 A run compares 2,000 sequences of every feature (some 60k operations) and 150 each where every
 pool is autoscaled or has fair share, or where fixed starts and recurring schedules abound, or
-most tasks have dependencies (some 6-8k operations each), about 35 s on this 2-core machine
-when it is quiet; CRONOQ_PARITY_SCALE=N: N times as many; `python tests/parity/long.py --ops
-1000000` runs a long one on fresh seeds."""
+most tasks have dependencies, or resources and worker groups are everywhere (some 6-10k
+operations each), about 40 s on this 2-core machine when it is quiet; CRONOQ_PARITY_SCALE=N: N
+times as many; `python tests/parity/long.py --ops 1000000` runs a long one on fresh seeds."""
 
 from __future__ import annotations
 
