@@ -20,7 +20,7 @@
 //! region, and the CPU time all the process's threads used in it), `rt NS NS ...` (every timed
 //! round trip, in order).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Slots of the one pool, as bench/library.py's 64-slot fixed pool.
 const SLOTS: u32 = 64;
@@ -50,6 +50,18 @@ struct Timed {
     cpu: Duration,
 }
 
+impl Timed {
+    /// The wall-clock and CPU time that `work` takes.
+    async fn measure(work: impl std::future::Future<Output = ()>) -> Timed {
+        let cpu0 = cpu_ns();
+        let t0 = Instant::now();
+        work.await;
+        let wall = t0.elapsed();
+        let cpu = Duration::from_nanos(cpu_ns().saturating_sub(cpu0));
+        Timed { wall, cpu }
+    }
+}
+
 /// One line of a throughput phase's figures, as bench/rust_library.py reads them.
 fn report(phase: &str, n: u64, t: Timed) {
     println!(
@@ -67,7 +79,7 @@ macro_rules! bench_crate {
 
             use $($krate)+::{Pool, Scheduler, Task, TaskContext, TaskError};
 
-            use crate::{Timed, cpu_ns};
+            use crate::Timed;
 
             type Sched = Scheduler<u64, u64>;
 
@@ -92,34 +104,32 @@ macro_rules! bench_crate {
             /// Submit one task, await its output, repeat: `n` times.
             pub async fn one_at_a_time(n: u64) -> Timed {
                 let s = scheduler().await;
-                let cpu0 = cpu_ns();
-                let t0 = Instant::now();
-                for i in 0..n {
-                    let handle = s.submit(Task::new(i)).await.expect("submit");
-                    let out = handle.await.expect("the task's output");
-                    assert_eq!(*out, i);
-                }
-                let wall = t0.elapsed();
-                let cpu = Duration::from_nanos(cpu_ns().saturating_sub(cpu0));
+                let t = Timed::measure(async {
+                    for i in 0..n {
+                        let handle = s.submit(Task::new(i)).await.expect("submit");
+                        let out = handle.await.expect("the task's output");
+                        assert_eq!(*out, i);
+                    }
+                })
+                .await;
                 stop(s).await;
-                Timed { wall, cpu }
+                t
             }
 
             /// Build `n` tasks, submit them in one `submit_batch`, await every handle in order.
             pub async fn batch(n: u64) -> Timed {
                 let s = scheduler().await;
-                let cpu0 = cpu_ns();
-                let t0 = Instant::now();
-                let tasks: Vec<Task<u64>> = (0..n).map(Task::new).collect();
-                let handles = s.submit_batch(tasks).await.expect("submit_batch");
-                for (i, handle) in (0..n).zip(handles) {
-                    let out = handle.await.expect("the task's output");
-                    assert_eq!(*out, i);
-                }
-                let wall = t0.elapsed();
-                let cpu = Duration::from_nanos(cpu_ns().saturating_sub(cpu0));
+                let t = Timed::measure(async {
+                    let tasks: Vec<Task<u64>> = (0..n).map(Task::new).collect();
+                    let handles = s.submit_batch(tasks).await.expect("submit_batch");
+                    for (i, handle) in (0..n).zip(handles) {
+                        let out = handle.await.expect("the task's output");
+                        assert_eq!(*out, i);
+                    }
+                })
+                .await;
                 stop(s).await;
-                Timed { wall, cpu }
+                t
             }
 
             /// Each of `samples` submits and awaits of one task on an otherwise idle
