@@ -2,10 +2,11 @@
 //! differential suite in tests/parity checks them at random), and proptest invariants of the
 //! dependency graph over random sequences.
 
+mod common;
+
 use std::collections::HashMap;
 
 use cronoq_core::deps::{MSG_AWAIT_TIMEOUT, edge_met};
-use cronoq_core::model::Lease;
 use cronoq_core::vocab::Overflow;
 use cronoq_core::{
     DepOn, DepTarget, Engine, EngineOptions, EventLevel, MersenneTwister, PoolConfig, Status,
@@ -14,6 +15,7 @@ use cronoq_core::{
 use proptest::prelude::*;
 
 use DepOn::{Complete, Failure, Success};
+use common::{pick, status};
 
 fn engine(pools: Vec<PoolConfig>, options: EngineOptions) -> Engine {
     Engine::new(pools, 0.0, options, MersenneTwister::new(0)).unwrap()
@@ -46,10 +48,6 @@ fn keyed<'a>(key: &'a str, deps: &'a [(TaskRef<'a>, DepOn)]) -> TaskSpec<'a> {
         key: Some(key),
         ..after(deps)
     }
-}
-
-fn status(eng: &Engine, id: TaskId) -> Status {
-    eng.lookup(TaskRef::Id(id)).unwrap().status
 }
 
 fn message(eng: &Engine, id: TaskId) -> Option<String> {
@@ -483,9 +481,6 @@ proptest! {
         let options = EngineOptions { retention: 5.0, retention_max: 6, ..EngineOptions::default() };
         let mut eng = Engine::new(pools, 0.0, options, MersenneTwister::new(1)).unwrap();
         let mut now = 0.0;
-        let pick = |eng: &Engine, i: usize| -> Option<Lease> {
-            eng.running().nth(i % eng.running().count().max(1)).map(|a| a.lease)
-        };
         for op in ops {
             let next = eng.next_id();
             match op {

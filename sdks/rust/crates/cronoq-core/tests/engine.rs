@@ -1,6 +1,9 @@
 //! The engine's tricky rules, one by one, with the figures the Python core gives for the same
 //! calls (the differential suite in tests/parity checks them all at random).
 
+mod common;
+
+use common::started;
 use cronoq_core::engine::{MSG_CANCELLED, MSG_SHED};
 use cronoq_core::model::{AbortReason, Outcome};
 use cronoq_core::vocab::Overflow;
@@ -25,11 +28,6 @@ fn task(cls: u8) -> TaskSpec<'static> {
         cls,
         ..TaskSpec::new("p")
     }
-}
-
-fn started(eng: &mut Engine, now: f64) -> Vec<u64> {
-    eng.dispatch(now);
-    eng.take().starts.iter().map(|a| a.task).collect()
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! Python core's for the same calls; the differential suite checks them all at random), and
 //! property tests of their bookkeeping over random operation sequences.
 
+mod common;
+
+use common::{started, status};
 use cronoq_core::cron::{parse_cron, zone};
 use cronoq_core::fixed::{MSG_MISSED, MSG_OVERLAP};
 use cronoq_core::pool::peak_overlap;
@@ -35,15 +38,6 @@ fn fixed(start: f64, tolerance: f64, on_miss: OnMiss) -> TaskSpec<'static> {
         on_miss,
         ..TaskSpec::new("p")
     }
-}
-
-fn status(eng: &Engine, id: u64) -> Status {
-    eng.lookup(TaskRef::Id(id)).unwrap().status
-}
-
-fn started(eng: &mut Engine, now: f64) -> Vec<u64> {
-    eng.dispatch(now);
-    eng.take().starts.iter().map(|a| a.task).collect()
 }
 
 fn every(name: &str, cron: &str, overlap: Overlap) -> Recurring {

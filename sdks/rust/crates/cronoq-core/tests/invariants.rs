@@ -3,8 +3,11 @@
 //! the capacity, pending counts match the statuses, every attempt ends at most once, and after
 //! `advance(t)` nothing is overdue; with an autoscaled pool (elastic) and a fair-share one.
 
+mod common;
+
 use std::collections::HashSet;
 
+use common::pick;
 use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::model::Lease;
 use cronoq_core::vocab::Overflow;
@@ -125,7 +128,6 @@ proptest! {
         let mut now = 0.0;
         let mut issued: Vec<Lease> = Vec::new();
         let mut ended: HashSet<Lease> = HashSet::new();
-        let pick = |eng: &Engine, i: usize| eng.running().nth(i % eng.running().count().max(1)).map(|a| a.lease);
         for op in ops {
             let busy_before: Vec<i64> = eng.pools().iter().map(|p| p.busy).collect();
             match op {

@@ -2,8 +2,11 @@
 //! tests/parity checks them all at random against the Python core), and property tests of the
 //! invariants they keep.
 
+mod common;
+
 use std::collections::HashSet;
 
+use common::{pick, started};
 use cronoq_core::engine::MSG_SHED;
 use cronoq_core::model::Lease;
 use cronoq_core::parking::Parked;
@@ -42,11 +45,6 @@ fn labeled<'a>(labels: &'a [(&'a str, &'a str)]) -> TaskSpec<'a> {
 
 fn submit(eng: &mut Engine, spec: TaskSpec<'_>, now: f64) -> u64 {
     eng.submit(spec, now).unwrap().0
-}
-
-fn started(eng: &mut Engine, now: f64) -> Vec<u64> {
-    eng.dispatch(now);
-    eng.take().starts.iter().map(|a| a.task).collect()
 }
 
 fn lease_of(eng: &Engine, id: u64) -> Lease {
@@ -489,7 +487,6 @@ proptest! {
         let pool = PoolConfig { capacity: 2, max_pending: Some(8), overflow: Overflow::ShedOldest, ..PoolConfig::new("p") };
         let mut eng = Engine::new(vec![pool], 0.0, options, MersenneTwister::new(seed)).unwrap();
         let mut now = 0.0;
-        let pick = |eng: &Engine, i: usize| eng.running().nth(i % eng.running().count().max(1)).map(|a| a.lease);
         for op in ops {
             match op {
                 Op::Submit { cls, amounts, labels } => {
