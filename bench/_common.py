@@ -63,6 +63,21 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+def cargo_build(root: Path, args: list[str], quick: bool, what: str) -> Path:
+    """`cargo build --locked ARGS` in `root`, in release mode (debug for --quick, a smoke run),
+    incremental (quick when nothing changed); exits naming `what` if it fails. Returns the
+    profile's directory of `root`'s target dir."""
+    done = subprocess.run(
+        ["cargo", "build", "--locked", *args] + ([] if quick else ["--release"]),
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        sys.exit(f"cargo build of {what} failed:\n{done.stderr[-4000:]}")
+    return root / "target" / ("debug" if quick else "release")
+
+
 def percentile(sorted_xs: list[float], p: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     return sorted_xs[max(1, math.ceil(p * len(sorted_xs))) - 1]

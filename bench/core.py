@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import print_about, print_cpus, verdict
+from _common import cargo_build, print_about, print_cpus, verdict
 from library import phase_core
 
 SDK = Path(__file__).resolve().parents[1] / "sdks" / "rust"
@@ -53,19 +53,9 @@ QUICK = Sizes(backlog=5_000, py_completions=10_000, rs_completions=100_000, reps
 
 
 def build(quick: bool) -> Path:
-    """The example, in release mode (debug for --quick), built incrementally: quick when
-    nothing changed. Returns its executable."""
-    profile = "debug" if quick else "release"
-    done = subprocess.run(
-        ["cargo", "build", "--locked", "-p", "cronoq-core", "--example", "core_loop"]
-        + ([] if quick else ["--release"]),
-        cwd=SDK,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        sys.exit(f"cargo build of the core_loop example failed:\n{done.stderr[-4000:]}")
-    return SDK / "target" / profile / "examples" / "core_loop"
+    """The example's executable (release; debug for --quick)."""
+    args = ["-p", "cronoq-core", "--example", "core_loop"]
+    return cargo_build(SDK, args, quick, "the core_loop example") / "examples" / "core_loop"
 
 
 def rust_round(example: Path, sz: Sizes) -> float:

@@ -80,7 +80,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _common import percentile, print_about, print_cpus, verdict
+from _common import cargo_build, percentile, print_about, print_cpus, verdict
 from library import _scheduler, phase_batch, phase_roundtrip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,19 +181,10 @@ async def python_round(sz: Sizes, runs: Runs) -> None:
 
 
 def build(quick: bool) -> tuple[Path, float]:
-    """The bench program, in release mode (debug for --quick), built incrementally (quick when
-    nothing changed); its path and the build's seconds."""
+    """The bench program (release; debug for --quick); its path and the build's seconds."""
     t0 = time.monotonic()
-    done = subprocess.run(
-        ["cargo", "build", "--locked", "--manifest-path", str(CRATE / "Cargo.toml")]
-        + ([] if quick else ["--release"]),
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        sys.exit(f"cargo build of bench/rust-library failed:\n{done.stderr[-4000:]}")
-    profile = "debug" if quick else "release"
-    return CRATE / "target" / profile / PROGRAM, time.monotonic() - t0
+    program = cargo_build(CRATE, [], quick, "bench/rust-library") / PROGRAM
+    return program, time.monotonic() - t0
 
 
 def rust_round(program: Path, crate: str, runtime: str, sz: Sizes, runs: Runs) -> int:
