@@ -359,7 +359,6 @@ impl PoolConfig {
             .max_pending
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         Ok(cronoq_core::PoolConfig {
-            name: self.name.to_string(),
             capacity: self.initial_workers.min(self.max_workers),
             lease_ttl: self.lease_ttl.map(|d| d.as_secs_f64()),
             retry: self.retry.to_core(),
