@@ -30,6 +30,7 @@ _M = TypeVar("_M", bound=Message)
 CONNECT_S = 5.0  # how long a call waits for a peer's connection
 KEEPALIVE_MS = 20_000  # HTTP/2 pings on a peer channel
 RECONNECT_MS = 2_000  # the longest wait between connection attempts to a peer
+CLOSED = "its connection was closed to reach a new leader"  # see _cancelling
 # Peer errors that mean "that shard cannot answer now" (docs/sharding.md, "Peer errors").
 _DOWN = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN}
 
@@ -165,6 +166,10 @@ class Peers:
             )
         except grpc.aio.AioRpcError as e:
             raise self._failed(shard, e) from None
+        except asyncio.CancelledError:
+            if _cancelling():
+                raise
+            raise down(shard, CLOSED) from None
         return result
 
     def _failed(self, shard: ShardSettings, e: grpc.aio.AioRpcError) -> Refused:
@@ -204,6 +209,10 @@ class Peers:
                 yield message
         except grpc.aio.AioRpcError as e:
             raise self._failed(shard, e) from None
+        except asyncio.CancelledError:
+            if _cancelling():
+                raise
+            raise down(shard, CLOSED) from None
         finally:
             call.cancel()
         raise Refused(
@@ -215,6 +224,14 @@ class Peers:
         for ch in channels:
             await ch.close()
         await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+def _cancelling() -> bool:
+    """Whether this task is being cancelled. A call to a peer also ends in CancelledError when
+    `_failed` closes its channel under it (gRPC cancels the calls still running there); that
+    one is the peer's outage (UNAVAILABLE, CLOSED), not the caller's cancellation."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def down(shard: ShardSettings, detail: str) -> Refused:
