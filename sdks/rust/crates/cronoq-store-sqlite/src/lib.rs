@@ -114,7 +114,8 @@ pub type TaskRecord = cronoq::TaskRecord<Bytes>;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SqliteStoreConfig {
-    /// How long ended tasks are kept before the leader prunes them (3600 s).
+    /// How long ended tasks are kept before the leader prunes them (3600 s; `Duration::MAX`
+    /// keeps them).
     pub retention: Duration,
     /// How long a leader's lease runs without a renewal (10 s): a standby takes over once it
     /// ran out.
@@ -479,19 +480,27 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store<Bytes, Bytes> for SqliteStore {
-    /// Waits until this store leads (polling every `lock_poll`), and returns the new epoch;
-    /// the epoch it leads with if it leads already.
+    /// Waits until this store leads (polling every `lock_poll`, through passing failures
+    /// such as a full disk), and returns the new epoch; the epoch it leads with if it leads
+    /// already.
     async fn acquire_leadership(&self) -> Result<u16, StoreError> {
         if let Some(epoch) = self.epoch() {
             return Ok(epoch);
         }
         loop {
-            if let Some(epoch) = self.call(Db::try_lead).await? {
-                let generation = self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1;
-                self.inner.epoch.store(u32::from(epoch), Ordering::Release);
-                self.inner.leading.send_replace(true);
-                self.keep(generation, epoch);
-                return Ok(epoch);
+            match self.call(Db::try_lead).await {
+                Ok(Some(epoch)) => {
+                    let generation = self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                    self.inner.epoch.store(u32::from(epoch), Ordering::Release);
+                    self.inner.leading.send_replace(true);
+                    self.keep(generation, epoch);
+                    return Ok(epoch);
+                }
+                Ok(None) => {}
+                // A full disk, an I/O error, a lock held past the busy timeout: tried again,
+                // as the Python store's `lead()` does (a full disk is freed sooner or later).
+                Err(e) if e.is_transient() => {}
+                Err(e) => return Err(e),
             }
             tokio::time::sleep(self.inner.config.lock_poll).await;
         }

@@ -318,6 +318,31 @@ async fn pruning_deletes_old_ended_tasks_only() {
 }
 
 #[tokio::test]
+async fn the_leader_prunes_by_itself_after_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = SqliteStoreConfig {
+        retention: Duration::from_secs(1),
+        ..fast()
+    };
+    let store = SqliteStore::open_with(dir.path().join("db"), config)
+        .await
+        .unwrap();
+    let epoch = lead(&store).await;
+    let batch = [
+        submitted(id(1, 1), 1, TaskSpec::new(Bytes::new())),
+        status(id(1, 1), TaskStatus::Succeeded, 1, 5, None),
+        submitted(id(1, 2), 2, TaskSpec::new(Bytes::new())),
+    ];
+    store.commit(epoch, BASE, &batch, &[]).await.unwrap();
+    let started = Instant::now();
+    while !recover(&store).await.terminal.is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(5), "never pruned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(recover(&store).await.tasks.len(), 1, "live tasks stay");
+}
+
+#[tokio::test]
 async fn ids_of_high_shards_are_stored_signed() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open_with(dir.path().join("db"), fast())

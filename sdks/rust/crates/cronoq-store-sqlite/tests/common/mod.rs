@@ -13,9 +13,11 @@ use cronoq_store_sqlite::SqliteStoreConfig;
 /// Unix nanoseconds of a fixed moment, as engine time (engine time is Unix time).
 pub const T0: u64 = 1_700_000_000_000_000_000;
 
-/// Short leases, so that takeovers happen within a test.
+/// Short leases, so that takeovers happen within a test; ended tasks kept forever (the
+/// tests' tasks ended in 2023), unless a test prunes them itself.
 pub fn fast() -> SqliteStoreConfig {
     SqliteStoreConfig {
+        retention: Duration::MAX,
         lease_ttl: Duration::from_millis(600),
         lease_renew: Duration::from_millis(100),
         lock_poll: Duration::from_millis(20),
