@@ -1,5 +1,6 @@
 //! Where a scheduler keeps its state: the [`Store`] interface and [`MemoryStore`], which keeps
-//! everything in the scheduler's memory.
+//! everything in the scheduler's memory, and [`StoreQueries`], the lookups a server makes in a
+//! persistent store (such as `cronoq-store-sqlite`'s `SqliteStore`).
 //!
 //! This version of the library runs with [`MemoryStore`] only: a store whose
 //! [`persists`](Store::persists) is true makes [`Builder::build`](crate::Builder::build) fail
