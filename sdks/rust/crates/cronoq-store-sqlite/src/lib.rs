@@ -159,6 +159,32 @@ type Job = Box<dyn FnOnce(&mut Db) + Send>;
 /// It implements [`Store<Bytes, Bytes>`](Store) and [`StoreQueries<Bytes>`](cronoq::StoreQueries):
 /// payloads and outputs are bytes, which the program encodes. Its calls run in order on a
 /// thread of the store's own, so no tokio worker waits on the disk.
+///
+/// A leader and a standby on one file:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), cronoq::StoreError> {
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use cronoq::Store;
+/// use cronoq_store_sqlite::SqliteStore;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("cronoq.db");
+/// let leader = SqliteStore::open(&path).await?;
+/// let standby = SqliteStore::open(&path).await?;
+/// assert_eq!(Store::<Bytes, Bytes>::acquire_leadership(&leader).await?, 1);
+/// let waiting = tokio::spawn(async move {
+///     Store::<Bytes, Bytes>::acquire_leadership(&standby).await
+/// });
+/// tokio::time::sleep(Duration::from_millis(100)).await;
+/// assert!(!waiting.is_finished()); // the leader's lease runs
+/// leader.release_leadership().await;
+/// assert_eq!(waiting.await.unwrap()?, 2); // the next epoch
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
@@ -279,6 +305,20 @@ impl SqliteStore {
 
     /// Brings the file to this crate's schema version (which [`SqliteStore::open`] did
     /// already; a file another process recreated meanwhile is created again).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), cronoq::StoreError> {
+    /// use cronoq_store_sqlite::SqliteStore;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = SqliteStore::open(dir.path().join("cronoq.db")).await?;
+    /// store.migrate().await?; // nothing left to do
+    /// assert!(store.config().full_sync);
+    /// assert!(store.path().ends_with("cronoq.db"));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.call(Db::migrate).await
     }
@@ -401,6 +441,24 @@ impl SqliteStore {
     /// depends on), and returns how many. Only the leader may: [`StoreError::Fenced`]
     /// otherwise. The leader also does it by itself, with
     /// [`retention`](SqliteStoreConfig::retention).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), cronoq::StoreError> {
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use cronoq::{Store, StoreError};
+    /// use cronoq_store_sqlite::SqliteStore;
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = SqliteStore::open(dir.path().join("cronoq.db")).await?;
+    /// let day = Duration::from_secs(86_400);
+    /// assert!(matches!(store.prune(day).await, Err(StoreError::Fenced)));
+    /// Store::<Bytes, Bytes>::acquire_leadership(&store).await?;
+    /// assert_eq!(store.prune(day).await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
         let generation = self.inner.generation.load(Ordering::Acquire);
         let before = rows::now_ns().saturating_sub(rows::nanos(older_than));

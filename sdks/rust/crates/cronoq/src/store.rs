@@ -200,6 +200,19 @@ pub struct TaskRecord<O> {
 
 /// Lookups a server needs of a persistent store, beside what [`Store`] does for a scheduler
 /// (which uses none of them). Declared with `#[async_trait]`.
+///
+/// ```
+/// use cronoq::{StoreError, StoreQueries, TaskRef, TaskStatus};
+///
+/// /// How a task ended, if it did.
+/// async fn ended<O>(
+///     store: &impl StoreQueries<O>,
+///     key: &str,
+/// ) -> Result<Option<TaskStatus>, StoreError> {
+///     let record = store.get_task(&TaskRef::from(key)).await?;
+///     Ok(record.and_then(|r| r.status).filter(|s| s.is_terminal()))
+/// }
+/// ```
 #[async_trait]
 pub trait StoreQueries<O>: Send + Sync + 'static {
     /// The task with this id, or the newest task with this key; `None` if the store has none
