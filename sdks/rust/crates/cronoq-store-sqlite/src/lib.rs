@@ -77,6 +77,11 @@
 //!   being dropped: a live task with dependencies, resources, a fixed start or labels,
 //!   recurring schedules, or paused pools (all written by Python processes) make it fail with
 //!   [`StoreError::Other`] naming them. Ended tasks of any kind are read.
+//! * Tags are written as the Python store's JSON object, in order: a key given twice reads
+//!   back here as both pairs, in a Python process as its last value. A retry policy's
+//!   multiplier below 1 (allowed here, not in Python) is written as it is, and a Python
+//!   leader fails such a live task as a corrupt row. Durations are float seconds, so one
+//!   longer than about 104 days may come back a few nanoseconds off.
 
 #![warn(missing_docs)]
 
