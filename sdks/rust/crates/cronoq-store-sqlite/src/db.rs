@@ -345,9 +345,7 @@ impl Db {
                     at: from_unix(base, row.get("updated").map_err(|e| sql(path, e))?),
                 });
             } else {
-                recovered
-                    .tasks
-                    .push(live_task(row, id, status, base).map_err(bad)?);
+                recovered.tasks.push(live_task(row, id, base).map_err(bad)?);
             }
         }
         let max_id: i64 = count("SELECT max_id FROM cronoq_leader WHERE id = 1")?;
@@ -576,12 +574,7 @@ fn status_of(row: &Row<'_>) -> Result<TaskStatus, String> {
 /// A live row as a task to restore. Options this library's tasks do not have are refused
 /// rather than dropped: a task restored without its dependencies, resources or fixed start
 /// would run when it must not.
-fn live_task(
-    row: &Row<'_>,
-    id: TaskId,
-    status: TaskStatus,
-    base: TimeBase,
-) -> Result<RecoveredTask<Bytes>, String> {
+fn live_task(row: &Row<'_>, id: TaskId, base: TimeBase) -> Result<RecoveredTask<Bytes>, String> {
     let get_err = |e: rusqlite::Error| format!("task {id}: {e}");
     let text = |name: &str| row.get::<_, Option<String>>(name).map_err(get_err);
     let set =
@@ -637,12 +630,6 @@ fn live_task(
         arrival: from_unix(base, row.get("arrival").map_err(get_err)?),
         spec,
         attempt: attempt(row).map_err(get_err)?,
-        status,
-        retry_at: row
-            .get::<_, Option<i64>>("not_before")
-            .map_err(get_err)?
-            .filter(|_| status == TaskStatus::Retrying)
-            .map(|ns| from_unix(base, ns)),
     })
 }
 

@@ -62,8 +62,7 @@
 //! only once it is committed (with [`full_sync`](SqliteStoreConfig::full_sync), synced to
 //! disk). Attempt numbers never repeat: a task's row holds the number of its latest attempt
 //! from the moment it started, so the attempt that was running when a leader stopped counts
-//! as used by the next ([`cronoq::RecoveredTask::attempt`], with
-//! [`status`](cronoq::RecoveredTask::status) `Running`).
+//! as used by the next ([`cronoq::RecoveredTask::attempt`]).
 //!
 //! # Differences from the published `cronoq-store-sqlite`
 //!

@@ -225,12 +225,6 @@ async fn rust_recovers_what_python_wrote() {
                 t["attempt"].as_u64().unwrap() as u32,
                 "{id} attempt"
             );
-            assert_eq!(r.status, status, "{id} status");
-            assert_eq!(
-                r.retry_at,
-                t["not_before"].as_u64().map(Time),
-                "{id} retry time"
-            );
             assert_python_read(t, &r.spec);
         }
         // What a server would show of it.
@@ -271,7 +265,6 @@ async fn rust_recovers_what_python_wrote() {
             "cancelled"
         ]
     );
-    assert_eq!(got.tasks[2].retry_at, Some(Time(T0 + 30_000_000_000)));
     let output = Store::<Bytes, Bytes>::load_output(&store, got.terminal[0].id)
         .await
         .unwrap();

@@ -78,7 +78,6 @@ async def dump(store: SqliteStore) -> dict[str, Any]:
                 "message": rec.message,
                 "output": _hex(row[COLUMN["output"]]),
                 "updated": row[COLUMN["updated"]],
-                "not_before": row[COLUMN["not_before"]],
                 "problem": problem,
             }
         )

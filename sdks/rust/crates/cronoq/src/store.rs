@@ -67,12 +67,6 @@ pub struct RecoveredTask<P> {
     pub spec: TaskSpec<P>,
     /// Attempts it has used, counting one that was running when the store's writer stopped.
     pub attempt: u32,
-    /// Its status as stored: [`TaskStatus::Running`] when that attempt was lost with the
-    /// store's writer, so that restoring counts it as used (retried after a backoff, or
-    /// dead-lettered when it was the last), as the Python library does.
-    pub status: TaskStatus,
-    /// When a [`TaskStatus::Retrying`] task retries, if the store kept it (`None`: at once).
-    pub retry_at: Option<Time>,
 }
 
 /// A recently ended task read back from a store (for its key and its status).
