@@ -78,7 +78,8 @@ pub use pool::Pool;
 pub use scheduler::{Builder, Scheduler};
 pub use snapshot::{PoolSnapshot, Snapshot};
 pub use store::{
-    MemoryStore, Mutation, Recovered, RecoveredTask, RecoveredTerminal, Store, TimeBase,
+    MemoryStore, Mutation, Recovered, RecoveredTask, RecoveredTerminal, Store, StoreQueries,
+    TaskRecord, TimeBase,
 };
 pub use task::{Task, TaskSpec, When};
 pub use time::{Clock, Time};

@@ -1,17 +1,20 @@
 //! Where a scheduler keeps its state: the [`Store`] interface and [`MemoryStore`], which keeps
-//! everything in the scheduler's memory.
+//! everything in the scheduler's memory, and [`StoreQueries`], the lookups a server makes in a
+//! persistent store (such as `cronoq-store-sqlite`'s `SqliteStore`).
 //!
 //! This version of the library runs with [`MemoryStore`] only: a store whose
 //! [`persists`](Store::persists) is true makes [`Builder::build`](crate::Builder::build) fail
 //! with [`Error::Config`](crate::Error::Config), because restoring an engine from a store's
 //! rows is not available yet.
 
+use std::time::{Duration, SystemTime};
+
 use async_trait::async_trait;
 
 use crate::error::StoreError;
 use crate::task::TaskSpec;
 use crate::time::Time;
-use crate::types::{TaskId, TaskStatus};
+use crate::types::{Priority, TaskId, TaskRef, TaskStatus};
 
 /// How a store relates engine time to Unix time: engine time zero is this many nanoseconds
 /// after the Unix epoch (always 0 from this library, whose engine time is Unix time; stores
@@ -165,4 +168,74 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Store<P, O> for MemoryS
     async fn recover(&self, _base: TimeBase) -> Result<Recovered<P>, StoreError> {
         Ok(Recovered::default())
     }
+}
+
+/// A task as a store keeps it, for [`StoreQueries`]: what a server shows about a task that
+/// may have ended long ago, or before this process started.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRecord<O> {
+    /// The task.
+    pub id: TaskId,
+    /// Its deduplication key.
+    pub key: Option<String>,
+    /// The pool that runs it.
+    pub pool: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its priority class.
+    pub priority: Priority,
+    /// Its tenant.
+    pub tenant: Option<String>,
+    /// Its status; `None` while it is queued (admitted, its first attempt not started).
+    pub status: Option<TaskStatus>,
+    /// Its latest attempt's number (0 before the first).
+    pub attempt: u32,
+    /// The message of its latest status change.
+    pub message: Option<String>,
+    /// The output of a task that succeeded, if the store kept it.
+    pub output: Option<O>,
+    /// When its row last changed: when it ended, for a task that did.
+    pub updated: SystemTime,
+}
+
+/// Lookups a server needs of a persistent store, beside what [`Store`] does for a scheduler
+/// (which uses none of them). Declared with `#[async_trait]`.
+///
+/// ```
+/// use cronoq::{StoreError, StoreQueries, TaskRef, TaskStatus};
+///
+/// /// How a task ended, if it did.
+/// async fn ended<O>(
+///     store: &impl StoreQueries<O>,
+///     key: &str,
+/// ) -> Result<Option<TaskStatus>, StoreError> {
+///     let record = store.get_task(&TaskRef::from(key)).await?;
+///     Ok(record.and_then(|r| r.status).filter(|s| s.is_terminal()))
+/// }
+/// ```
+#[async_trait]
+pub trait StoreQueries<O>: Send + Sync + 'static {
+    /// The task with this id, or the newest task with this key; `None` if the store has none
+    /// (or pruned it).
+    async fn get_task(&self, target: &TaskRef) -> Result<Option<TaskRecord<O>>, StoreError>;
+
+    /// Deletes the ended tasks that ended more than `older_than` ago, and returns how many.
+    /// Only the leader may: [`StoreError::Fenced`] otherwise.
+    async fn prune(&self, older_than: Duration) -> Result<u64, StoreError>;
+
+    /// Ended tasks in id order, after `after` (a page's last id), at most `limit` of them;
+    /// only those of `pools` and of `statuses` (each: all when empty).
+    async fn list_finished(
+        &self,
+        pools: &[&str],
+        statuses: &[TaskStatus],
+        after: Option<TaskId>,
+        limit: usize,
+    ) -> Result<Vec<TaskRecord<O>>, StoreError>;
+
+    /// Whether this instance leads now.
+    fn is_leader(&self) -> bool;
+
+    /// Resolves once this instance does not lead (at once if it does not lead now).
+    async fn leadership_lost(&self);
 }
