@@ -45,7 +45,7 @@ from typing import Any
 import pytest
 
 from cronoq.client import Client, ClientError, Lease, Worker
-from helpers.servers import free_port
+from helpers.ports import free_port
 from helpers.wheel import REPO, cached_wheelhouse
 
 pytestmark = pytest.mark.realtime

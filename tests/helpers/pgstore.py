@@ -8,7 +8,6 @@ with `pg_terminate_backend` as an operator (or a failing network) would.
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -94,13 +93,6 @@ async def sessions(where: Where, application: str) -> list[int]:
             application,
         )
         return [r[0] for r in rows]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def with_params(url: str, **params: str) -> str:

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from helpers.servers import LoggedProcess, free_port
+from helpers.ports import free_port
+from helpers.servers import LoggedProcess
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")

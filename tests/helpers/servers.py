@@ -10,7 +10,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,15 +31,6 @@ def write(tmp_path: Path, text: str, name: str = "server.toml") -> str:
     path = tmp_path / name
     path.write_text(text)
     return str(path)
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on now (for a server that must keep its port across
-    restarts; SO_REUSEADDR lets it bind again while old connections are in TIME_WAIT)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # Variables that would choose for `cronoq-server` in a test: a developer's config, shard or

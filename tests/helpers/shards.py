@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .servers import free_port
+from .ports import free_port
 
 __all__ = ["Shard", "config", "plan"]
 

@@ -12,7 +12,7 @@ import contextlib
 import socket
 import threading
 
-from helpers.servers import free_port
+from helpers.ports import free_port
 
 
 class TcpProxy:

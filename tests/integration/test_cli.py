@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from helpers.auth import mtls_config
+from helpers.ports import free_port
 from helpers.servers import (
     PORT0,
     LoggedProcess,
     Server,
-    free_port,
     leader_and_standby,
     serving_process,
     write,

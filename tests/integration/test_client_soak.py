@@ -19,7 +19,6 @@ import contextlib
 import gc
 import logging
 import random
-import socket
 import sqlite3
 import time
 from collections import Counter
@@ -43,6 +42,7 @@ from cronoq.client import (
     Worker,
     task,
 )
+from helpers.ports import free_port
 from helpers.servers import PORT0, Server, write
 
 SEEDS = (11, 22, 33)
@@ -81,12 +81,6 @@ BEHAVIOURS = (
 # outcomes that end a task when the server hears of them, by the status they must lead to
 ENDING = {"returned": "succeeded", "permanent": "failed", "cancel": "cancelled"}
 SLACK = 1.0  # seconds added around a disruption in which an outcome may be lost
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def behaviour(payload: dict[str, Any], attempt: int) -> tuple[str, random.Random]:

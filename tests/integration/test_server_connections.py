@@ -40,6 +40,7 @@ from cronoq.server.app import ServerApp
 from cronoq.server.config import load_config
 from helpers.auth import AUTH, POOLS
 from helpers.h2peer import H2Peer
+from helpers.ports import free_port
 from helpers.servers import COMMAND, PORT0, Serving, serving_process, write
 
 LOG_LINE = re.compile(r"ts=\S+ level=(debug|info|warning|error) logger=\S+ (event|msg)=\S")
@@ -150,13 +151,6 @@ def test_a_second_server_on_a_taken_address_exits_1(
     assert codes == [grpc.StatusCode.UNAUTHENTICATED] * 10
     assert [tokenless_snapshot(serving.http_address) for _ in range(3)] == [401] * 3
     assert serving.server.proc.poll() is None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def test_the_grpc_listener_is_closed_when_http_cannot_bind(

@@ -39,7 +39,8 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from cronoq.server.fronts.http_api import STANDBY_REASON
 from helpers import pgstore
-from helpers.servers import Server, free_port, write
+from helpers.ports import free_port
+from helpers.servers import Server, write
 from helpers.tcpproxy import TcpProxy
 from helpers.workers import EchoWorker
 

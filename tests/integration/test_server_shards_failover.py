@@ -22,7 +22,6 @@ import http.client
 import json
 import queue
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -39,6 +38,7 @@ from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
 from helpers import pgstore
 from helpers.pg import Cluster
+from helpers.ports import free_ports
 from helpers.servers import Server, write
 from helpers.shards import Shard, config
 from helpers.tcpproxy import TcpProxy
@@ -227,21 +227,6 @@ def http_json(address: str, path: str) -> dict[str, Any]:
 # --- servers ---------------------------------------------------------------------------------
 
 
-def distinct_ports(n: int) -> list[int]:
-    """`n` loopback ports nobody listens on now, all different: each is held until every one
-    is picked (free_port() twice in a row may give the same port twice)."""
-    held: list[socket.socket] = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
-
-
 @dataclass(frozen=True)
 class Schema:
     """A PostgreSQL schema, as helpers/pgstore.py reaches it."""
@@ -306,7 +291,7 @@ class Shards:
         # virtual IP would). The proxy is the simplest way: both servers bind their own ports
         # at start (a standby listens too), so they cannot share one, and the leader's port
         # cannot be handed to the standby once it runs.
-        ports = iter(distinct_ports(9))
+        ports = iter(free_ports(9))
         self.proxy = TcpProxy(("127.0.0.1", 1))  # aimed at a1 below, once its port is known
         self.proxy.port = next(ports)
         pg_store = (

@@ -37,7 +37,8 @@ from cronoq.store import Batch, LeadershipLost, Stored
 from cronoq.store.base import COLUMN, TASK_COLUMNS, first_id, to_ns
 from cronoq.store.postgres import SCHEMA_VERSION, _columns
 from helpers import pgstore
-from helpers.pgstore import Where, execute, fetch, free_port
+from helpers.pgstore import Where, execute, fetch
+from helpers.ports import free_port
 from helpers.waiting import deposed, until
 
 WIDTH = len(TASK_COLUMNS.split(", "))

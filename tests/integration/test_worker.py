@@ -16,7 +16,6 @@ import itertools
 import logging
 import re
 import shutil
-import socket
 import sqlite3
 import subprocess
 import time
@@ -41,17 +40,12 @@ from cronoq.client import (
 from cronoq.client._worker import WorkerState
 from cronoq.proto.cronoq.v1 import cronoq_pb2 as pb
 from cronoq.proto.cronoq.v1 import cronoq_pb2_grpc
+from helpers.ports import free_port
 from helpers.servers import PORT0, Server, Serving, serving_process, write
 
 Code = grpc.StatusCode
 FAST = (0.05, 0.2)  # backoff for tests: reconnects are quick, and a grown delay stays short
 ENDPOINT = "cronoq-shard-endpoint"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- the fake Workers servicer ---------------------------------------------------------------
