@@ -10,6 +10,8 @@ use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::model::Scoring;
 use cronoq_core::vocab::Overflow;
 
+use crate::deps::UnknownDependency;
+use crate::resources::ResourceConfig;
 use crate::types::Priority;
 
 /// How many attempts a task gets and how long to wait between them.
@@ -311,6 +313,11 @@ pub struct PoolConfig {
     pub lease_ttl: Option<Duration>,
     /// Weighted fair sharing between tenants (`None`: off).
     pub fairness: Option<Fairness>,
+    /// The share of `max_workers` that fixed-start reservations may take at one instant, in
+    /// [0, 1] (at least one reservation is always allowed).
+    pub reservable_fraction: f64,
+    /// What a dependency on a key no task holds does.
+    pub unknown_dependency: UnknownDependency,
 }
 
 impl PoolConfig {
@@ -328,6 +335,8 @@ impl PoolConfig {
             default_duration: Duration::from_secs(1),
             lease_ttl: None,
             fairness: None,
+            reservable_fraction: 0.5,
+            unknown_dependency: UnknownDependency::Reject,
         }
     }
 
@@ -358,7 +367,11 @@ impl PoolConfig {
             .bounds
             .max_pending
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        let (unknown_dependency, await_timeout) = self.unknown_dependency.to_core();
         Ok(cronoq_core::PoolConfig {
+            unknown_dependency,
+            await_timeout,
+            reservable_fraction: self.reservable_fraction,
             capacity: self.initial_workers.min(self.max_workers),
             lease_ttl: self.lease_ttl.map(|d| d.as_secs_f64()),
             retry: self.retry.to_core(),
@@ -440,6 +453,9 @@ impl UrgencyConfig {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct CoreConfig {
+    /// The resources every pool's tasks may take (also added by
+    /// [`Builder::resource`](crate::Builder::resource)); names unique.
+    pub resources: Vec<ResourceConfig>,
     /// The deadline urgency curve (also set by [`Builder::urgency`](crate::Builder::urgency)).
     pub urgency: UrgencyConfig,
     /// How long an ended task stays known: its status, its key (for deduplication) and late
@@ -455,6 +471,7 @@ impl Default for CoreConfig {
     /// One hour and at most a million ended tasks; the default urgency curve.
     fn default() -> Self {
         CoreConfig {
+            resources: Vec::new(),
             urgency: UrgencyConfig::default(),
             retention: Duration::from_secs(3600),
             retention_max: 1_000_000,

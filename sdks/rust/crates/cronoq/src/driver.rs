@@ -42,7 +42,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::admission::{SpecParts, name_error};
 use crate::config::PoolConfig;
+use crate::deps::UnknownDependency;
 use crate::error::{Error, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Control, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
@@ -72,6 +74,8 @@ pub(crate) struct ListQuery {
 }
 
 /// A scheduler call, with where its answer goes.
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command<P, O> {
     Submit(Submission<P, O>),
     Handle {
@@ -98,12 +102,20 @@ pub(crate) enum Command<P, O> {
         capacity: u32,
         reply: oneshot::Sender<()>,
     },
+    SetGroupCapacity {
+        pool: Arc<str>,
+        labels: Vec<(Arc<str>, Arc<str>)>,
+        capacity: u32,
+        reply: oneshot::Sender<()>,
+    },
     Shutdown {
         grace: Duration,
     },
 }
 
 /// Tasks to admit (already resolved and checked by the caller).
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Submission<P, O> {
     /// `submit` (with a handle) or `enqueue`.
     One {
@@ -154,6 +166,8 @@ struct Group {
 type Parking<P> = ((usize, usize), Vec<TaskSpec<P>>);
 
 /// What became of one task offered to the engine.
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 enum Admission<P> {
     Decided(Result<Submitted, Error>),
     Park(TaskSpec<P>),
@@ -264,6 +278,8 @@ pub(crate) struct Driver<P, O> {
 }
 
 /// What woke the driver.
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 enum Wake<P, O> {
     Control(Control),
     Done(AttemptDone<O>),
@@ -500,6 +516,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             live.tags.clone(),
             live.deadline,
             live.timeout,
+            att.slot.clone().unwrap_or_else(|| Arc::new([])),
             token.clone(),
             beat,
         );
@@ -708,7 +725,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 let s = self.engine.snapshot(self.secs(at));
                 let _ = reply.send(Snapshot {
                     at,
-                    pools: s.pools.into_iter().map(PoolSnapshot::from_core).collect(),
+                    pools: s
+                        .pools
+                        .into_iter()
+                        .zip(self.engine.pools())
+                        .map(|(p, state)| PoolSnapshot::from_core(p, state))
+                        .collect(),
                     live_tasks: usize::try_from(s.live_tasks).unwrap_or(usize::MAX),
                     running: s.running,
                     pending: usize::try_from(s.pending.max(0)).unwrap_or(usize::MAX),
@@ -724,6 +746,23 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     let now = self.now();
                     // The caller checked the name.
                     let _ = self.engine.set_capacity(&pool, capacity, now);
+                }
+                let _ = reply.send(());
+            }
+            Command::SetGroupCapacity {
+                pool,
+                labels,
+                capacity,
+                reply,
+            } => {
+                if self.stopping.is_none() {
+                    let now = self.now();
+                    let labels: Vec<(&str, &str)> =
+                        labels.iter().map(|(k, v)| (&**k, &**v)).collect();
+                    // The caller checked the name.
+                    let _ = self
+                        .engine
+                        .set_group_capacity(&pool, &labels, capacity, now);
                 }
                 let _ = reply.send(());
             }
@@ -863,7 +902,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         {
             return Admission::Park(spec);
         }
-        let result = self.engine.submit(self.core_spec(&spec), now);
+        let parts = SpecParts::of(&spec);
+        let result = self.engine.submit(self.core_spec(&spec, &parts), now);
         match result {
             Ok((id, duplicate)) => {
                 if !duplicate {
@@ -883,7 +923,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     Admission::Park(spec)
                 }
             }
-            Err(e) => Admission::Decided(Err(self.submit_error(&e, &spec).into())),
+            Err(e) => Admission::Decided(Err(self
+                .submit_error(&e, std::slice::from_ref(&spec))
+                .into())),
         }
     }
 
@@ -932,13 +974,18 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 return Err(((p, cls), specs));
             }
         }
-        let core: Vec<cronoq_core::TaskSpec<'_>> =
-            specs.iter().map(|s| self.core_spec(s)).collect();
+        let parts: Vec<SpecParts<'_>> = specs.iter().map(SpecParts::of).collect();
+        let core: Vec<cronoq_core::TaskSpec<'_>> = specs
+            .iter()
+            .zip(&parts)
+            .map(|(s, parts)| self.core_spec(s, parts))
+            .collect();
         let result = self.engine.submit_batch(&core, now);
         drop(core);
+        drop(parts);
         let admitted = match result {
             Ok(admitted) => admitted,
-            Err(e) => return Ok(Err(self.submit_error(&e, &specs[0]).into())),
+            Err(e) => return Ok(Err(self.submit_error(&e, &specs).into())),
         };
         let mut handles = Vec::with_capacity(specs.len());
         for (spec, (id, duplicate)) in specs.into_iter().zip(admitted) {
@@ -1080,8 +1127,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn core_spec<'a>(&self, spec: &'a TaskSpec<P>) -> cronoq_core::TaskSpec<'a> {
-        cronoq_core::TaskSpec {
+    fn core_spec<'a>(
+        &self,
+        spec: &'a TaskSpec<P>,
+        parts: &'a SpecParts<'a>,
+    ) -> cronoq_core::TaskSpec<'a> {
+        let mut core = cronoq_core::TaskSpec {
             pool: &spec.pool,
             cls: spec.priority as u8,
             kind: &spec.kind,
@@ -1092,7 +1143,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             retry: spec.retry.map(|r| r.to_core()),
             tenant: spec.tenant.as_deref(),
             ..cronoq_core::TaskSpec::new(&spec.pool)
-        }
+        };
+        parts.fill(&mut core, spec, |t| self.secs(t));
+        core
     }
 
     fn live_task(&self, spec: TaskSpec<P>, pool: usize) -> Live<P> {
@@ -1107,13 +1160,17 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn submit_error(&self, e: &cronoq_core::SubmitError, spec: &TaskSpec<P>) -> SubmitError {
-        match e.code {
-            "unknown_pool" => SubmitError::UnknownPool(spec.pool.clone()),
-            "full" => SubmitError::Full,
-            "invalid" => SubmitError::Invalid("priority must be 0..=3"),
-            _ => SubmitError::Overloaded,
-        }
+    fn submit_error(&mut self, e: &cronoq_core::SubmitError, specs: &[TaskSpec<P>]) -> SubmitError {
+        let (pools, index) = (&self.pools, &self.pool_index);
+        let awaits = |pool: &str| {
+            index.get(pool).is_some_and(|&p| {
+                matches!(
+                    pools[p].config.unknown_dependency,
+                    UnknownDependency::Await { .. }
+                )
+            })
+        };
+        name_error(&mut self.engine, e, specs, awaits)
     }
 
     // --- stopping ------------------------------------------------------------------------

@@ -52,13 +52,18 @@
 
 #![warn(missing_docs)]
 
+mod admission;
 mod blocking;
 mod config;
+mod deps;
 mod driver;
 mod error;
 mod executor;
+mod fixed;
+mod groups;
 mod handle;
 mod pool;
+mod resources;
 mod scheduler;
 mod snapshot;
 mod store;
@@ -71,10 +76,14 @@ pub use blocking::{BlockingHandle, BlockingScheduler};
 pub use config::{
     AutoscaleConfig, Bounds, Fairness, OverflowPolicy, PoolConfig, RetryPolicy, UrgencyConfig,
 };
+pub use deps::{Dep, EdgeCond, UnknownDependency};
 pub use error::{Error, StoreError, SubmitError, TaskError, TaskFailure};
 pub use executor::{BoxFuture, Executor, FnExecutor, TaskContext};
+pub use fixed::MissPolicy;
+pub use groups::{GroupSnapshot, Labels};
 pub use handle::TaskHandle;
 pub use pool::Pool;
+pub use resources::{ResourceConfig, ResourceKind};
 pub use scheduler::{Builder, Scheduler};
 pub use snapshot::{PoolSnapshot, Snapshot};
 pub use store::{
@@ -88,9 +97,10 @@ pub use types::{
 };
 
 /// Engine-level types that appear in this crate's signatures without being re-exported at its
-/// root: the engine-wide settings, the snapshot counters and the tags type.
+/// root: the engine-wide settings, the snapshot counters, the tags type and the fixed start.
 pub mod core {
     pub use crate::config::CoreConfig;
     pub use crate::executor::Tags;
+    pub use crate::fixed::FixedStart;
     pub use cronoq_core::model::Totals;
 }

@@ -12,6 +12,7 @@ use crate::driver::{Admitted, Command, Driver, ListQuery, PoolRuntime, Setup, Su
 use crate::error::{Error, SubmitError};
 use crate::handle::TaskHandle;
 use crate::pool::Pool;
+use crate::resources::{self, ResourceConfig};
 use crate::snapshot::Snapshot;
 use crate::store::{MemoryStore, Store};
 use crate::task::Task;
@@ -74,6 +75,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// [`Scheduler::pools`], in snapshots and as [`PoolId`](crate::PoolId)s.
     pub fn pool(mut self, pool: Pool<P, O>) -> Self {
         self.pools.push(pool);
+        self
+    }
+
+    /// Adds a resource that tasks of every pool may take ([`Task::resource`]); names unique.
+    pub fn resource(mut self, resource: ResourceConfig) -> Self {
+        self.core.resources.push(resource);
         self
     }
 
@@ -142,8 +149,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// # Errors
     /// [`Error::Config`] when the configuration cannot work: no pool, a pool without executor,
     /// `min_workers > max_workers`, a NUL in a pool name, two pools with one name (checked in
-    /// this order), invalid settings (autoscaling, retry policy, fairness weights, urgency),
-    /// or a store that persists.
+    /// this order), invalid settings (autoscaling, retry policy, fairness weights, urgency,
+    /// reservable fraction), a resource without permits, tokens or a finite positive rate, two
+    /// resources with one name, or a store that persists.
     pub async fn build(self) -> Result<Scheduler<P, O>, Error> {
         let (setup, parts) = self.prepare()?;
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -226,6 +234,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             });
         }
         let scoring = self.core.urgency.to_core().map_err(config)?;
+        let resources = resources::to_core(&self.core.resources).map_err(config)?;
         let clock = Clock::start();
         // Engine time is seconds since `base`, one second before now (0.0 means "never").
         let base = clock.now() - Duration::from_secs(1);
@@ -234,6 +243,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             event_level: EventLevel::None,
             retention: self.core.retention.as_secs_f64(),
             retention_max: self.core.retention_max,
+            resources,
             ..EngineOptions::default()
         };
         let rng = MersenneTwister::new(i128::from(self.core.seed));
@@ -505,6 +515,57 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
         };
         self.call(|reply| Command::SetCapacity {
             pool,
+            capacity,
+            reply,
+        })
+        .await
+    }
+
+    /// Declares or resizes the worker group of `pool` carrying exactly `labels` (in any
+    /// order; empty: the pool's unlabeled slots) with `capacity` slots (0 removes them). The
+    /// pool's capacity is the sum of its groups'. Tasks with [`Task::label`]s run only on a
+    /// group carrying all of them. Ignored once the scheduler is stopping.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use cronoq::{Pool, Scheduler, Task, TaskContext, TaskError};
+    ///
+    /// let s = Scheduler::<u32, String>::builder()
+    ///     .pool(Pool::fixed("default", 1).executor_fn(|ctx: TaskContext, _n: Arc<u32>| async move {
+    ///         Ok::<_, TaskError>(ctx.group.iter().map(|(k, v)| format!("{k}={v}")).collect())
+    ///     }))
+    ///     .build()
+    ///     .await?;
+    /// s.set_group_capacity("default", &[("gpu", "a100")], 2).await?;
+    /// let h = s.submit(Task::new(1).label("gpu", "a100")).await?;
+    /// assert_eq!(*h.await?, "gpu=a100");
+    /// assert_eq!(s.snapshot().await?.pools[0].capacity, 3);
+    /// s.shutdown(Duration::from_secs(1)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`SubmitError::UnknownPool`] (as [`Error::Submit`]), [`Error::Shutdown`].
+    pub async fn set_group_capacity(
+        &self,
+        pool: &str,
+        labels: &[(&str, &str)],
+        capacity: u32,
+    ) -> Result<(), Error> {
+        let Some(pool) = self.inner.pools.iter().find(|p| &***p == pool).cloned() else {
+            return Err(SubmitError::UnknownPool(pool.into()).into());
+        };
+        let labels = labels
+            .iter()
+            .map(|&(k, v)| (Arc::from(k), Arc::from(v)))
+            .collect();
+        self.call(|reply| Command::SetGroupCapacity {
+            pool,
+            labels,
             capacity,
             reply,
         })

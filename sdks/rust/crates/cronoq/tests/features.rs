@@ -1,0 +1,391 @@
+//! Dependencies and batches, resources, worker groups and labels, fixed starts. Every test
+//! runs on tokio's paused clock.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::{Seen, gated_scheduler, secs, settle};
+use cronoq::{
+    Dep, Error, GroupSnapshot, MissPolicy, Pool, ResourceConfig, Scheduler, SubmitError, Task,
+    TaskContext, TaskError, TaskFailure, TaskId, TaskStatus, UnknownDependency,
+};
+
+/// A scheduler whose executor fails payload 0 permanently and returns the others.
+async fn failing_zero(workers: u32) -> Scheduler<u32, u32> {
+    Scheduler::builder()
+        .pool(
+            Pool::fixed("default", workers).executor_fn(|_ctx, n: Arc<u32>| async move {
+                match *n {
+                    0 => Err(TaskError::permanent("zero")),
+                    n => Ok(n),
+                }
+            }),
+        )
+        .build()
+        .await
+        .unwrap()
+}
+
+fn invalid(e: Error) -> String {
+    match e {
+        Error::Submit(e) => e.to_string(),
+        other => panic!("not a submit error: {other}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dependent_waits_blocked_for_its_parent() {
+    let (s, mut gate) = gated_scheduler(2, |p| p).await;
+    let parent = s.submit(Task::new(1).key("load")).await.unwrap();
+    let child = s.submit(Task::new(2).after("load")).await.unwrap();
+    assert_eq!(gate.next().await.id, parent.id());
+    settle().await;
+    assert_eq!(
+        s.status(child.id()).await.unwrap(),
+        Some(TaskStatus::Blocked)
+    );
+    gate.open(1);
+    assert_eq!(*parent.await.unwrap(), 1);
+    assert_eq!(gate.next().await.id, child.id());
+    gate.open(1);
+    assert_eq!(*child.await.unwrap(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn edge_conditions_skip_or_run_dependents() {
+    let s = failing_zero(2).await;
+    let parent = s.submit(Task::new(0).key("p")).await.unwrap();
+    let on_success = s.submit(Task::new(1).after(parent.id())).await.unwrap();
+    let on_failure = s
+        .submit(Task::new(2).dep(Dep::on_failure("p")))
+        .await
+        .unwrap();
+    let on_complete = s
+        .submit(Task::new(3).dep(Dep::on_complete("p")))
+        .await
+        .unwrap();
+    assert!(parent.await.is_err());
+    let skipped = on_success.await.unwrap_err();
+    assert_eq!(skipped.status(), Some(TaskStatus::Skipped));
+    // (`dependency 1 ended as failed`, or without the id when the parent had ended before
+    // the dependent was submitted, as here)
+    assert!(
+        skipped.to_string().ends_with("ended as failed"),
+        "{skipped}"
+    );
+    assert_eq!(*on_failure.await.unwrap(), 2);
+    assert_eq!(*on_complete.await.unwrap(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dependency_errors_name_the_parent() {
+    let s = failing_zero(1).await;
+    let err = |e: Error| invalid(e);
+    assert_eq!(
+        err(s.submit(Task::new(1).after("nope")).await.unwrap_err()),
+        "unknown dependency 'nope'"
+    );
+    assert_eq!(
+        err(s.submit(Task::new(1).after(TaskId(42))).await.unwrap_err()),
+        "unknown dependency '42'"
+    );
+    assert!(matches!(
+        s.submit(Task::new(1).key("me").after("me")).await,
+        Err(Error::Submit(SubmitError::Cycle))
+    ));
+    assert_eq!(
+        err(s.submit(Task::new(1).after("a\0b")).await.unwrap_err()),
+        "invalid task: dependency keys must not contain NUL characters"
+    );
+    let batch = s
+        .submit_batch(vec![Task::new(1).key("a"), Task::new(2).after("missing")])
+        .await;
+    assert!(matches!(
+        batch,
+        Err(Error::Submit(SubmitError::UnknownDependency(k))) if &*k == "missing"
+    ));
+    assert_eq!(s.snapshot().await.unwrap().totals.submitted, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_may_name_later_tasks_and_parents_are_admitted_first() {
+    let (s, mut gate) = gated_scheduler(1, |p| p).await;
+    let handles = s
+        .submit_batch(vec![
+            Task::new(1).key("late").after("z"),
+            Task::new(2).key("mid").after("z"),
+            Task::new(3).key("z"),
+        ])
+        .await
+        .unwrap();
+    let ids: Vec<TaskId> = handles.iter().map(|h| h.id()).collect();
+    assert_eq!(ids, [TaskId(1), TaskId(2), TaskId(3)], "ids in input order");
+    for key in ["z", "late", "mid"] {
+        let ctx = gate.next().await;
+        assert_eq!(ctx.key.as_deref(), Some(key));
+        gate.open(1);
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let cycle = s
+        .submit_batch(vec![
+            Task::new(1).key("x").after("y"),
+            Task::new(2).key("y").after("x"),
+        ])
+        .await;
+    assert!(matches!(cycle, Err(Error::Submit(SubmitError::Cycle))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_may_await_keys_not_submitted_yet() {
+    let (s, mut gate) = gated_scheduler(1, |p| {
+        p.configure(|c| {
+            c.unknown_dependency = UnknownDependency::Await {
+                timeout: Some(secs(10)),
+            }
+        })
+    })
+    .await;
+    let child = s.submit(Task::new(2).after("later")).await.unwrap();
+    let orphan = s.submit(Task::new(3).after("never")).await.unwrap();
+    let parent = s.submit(Task::new(1).key("later")).await.unwrap();
+    assert_eq!(gate.next().await.id, parent.id());
+    gate.open(2);
+    assert_eq!(gate.next().await.id, child.id());
+    assert_eq!(*child.await.unwrap(), 2);
+    let failure = orphan.await.unwrap_err();
+    assert_eq!(failure.status(), Some(TaskStatus::Skipped));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_semaphore_limits_attempts_across_pools() {
+    let (exec, mut gate) = common::gated();
+    let exec = Arc::new(exec);
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(Pool::fixed("default", 2).executor_arc(exec.clone()))
+        .pool(Pool::fixed("other", 2).executor_arc(exec))
+        .resource(ResourceConfig::semaphore("db", 1))
+        .build()
+        .await
+        .unwrap();
+    let a = s.submit(Task::new(1).resource("db", 1)).await.unwrap();
+    let b = s
+        .submit(Task::new(2).pool("other").resource("db", 1))
+        .await
+        .unwrap();
+    let free = s.submit(Task::new(3)).await.unwrap();
+    assert_eq!(gate.next().await.id, a.id());
+    assert_eq!(
+        gate.next().await.id,
+        free.id(),
+        "a waiting task blocks nobody"
+    );
+    settle().await;
+    assert_eq!(s.status(b.id()).await.unwrap(), Some(TaskStatus::Ready));
+    gate.open(1);
+    a.await.unwrap();
+    assert_eq!(gate.next().await.id, b.id());
+    gate.open(2);
+    b.await.unwrap();
+    free.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_bucket_paces_attempts() {
+    let s = Scheduler::<u32, Duration>::builder()
+        .pool(
+            Pool::fixed("default", 4).executor_fn(|ctx: TaskContext, _n: Arc<u32>| async move {
+                let _ = ctx;
+                Ok::<_, TaskError>(tokio::time::Instant::now().elapsed())
+            }),
+        )
+        .resource(ResourceConfig::token_bucket("api", 1.0, 1))
+        .build()
+        .await
+        .unwrap();
+    let mut events = s.events();
+    let start = tokio::time::Instant::now();
+    let handles = futures_join(&s, 3).await;
+    let mut ends = Vec::new();
+    for _ in 0..3 {
+        let ev = events.recv().await.unwrap();
+        assert_eq!(ev.status, TaskStatus::Succeeded);
+        ends.push(tokio::time::Instant::now() - start);
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(ends[2] >= secs(2), "one token per second: {ends:?}");
+}
+
+async fn futures_join(s: &Scheduler<u32, Duration>, n: u32) -> Vec<cronoq::TaskHandle<Duration>> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.push(s.submit(Task::new(i).resource("api", 1)).await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn resource_errors_at_build_and_submit() {
+    let build = |r: Vec<ResourceConfig>| {
+        let mut b = Scheduler::<u32, u32>::builder().pool(
+            Pool::fixed("default", 1)
+                .executor_fn(|_ctx, n: Arc<u32>| async move { Ok::<_, TaskError>(*n) }),
+        );
+        for r in r {
+            b = b.resource(r);
+        }
+        b.build()
+    };
+    let twice = vec![
+        ResourceConfig::semaphore("db", 1),
+        ResourceConfig::semaphore("db", 2),
+    ];
+    assert_eq!(
+        build(twice).await.err().unwrap().to_string(),
+        "configuration error: duplicate resource 'db'"
+    );
+    let s = build(vec![ResourceConfig::semaphore("db", 2)])
+        .await
+        .unwrap();
+    let err = |t: Task<u32>| {
+        let s = s.clone();
+        async move { invalid(s.submit(t).await.unwrap_err()) }
+    };
+    assert_eq!(
+        err(Task::new(1).resource("cache", 1)).await,
+        "unknown resource 'cache'"
+    );
+    assert_eq!(
+        err(Task::new(1).resource("db", 3)).await,
+        "requested amount exceeds capacity of resource 'db'"
+    );
+    assert_eq!(
+        err(Task::new(1).resource("db", 0)).await,
+        "invalid task: resource amount must be > 0"
+    );
+    assert_eq!(
+        err(Task::new(1).resource("d\0b", 1)).await,
+        "invalid task: resource names must not contain NUL characters"
+    );
+    let batch = s
+        .submit_batch(vec![Task::new(1), Task::new(2).resource("gpu", 1)])
+        .await;
+    assert!(matches!(
+        batch,
+        Err(Error::Submit(SubmitError::UnknownResource(r))) if &*r == "gpu"
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn labeled_tasks_wait_for_a_matching_group() {
+    let (s, mut gate) = gated_scheduler(1, |p| p).await;
+    let labeled = s
+        .submit(Task::new(1).label("gpu", "a100").label("zone", "eu"))
+        .await
+        .unwrap();
+    let plain = s.submit(Task::new(2)).await.unwrap();
+    let ctx = gate.next().await;
+    assert_eq!((ctx.id, ctx.group.len()), (plain.id(), 0));
+    s.set_group_capacity(
+        "default",
+        &[("zone", "eu"), ("gpu", "a100"), ("os", "linux")],
+        1,
+    )
+    .await
+    .unwrap();
+    let ctx = gate.next().await;
+    assert_eq!(ctx.id, labeled.id());
+    let names: Vec<(&str, &str)> = ctx.group.iter().map(|(k, v)| (&**k, &**v)).collect();
+    assert_eq!(names, [("gpu", "a100"), ("os", "linux"), ("zone", "eu")]);
+    let snap = s.snapshot().await.unwrap();
+    let pool = snap.pool("default").unwrap();
+    assert_eq!(pool.capacity, 2);
+    assert_eq!(
+        pool.groups,
+        [
+            GroupSnapshot {
+                labels: vec![],
+                capacity: 1,
+                busy: 1
+            },
+            GroupSnapshot {
+                labels: vec![
+                    ("gpu".into(), "a100".into()),
+                    ("os".into(), "linux".into()),
+                    ("zone".into(), "eu".into())
+                ],
+                capacity: 1,
+                busy: 1
+            },
+        ]
+    );
+    gate.open(2);
+    labeled.await.unwrap();
+    plain.await.unwrap();
+    assert_eq!(gate.log(), [Seen::Started(2), Seen::Started(1)]);
+    assert!(matches!(
+        s.set_group_capacity("nope", &[], 1).await,
+        Err(Error::Submit(SubmitError::UnknownPool(_)))
+    ));
+    assert_eq!(
+        invalid(s.submit(Task::new(3).label("k", "\0")).await.unwrap_err()),
+        "invalid task: labels must not contain NUL characters"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_start_waits_scheduled_and_starts_on_time() {
+    let (s, mut gate) = gated_scheduler(1, |p| p).await;
+    let start = tokio::time::Instant::now();
+    let h = s.submit(Task::new(1).start_in(secs(30))).await.unwrap();
+    settle().await;
+    assert_eq!(s.status(h.id()).await.unwrap(), Some(TaskStatus::Scheduled));
+    assert_eq!(s.snapshot().await.unwrap().pools[0].reservations, 1);
+    let ctx = gate.next().await;
+    assert_eq!(ctx.id, h.id());
+    let waited = tokio::time::Instant::now() - start;
+    assert!(waited >= secs(30) && waited < secs(31), "{waited:?}");
+    gate.open(1);
+    h.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn reservations_conflict_and_missed_starts_follow_their_policy() {
+    let (s, mut gate) = gated_scheduler(1, |p| p).await;
+    let at = SystemTime::now() + secs(60);
+    let first = s.submit(Task::new(1).start_at(at)).await.unwrap();
+    assert!(matches!(
+        s.submit(Task::new(2).start_at(at)).await,
+        Err(Error::Submit(SubmitError::ReservationConflict))
+    ));
+    // The only worker is busy past the next start: it is missed.
+    let busy = s.submit(Task::new(3)).await.unwrap();
+    assert_eq!(gate.next().await.id, busy.id());
+    let missed = s
+        .submit(
+            Task::new(4)
+                .on_miss(MissPolicy::Skip)
+                .start_tolerance(Duration::from_millis(500))
+                .start_in(secs(5)),
+        )
+        .await
+        .unwrap();
+    match missed.await {
+        Err(TaskFailure::Ended { status, message }) => {
+            assert_eq!(
+                (status, &*message),
+                (TaskStatus::Missed, "fixed start missed")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    gate.open(2);
+    busy.await.unwrap();
+    assert_eq!(gate.next().await.id, first.id());
+    first.await.unwrap();
+}
