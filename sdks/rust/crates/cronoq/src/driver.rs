@@ -48,6 +48,7 @@ use crate::deps::UnknownDependency;
 use crate::error::{Error, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Control, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
+use crate::scaling::Scaling;
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::task::TaskSpec;
 use crate::time::{Clock, Time};
@@ -241,6 +242,7 @@ pub(crate) struct Setup<P, O> {
     pub(crate) emit_transitions: bool,
     pub(crate) output_cache: usize,
     pub(crate) drop_grace: Duration,
+    pub(crate) scaling: Option<Scaling>,
 }
 
 /// Messages taken per wake-up before a turn, at most.
@@ -275,6 +277,7 @@ pub(crate) struct Driver<P, O> {
     self_cancelled: Vec<u64>,
     stopping: Option<Instant>,
     drop_grace: Duration,
+    scaling: Option<Scaling>,
 }
 
 /// What woke the driver.
@@ -331,6 +334,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             self_cancelled: Vec::new(),
             stopping: None,
             drop_grace: setup.drop_grace,
+            scaling: setup.scaling,
         }
     }
 
@@ -444,6 +448,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     fn turn(&mut self) {
         let now = self.now();
         self.engine.advance(now);
+        if let Some(scaling) = self.scaling.as_mut().filter(|_| self.stopping.is_none()) {
+            scaling.request(&mut self.engine, now, &self.control_tx);
+        }
         if !self.parked.is_empty() && Instant::now() >= self.last_prune + PRUNE_EVERY {
             self.prune_parked();
         }
@@ -627,6 +634,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 beat.in_flight.store(false, Ordering::Release);
                 self.engine.heartbeat(beat.lease.0, now);
             }
+            Control::Scaled(answer) => {
+                if let Some(scaling) = self.scaling.as_mut().filter(|_| self.stopping.is_none()) {
+                    scaling.answered(&mut self.engine, answer, now);
+                }
+            }
         }
     }
 
@@ -746,6 +758,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     let now = self.now();
                     // The caller checked the name.
                     let _ = self.engine.set_capacity(&pool, capacity, now);
+                    if let Some(scaling) = &mut self.scaling {
+                        scaling.noted(&self.engine, &pool);
+                    }
                 }
                 let _ = reply.send(());
             }

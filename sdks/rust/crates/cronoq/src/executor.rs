@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::TaskError;
 use crate::groups::Labels;
+use crate::scaling::Answer;
 use crate::types::{LeaseId, TaskId, TaskRef};
 
 /// A boxed future that can move between threads: what [`Executor::execute`] returns.
@@ -114,6 +115,8 @@ pub(crate) enum Control {
     Cancel(TaskRef),
     /// An attempt's heartbeat.
     Heartbeat(Arc<Beat>),
+    /// A scaler's answer.
+    Scaled(Answer),
 }
 
 /// An attempt's heartbeat channel: one request at a time is in flight.

@@ -64,6 +64,7 @@ mod groups;
 mod handle;
 mod pool;
 mod resources;
+mod scaling;
 mod scheduler;
 mod snapshot;
 mod store;
@@ -84,6 +85,7 @@ pub use groups::{GroupSnapshot, Labels};
 pub use handle::TaskHandle;
 pub use pool::Pool;
 pub use resources::{ResourceConfig, ResourceKind};
+pub use scaling::{ExternalScaler, ScaleError, Scaler, SlotScaler};
 pub use scheduler::{Builder, Scheduler};
 pub use snapshot::{PoolSnapshot, Snapshot};
 pub use store::{

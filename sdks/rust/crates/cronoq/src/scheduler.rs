@@ -13,6 +13,7 @@ use crate::error::{Error, SubmitError};
 use crate::handle::TaskHandle;
 use crate::pool::Pool;
 use crate::resources::{self, ResourceConfig};
+use crate::scaling::Scaling;
 use crate::snapshot::Snapshot;
 use crate::store::{MemoryStore, Store};
 use crate::task::Task;
@@ -153,7 +154,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// reservable fraction), a resource without permits, tokens or a finite positive rate, two
     /// resources with one name, or a store that persists.
     pub async fn build(self) -> Result<Scheduler<P, O>, Error> {
-        let (setup, parts) = self.prepare()?;
+        let (mut setup, parts) = self.prepare()?;
+        if let Some(scaling) = &mut setup.scaling {
+            scaling.initial(&mut setup.engine, 1.0).await;
+        }
         let (exit_tx, exit_rx) = watch::channel(None);
         tokio::spawn(async move {
             let result = match CatchUnwind(Box::pin(Driver::new(setup).run())).await {
@@ -220,7 +224,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         }
         let mut core_pools = Vec::with_capacity(self.pools.len());
         let mut runtimes = Vec::with_capacity(self.pools.len());
+        let mut scalers = Vec::with_capacity(self.pools.len());
         for pool in self.pools {
+            scalers.push((pool.config.name.clone(), pool.scaler));
             let name = pool.config.name.clone();
             core_pools.push(
                 pool.config
@@ -235,6 +241,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         }
         let scoring = self.core.urgency.to_core().map_err(config)?;
         let resources = resources::to_core(&self.core.resources).map_err(config)?;
+        let scaling = Scaling::new(scalers);
         let clock = Clock::start();
         // Engine time is seconds since `base`, one second before now (0.0 means "never").
         let base = clock.now() - Duration::from_secs(1);
@@ -244,6 +251,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             retention: self.core.retention.as_secs_f64(),
             retention_max: self.core.retention_max,
             resources,
+            // Without custom scalers the engine's targets are the in-process slots.
+            elastic: scaling.is_none(),
             ..EngineOptions::default()
         };
         let rng = MersenneTwister::new(i128::from(self.core.seed));
@@ -263,6 +272,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             emit_transitions: self.emit_transitions,
             output_cache: self.output_cache,
             drop_grace: self.drop_grace,
+            scaling,
         };
         let parts = Parts {
             commands: commands_tx,

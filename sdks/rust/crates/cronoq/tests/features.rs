@@ -1,15 +1,17 @@
-//! Dependencies and batches, resources, worker groups and labels, fixed starts. Every test
-//! runs on tokio's paused clock.
+//! Dependencies and batches, resources, worker groups and labels, fixed starts, custom
+//! scalers and the external scaler. Every test runs on tokio's paused clock.
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::{Seen, gated_scheduler, secs, settle};
+use async_trait::async_trait;
+use common::{Seen, gated, gated_scheduler, secs, settle};
 use cronoq::{
-    Dep, Error, GroupSnapshot, MissPolicy, Pool, ResourceConfig, Scheduler, SubmitError, Task,
-    TaskContext, TaskError, TaskFailure, TaskId, TaskStatus, UnknownDependency,
+    AutoscaleConfig, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, Pool, ResourceConfig,
+    ScaleError, Scaler, Scheduler, SlotScaler, SubmitError, Task, TaskContext, TaskError,
+    TaskFailure, TaskId, TaskStatus, UnknownDependency,
 };
 
 /// A scheduler whose executor fails payload 0 permanently and returns the others.
@@ -162,7 +164,7 @@ async fn a_pool_may_await_keys_not_submitted_yet() {
 
 #[tokio::test(start_paused = true)]
 async fn a_semaphore_limits_attempts_across_pools() {
-    let (exec, mut gate) = common::gated();
+    let (exec, mut gate) = gated();
     let exec = Arc::new(exec);
     let s = Scheduler::<u32, u32>::builder()
         .pool(Pool::fixed("default", 2).executor_arc(exec.clone()))
@@ -388,4 +390,157 @@ async fn reservations_conflict_and_missed_starts_follow_their_policy() {
     busy.await.unwrap();
     assert_eq!(gate.next().await.id, first.id());
     first.await.unwrap();
+}
+
+/// Answers every request with at most `cap` workers and records it.
+struct Capped {
+    cap: u32,
+    asked: Arc<Mutex<Vec<(String, u32)>>>,
+}
+
+#[async_trait]
+impl Scaler for Capped {
+    async fn scale_to(&self, pool: &str, desired: u32) -> Result<u32, ScaleError> {
+        self.asked.lock().unwrap().push((pool.to_string(), desired));
+        match desired {
+            99 => panic!("no such size"),
+            _ => Ok(desired.min(self.cap)),
+        }
+    }
+}
+
+/// Fails every request.
+struct Broken;
+
+#[async_trait]
+impl Scaler for Broken {
+    async fn scale_to(&self, _pool: &str, _desired: u32) -> Result<u32, ScaleError> {
+        Err(ScaleError::Other("cloud quota".into()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scalers_answer_is_the_capacity() {
+    let (exec, mut gate) = gated();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(Pool::fixed("default", 3).executor(exec).scaler(Capped {
+            cap: 1,
+            asked: asked.clone(),
+        }))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(*asked.lock().unwrap(), [("default".to_string(), 3)]);
+    let a = s.submit(Task::new(1)).await.unwrap();
+    let b = s.submit(Task::new(2)).await.unwrap();
+    assert_eq!(gate.next().await.id, a.id());
+    settle().await;
+    assert_eq!(s.status(b.id()).await.unwrap(), Some(TaskStatus::Ready));
+    let pool = &s.snapshot().await.unwrap().pools[0];
+    assert_eq!((pool.capacity, pool.busy), (1, 1));
+    gate.open(2);
+    a.await.unwrap();
+    assert_eq!(gate.next().await.id, b.id());
+    b.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_external_pool_runs_only_what_set_capacity_reports() {
+    let (exec, mut gate) = gated();
+    let (slots, mut slot_gate) = gated();
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(
+            Pool::fixed("default", 2)
+                .executor(exec)
+                .scaler(ExternalScaler),
+        )
+        .pool(Pool::fixed("local", 1).executor(slots).scaler(SlotScaler))
+        .build()
+        .await
+        .unwrap();
+    let h = s.submit(Task::new(1)).await.unwrap();
+    let local = s.submit(Task::new(2).pool("local")).await.unwrap();
+    assert_eq!(
+        slot_gate.next().await.id,
+        local.id(),
+        "slot pools still run"
+    );
+    settle().await;
+    assert_eq!(s.status(h.id()).await.unwrap(), Some(TaskStatus::Ready));
+    assert_eq!(s.snapshot().await.unwrap().pools[0].capacity, 0);
+    s.set_capacity("default", 1).await.unwrap();
+    assert_eq!(gate.next().await.id, h.id());
+    gate.open(1);
+    slot_gate.open(1);
+    h.await.unwrap();
+    local.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_autoscalers_targets_go_to_the_scaler() {
+    let (exec, mut gate) = gated();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(
+            Pool::new("default")
+                .workers(1, 1, 6)
+                .autoscale(AutoscaleConfig::default())
+                .executor(exec)
+                .scaler(Capped {
+                    cap: 3,
+                    asked: asked.clone(),
+                }),
+        )
+        .build()
+        .await
+        .unwrap();
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        handles.push(s.submit(Task::new(i)).await.unwrap());
+    }
+    gate.next().await;
+    // The backlog raises the target at the next evaluations; the scaler grants 3 at most.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let asked_now = asked.lock().unwrap().clone();
+    assert_eq!(asked_now[0], ("default".to_string(), 1));
+    assert!(asked_now.len() >= 2 && asked_now[1].1 > 1, "{asked_now:?}");
+    let pool = &s.snapshot().await.unwrap().pools[0];
+    assert_eq!(pool.capacity, 3);
+    assert!(
+        pool.desired > 3,
+        "the target is still shown: {}",
+        pool.desired
+    );
+    gate.open(20);
+    for h in handles {
+        h.await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_and_panicking_scalers_leave_the_capacity() {
+    let (exec, mut gate) = gated();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(Pool::fixed("default", 2).executor(exec).scaler(Broken))
+        .pool(
+            Pool::fixed("other", 99)
+                .executor_fn(|_ctx, n: Arc<u32>| async move { Ok(*n) })
+                .scaler_arc(Arc::new(Capped { cap: 5, asked })),
+        )
+        .build()
+        .await
+        .unwrap();
+    let snap = s.snapshot().await.unwrap();
+    assert_eq!((snap.pools[0].capacity, snap.pools[1].capacity), (0, 0));
+    s.set_capacity("default", 1).await.unwrap();
+    let h = s.submit(Task::new(7)).await.unwrap();
+    assert_eq!(gate.next().await.id, h.id());
+    gate.open(1);
+    assert_eq!(*h.await.unwrap(), 7);
+    assert_eq!(
+        ScaleError::External.to_string(),
+        "capacity is managed externally"
+    );
 }
