@@ -11,6 +11,7 @@ use cronoq_core::model::Scoring;
 use cronoq_core::vocab::Overflow;
 
 use crate::deps::UnknownDependency;
+use crate::priority::PriorityConfig;
 use crate::resources::ResourceConfig;
 use crate::types::Priority;
 
@@ -456,6 +457,8 @@ pub struct CoreConfig {
     /// The resources every pool's tasks may take (also added by
     /// [`Builder::resource`](crate::Builder::resource)); names unique.
     pub resources: Vec<ResourceConfig>,
+    /// The classes' scores (also set by [`Builder::priority`](crate::Builder::priority)).
+    pub priority: PriorityConfig,
     /// The deadline urgency curve (also set by [`Builder::urgency`](crate::Builder::urgency)).
     pub urgency: UrgencyConfig,
     /// How long an ended task stays known: its status, its key (for deduplication) and late
@@ -472,6 +475,7 @@ impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
             resources: Vec::new(),
+            priority: PriorityConfig::default(),
             urgency: UrgencyConfig::default(),
             retention: Duration::from_secs(3600),
             retention_max: 1_000_000,

@@ -12,6 +12,7 @@ use crate::driver::{Admitted, Command, Driver, ListQuery, PoolRuntime, Setup, Su
 use crate::error::{Error, SubmitError};
 use crate::handle::TaskHandle;
 use crate::pool::Pool;
+use crate::priority::PriorityConfig;
 use crate::resources::{self, ResourceConfig};
 use crate::scaling::Scaling;
 use crate::snapshot::Snapshot;
@@ -82,6 +83,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// Adds a resource that tasks of every pool may take ([`Task::resource`]); names unique.
     pub fn resource(mut self, resource: ResourceConfig) -> Self {
         self.core.resources.push(resource);
+        self
+    }
+
+    /// Sets the classes' base scores and aging (see [`PriorityConfig`]).
+    pub fn priority(mut self, priority: PriorityConfig) -> Self {
+        self.core.priority = priority;
         self
     }
 
@@ -239,7 +246,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
                 config: pool.config,
             });
         }
-        let scoring = self.core.urgency.to_core().map_err(config)?;
+        let mut scoring = self.core.urgency.to_core().map_err(config)?;
+        self.core.priority.apply(&mut scoring).map_err(config)?;
         let resources = resources::to_core(&self.core.resources).map_err(config)?;
         let scaling = Scaling::new(scalers);
         let clock = Clock::start();

@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use common::{Seen, gated, gated_scheduler, secs, settle};
 use cronoq::{
-    AutoscaleConfig, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, Pool, ResourceConfig,
-    ScaleError, Scaler, Scheduler, SlotScaler, SubmitError, Task, TaskContext, TaskError,
-    TaskFailure, TaskId, TaskStatus, UnknownDependency,
+    AutoscaleConfig, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, Pool, Priority,
+    PriorityConfig, ResourceConfig, ScaleError, Scaler, Scheduler, SlotScaler, SubmitError, Task,
+    TaskContext, TaskError, TaskFailure, TaskId, TaskStatus, UnknownDependency,
 };
 
 /// A scheduler whose executor fails payload 0 permanently and returns the others.
@@ -543,4 +543,44 @@ async fn failing_and_panicking_scalers_leave_the_capacity() {
         ScaleError::External.to_string(),
         "capacity is managed externally"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn aging_lets_a_waiting_low_task_overtake_a_normal_one() {
+    let (exec, mut gate) = gated();
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(Pool::fixed("default", 1).executor(exec))
+        .priority(PriorityConfig {
+            aging_rate: [1000.0; 4],
+            ..PriorityConfig::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let busy = s.submit(Task::new(0)).await.unwrap();
+    gate.next().await;
+    s.submit(Task::new(3).priority(Priority::Low))
+        .await
+        .unwrap();
+    tokio::time::sleep(secs(1)).await;
+    s.submit(Task::new(2)).await.unwrap();
+    s.submit(Task::new(1).priority(Priority::High))
+        .await
+        .unwrap();
+    gate.open(4);
+    busy.await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.push(gate.next().await.id.0);
+    }
+    assert_eq!(order, [4, 2, 3], "High, then the aged Low, then Normal");
+    let uneven = Scheduler::<u32, u32>::builder()
+        .pool(Pool::fixed("default", 1).executor(gated().0))
+        .priority(PriorityConfig {
+            age_cap: [1.0, 2.0, 3.0, 4.0],
+            ..PriorityConfig::default()
+        })
+        .build()
+        .await;
+    assert!(matches!(uneven, Err(Error::Config(m)) if m.contains("age_cap")));
 }
