@@ -20,14 +20,15 @@
 //! * events: broadcast to the receivers of `Scheduler::events` (built only while one exists).
 //!
 //! Control messages are always taken before a command, so a handle's `cancel()` takes effect
-//! before any later call of the same caller. Engine time is seconds since `base`, one second
-//! before the scheduler started (the engine keeps 0.0 for "never"); `Time` is Unix time.
+//! before any later call of the same caller. Engine time is seconds since `base`, the Unix
+//! epoch (recurring schedules read it as Unix time); `Time` is Unix time too.
 //!
 //! Shutdown (a `shutdown` call, or the last `Scheduler` dropped) stops dispatching and
 //! admissions, fails parked submissions, waits for running attempts up to the grace period,
 //! then cancels the rest without a status change and stops: the handles of unfinished tasks
 //! resolve to `TaskFailure::Shutdown` when their senders are dropped with the driver.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -48,6 +49,7 @@ use crate::deps::UnknownDependency;
 use crate::error::{Error, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Control, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
+use crate::recurring::{RecurringInfo, RecurringSpec, Schedules};
 use crate::scaling::Scaling;
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::task::TaskSpec;
@@ -102,6 +104,17 @@ pub(crate) enum Command<P, O> {
         pool: Arc<str>,
         capacity: u32,
         reply: oneshot::Sender<()>,
+    },
+    AddRecurring {
+        spec: RecurringSpec<P>,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    RemoveRecurring {
+        name: Arc<str>,
+        reply: oneshot::Sender<bool>,
+    },
+    ListRecurring {
+        reply: oneshot::Sender<Vec<RecurringInfo>>,
     },
     SetGroupCapacity {
         pool: Arc<str>,
@@ -278,6 +291,8 @@ pub(crate) struct Driver<P, O> {
     stopping: Option<Instant>,
     drop_grace: Duration,
     scaling: Option<Scaling>,
+    schedules: Schedules<P>,
+    last_now: Cell<(f64, Time)>,
 }
 
 /// What woke the driver.
@@ -335,6 +350,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             stopping: None,
             drop_grace: setup.drop_grace,
             scaling: setup.scaling,
+            schedules: Schedules::new(),
+            last_now: Cell::new((0.0, setup.base)),
         }
     }
 
@@ -413,20 +430,29 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     fn now(&self) -> f64 {
-        self.secs(self.clock.now())
+        let t = self.clock.now();
+        let secs = self.secs(t);
+        self.last_now.set((secs, t));
+        secs
     }
 
+    /// The time of engine seconds: exact for the latest `now()` (the time of the events it
+    /// causes), else as exact as an `f64` of Unix seconds is (about 0.24 µs).
     fn time(&self, secs: f64) -> Time {
-        self.base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO)
+        match self.last_now.get() {
+            (s, t) if s == secs => t,
+            _ => self.base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO),
+        }
     }
 
-    /// When the driver must wake without a message: the engine's next timer (rounded up, so
-    /// the timer is due by then), a pending prune, the end of a shutdown's grace.
+    /// When the driver must wake without a message: the engine's next timer (rounded up by
+    /// more than the rounding of Unix seconds in an `f64`, about 0.24 µs, so the timer is due
+    /// by then), a pending prune, the end of a shutdown's grace.
     fn wake_at(&self) -> Option<Instant> {
         let mut wake = self.engine.next_wake().map(|secs| {
             let after = Duration::try_from_secs_f64((secs * 1e9).ceil() / 1e9)
                 .unwrap_or(Duration::MAX)
-                .saturating_add(Duration::from_nanos(1));
+                .saturating_add(Duration::from_micros(1));
             self.clock.instant(self.base + after)
         });
         let mut earliest = |t: Instant| {
@@ -458,6 +484,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             let admitted = !self.parked.is_empty() && self.admit_parked(now);
             if self.stopping.is_none() {
                 self.engine.dispatch(now);
+                if !self.schedules.is_empty() {
+                    self.adopt_occurrences();
+                }
             }
             self.apply(now);
             if !admitted {
@@ -763,6 +792,28 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     }
                 }
                 let _ = reply.send(());
+            }
+            Command::AddRecurring { spec, reply } => {
+                let answer = if self.stopping.is_some() {
+                    Err(Error::Shutdown)
+                } else {
+                    let now = self.now();
+                    self.schedules.add(&mut self.engine, spec, now)
+                };
+                let _ = reply.send(answer);
+            }
+            Command::RemoveRecurring { name, reply } => {
+                let now = self.now();
+                let removed = self.schedules.remove(&mut self.engine, &name, now);
+                // Its occurrences not started yet end before the caller hears back.
+                self.apply(now);
+                let _ = reply.send(removed);
+            }
+            Command::ListRecurring { reply } => {
+                let base = self.base;
+                let time =
+                    |secs: f64| base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO);
+                let _ = reply.send(self.schedules.list(&self.engine, time));
             }
             Command::SetGroupCapacity {
                 pool,
@@ -1161,6 +1212,20 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         };
         parts.fill(&mut core, spec, |t| self.secs(t));
         core
+    }
+
+    /// Gives the occurrences the engine just created their template's payload and options.
+    fn adopt_occurrences(&mut self) {
+        let base = self.base;
+        let time = |secs: f64| base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO);
+        let live = &self.live;
+        let created = self
+            .schedules
+            .created(&self.engine, |id| live.contains_key(&id), time);
+        for (id, spec) in created {
+            let p = self.pool_index[&spec.pool];
+            self.live.insert(id, self.live_task(spec, p));
+        }
     }
 
     fn live_task(&self, spec: TaskSpec<P>, pool: usize) -> Live<P> {

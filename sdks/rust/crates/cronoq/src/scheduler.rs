@@ -13,12 +13,13 @@ use crate::error::{Error, SubmitError};
 use crate::handle::TaskHandle;
 use crate::pool::Pool;
 use crate::priority::PriorityConfig;
+use crate::recurring::{Recurring, RecurringInfo};
 use crate::resources::{self, ResourceConfig};
 use crate::scaling::Scaling;
 use crate::snapshot::Snapshot;
 use crate::store::{MemoryStore, Store};
 use crate::task::Task;
-use crate::time::Clock;
+use crate::time::{Clock, Time};
 use crate::types::{StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary};
 use crate::unwind::CatchUnwind;
 
@@ -163,7 +164,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     pub async fn build(self) -> Result<Scheduler<P, O>, Error> {
         let (mut setup, parts) = self.prepare()?;
         if let Some(scaling) = &mut setup.scaling {
-            scaling.initial(&mut setup.engine, 1.0).await;
+            let now = setup.clock.now().diff_secs(setup.base);
+            scaling.initial(&mut setup.engine, now).await;
         }
         let (exit_tx, exit_rx) = watch::channel(None);
         tokio::spawn(async move {
@@ -251,8 +253,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         let resources = resources::to_core(&self.core.resources).map_err(config)?;
         let scaling = Scaling::new(scalers);
         let clock = Clock::start();
-        // Engine time is seconds since `base`, one second before now (0.0 means "never").
-        let base = clock.now() - Duration::from_secs(1);
+        // Engine time is Unix time in seconds, as cron schedules need (0.0 means "never").
+        let base = Time::ZERO;
+        let now = clock.now().diff_secs(base);
         let options = EngineOptions {
             scoring,
             event_level: EventLevel::None,
@@ -264,7 +267,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             ..EngineOptions::default()
         };
         let rng = MersenneTwister::new(i128::from(self.core.seed));
-        let engine = Engine::new(core_pools, 1.0, options, rng).map_err(|e| config(e.0))?;
+        let engine = Engine::new(core_pools, now, options, rng).map_err(|e| config(e.0))?;
         let (commands_tx, commands_rx) = mpsc::channel(self.queue_capacity);
         let (control_tx, control_rx) = tokio::sync::mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(self.events_capacity);
@@ -588,6 +591,39 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
             reply,
         })
         .await
+    }
+
+    /// Adds a recurring schedule, or replaces the one with its name (whose occurrences not
+    /// started yet are cancelled).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a template with an absolute deadline, a fixed start, a dependency,
+    /// resources or labels, one that a submit would refuse (`invalid task: …`, `invalid
+    /// template: unknown pool 'x'`), a NUL in the name, an invalid cron expression (`invalid
+    /// cron '<expr>': …`) or an unknown time zone; [`Error::Shutdown`].
+    pub async fn add_recurring(&self, recurring: Recurring<P>) -> Result<(), Error> {
+        let spec = recurring.into_spec()?;
+        self.call(|reply| Command::AddRecurring { spec, reply })
+            .await?
+    }
+
+    /// Removes a recurring schedule: `true` if there was one with this name. Its occurrences
+    /// not started yet are cancelled.
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`].
+    pub async fn remove_recurring(&self, name: &str) -> Result<bool, Error> {
+        let name = Arc::from(name);
+        self.call(|reply| Command::RemoveRecurring { name, reply })
+            .await
+    }
+
+    /// The recurring schedules, by name, with their next occurrence and latest task.
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`].
+    pub async fn list_recurring(&self) -> Result<Vec<RecurringInfo>, Error> {
+        self.call(|reply| Command::ListRecurring { reply }).await
     }
 
     /// A receiver of status events from now on: task ends, and every transition with

@@ -474,6 +474,30 @@ impl<P> Task<P> {
         self
     }
 
+    /// How the deadline was given (`None` also for a deadline set on the spec itself).
+    pub(crate) fn deadline_when(&self) -> Option<When> {
+        self.deadline
+    }
+
+    /// Whether the deadline is absolute (`deadline_at`, or set on the spec).
+    pub(crate) fn absolute_deadline(&self) -> bool {
+        match self.deadline {
+            Some(When::At(_)) => true,
+            Some(When::In(_)) => false,
+            None => self.spec.deadline.is_some(),
+        }
+    }
+
+    /// Whether it has a fixed start.
+    pub(crate) fn starts(&self) -> bool {
+        self.start.is_some() || self.spec.fixed_start.is_some()
+    }
+
+    /// The fixed-start tolerance and miss policy it set, if any.
+    pub(crate) fn fixed_options(&self) -> (Option<Duration>, Option<MissPolicy>) {
+        (self.tolerance, self.on_miss)
+    }
+
     /// A fixed start at `at` with this task's tolerance and miss policy.
     fn fixed(&self, at: Time) -> FixedStart {
         FixedStart {

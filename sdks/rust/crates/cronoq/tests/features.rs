@@ -1,5 +1,6 @@
 //! Dependencies and batches, resources, worker groups and labels, fixed starts, custom
-//! scalers and the external scaler. Every test runs on tokio's paused clock.
+//! scalers and the external scaler, priority scores, recurring schedules. Every test runs on
+//! tokio's paused clock.
 
 mod common;
 
@@ -9,9 +10,9 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use common::{Seen, gated, gated_scheduler, secs, settle};
 use cronoq::{
-    AutoscaleConfig, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, Pool, Priority,
-    PriorityConfig, ResourceConfig, ScaleError, Scaler, Scheduler, SlotScaler, SubmitError, Task,
-    TaskContext, TaskError, TaskFailure, TaskId, TaskStatus, UnknownDependency,
+    AutoscaleConfig, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, OverlapPolicy, Pool,
+    Priority, PriorityConfig, Recurring, ResourceConfig, ScaleError, Scaler, Scheduler, SlotScaler,
+    SubmitError, Task, TaskContext, TaskError, TaskFailure, TaskId, TaskStatus, UnknownDependency,
 };
 
 /// A scheduler whose executor fails payload 0 permanently and returns the others.
@@ -583,4 +584,120 @@ async fn aging_lets_a_waiting_low_task_overtake_a_normal_one() {
         .build()
         .await;
     assert!(matches!(uneven, Err(Error::Config(m)) if m.contains("age_cap")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_schedule_creates_tagged_occurrences_until_removed() {
+    let (s, mut gate) = gated_scheduler(2, |p| p).await;
+    let every_second =
+        Recurring::new("tick", "* * * * * *", Task::new(7).key("t")).overlap(OverlapPolicy::Allow);
+    s.add_recurring(every_second).await.unwrap();
+    let mut keys = Vec::new();
+    for _ in 0..3 {
+        let ctx = gate.next().await;
+        assert_eq!(ctx.tag("cronoq.recurring"), Some("tick"));
+        let key = ctx.key.clone().unwrap();
+        assert!(
+            key.starts_with("t@") && key.ends_with('Z') && key.len() == 22,
+            "{key}"
+        );
+        keys.push(key);
+        gate.open(1);
+    }
+    keys.dedup();
+    assert_eq!(keys.len(), 3, "one occurrence per second");
+    let info = s.list_recurring().await.unwrap();
+    assert_eq!(info.len(), 1);
+    assert_eq!(
+        (&*info[0].name, &*info[0].cron, &*info[0].pool),
+        ("tick", "* * * * * *", "default")
+    );
+    assert_eq!(info[0].overlap, OverlapPolicy::Allow);
+    assert!(info[0].next.is_some() && info[0].last_task.is_some());
+    assert!(s.remove_recurring("tick").await.unwrap());
+    assert!(!s.remove_recurring("tick").await.unwrap());
+    assert!(s.list_recurring().await.unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_occurrence_is_skipped_while_the_previous_one_runs() {
+    let (s, mut gate) = gated_scheduler(2, |p| p).await;
+    let mut events = s.events();
+    let tick = Recurring::new("tick", "* * * * * *", Task::new(1).key("t"));
+    s.add_recurring(tick).await.unwrap();
+    let first = gate.next().await;
+    let skipped = loop {
+        let ev = events.recv().await.unwrap();
+        if ev.status == TaskStatus::Skipped {
+            break ev;
+        }
+    };
+    assert_ne!(skipped.id, first.id);
+    assert_eq!(
+        skipped.message.as_deref(),
+        Some("previous occurrence still running")
+    );
+    s.remove_recurring("tick").await.unwrap();
+    gate.open(1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn schedules_are_checked_when_added() {
+    let (s, _gate) = gated_scheduler(1, |p| p).await;
+    let add = |r: Recurring<u32>| {
+        let s = s.clone();
+        async move {
+            match s.add_recurring(r).await {
+                Err(Error::Config(m)) => m,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let t = || Task::new(1);
+    assert!(
+        add(Recurring::new("r", "61 * * * *", t()))
+            .await
+            .starts_with("invalid cron '61 * * * *': ")
+    );
+    assert_eq!(
+        add(Recurring::new("r", "* * * * *", t()).tz("Mars/Olympus")).await,
+        "unknown time zone 'Mars/Olympus'"
+    );
+    assert_eq!(
+        add(Recurring::new("r", "* * * * *", t().pool("nope"))).await,
+        "invalid template: unknown pool 'nope'"
+    );
+    assert!(
+        add(Recurring::new(
+            "r",
+            "* * * * *",
+            t().deadline_at(SystemTime::now())
+        ))
+        .await
+        .contains("absolute deadline")
+    );
+    assert_eq!(
+        add(Recurring::new("r", "* * * * *", t().start_in(secs(5)))).await,
+        "recurring templates cannot set a fixed start"
+    );
+    assert!(
+        add(Recurring::new("r", "* * * * *", t().after("x")))
+            .await
+            .contains("cannot set a dependency")
+    );
+    assert_eq!(
+        add(Recurring::new("r\0", "* * * * *", t())).await,
+        "recurring names must not contain NUL characters"
+    );
+    assert_eq!(
+        add(Recurring::new("r", "* * * * *", t().tag("k", "\0"))).await,
+        "invalid task: tags must not contain NUL characters"
+    );
+    assert!(s.list_recurring().await.unwrap().is_empty());
+    // A year far ahead: the next occurrence is then.
+    s.add_recurring(Recurring::new("far", "0 0 0 1 1 * 2099", t()))
+        .await
+        .unwrap();
+    let next = s.list_recurring().await.unwrap()[0].next.unwrap();
+    assert_eq!(next, cronoq::Time(4_070_908_800_000_000_000));
 }
