@@ -185,12 +185,18 @@ impl AutoscaleConfig {
     }
 }
 
-/// Queue limits of a pool: how many of its tasks may be pending (admitted, not running, not
-/// ended) at once. What a submission beyond them does is the pool's [`OverflowPolicy`].
+/// Queue limits: how many tasks may be pending (admitted, not running, not ended) at once,
+/// of a pool ([`PoolConfig::bounds`]) or of all pools
+/// ([`CoreConfig::global_bounds`](crate::core::CoreConfig::global_bounds)). What a submission
+/// beyond them does is its pool's [`OverflowPolicy`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bounds {
-    /// Most pending tasks of the pool (`None`: unbounded).
+    /// Most pending tasks (`None`: unbounded).
     pub max_pending: Option<usize>,
+    /// Most pending tasks of each priority class, indexed by [`Priority::index`]. A task
+    /// beyond one waits (overflow `Wait`) or is refused with
+    /// [`Overloaded`](crate::SubmitError::Overloaded): no task is shed for it.
+    pub max_pending_per_class: [Option<usize>; 4],
 }
 
 /// What a submission to a pool at its [`Bounds`] does.
@@ -283,7 +289,7 @@ impl Fairness {
 ///
 /// let mut c = PoolConfig::fixed("emails", 4);
 /// c.retry = RetryPolicy { max_attempts: 5, ..RetryPolicy::default() };
-/// c.bounds = Bounds { max_pending: Some(1000) };
+/// c.bounds = Bounds { max_pending: Some(1000), ..Bounds::default() };
 /// c.overflow = OverflowPolicy::Reject;
 /// c.lease_ttl = Some(Duration::from_secs(30));
 /// assert_eq!((c.min_workers, c.initial_workers, c.max_workers), (4, 4, 4));
@@ -457,6 +463,9 @@ pub struct CoreConfig {
     /// The resources every pool's tasks may take (also added by
     /// [`Builder::resource`](crate::Builder::resource)); names unique.
     pub resources: Vec<ResourceConfig>,
+    /// Queue limits across all pools: a submission beyond them waits or is refused as its
+    /// pool's [`OverflowPolicy`] says (`ShedLowest` and `ShedOldest` refuse).
+    pub global_bounds: Bounds,
     /// The classes' scores (also set by [`Builder::priority`](crate::Builder::priority)).
     pub priority: PriorityConfig,
     /// The deadline urgency curve (also set by [`Builder::urgency`](crate::Builder::urgency)).
@@ -476,6 +485,7 @@ impl Default for CoreConfig {
         CoreConfig {
             resources: Vec::new(),
             priority: PriorityConfig::default(),
+            global_bounds: Bounds::default(),
             urgency: UrgencyConfig::default(),
             retention: Duration::from_secs(3600),
             retention_max: 1_000_000,

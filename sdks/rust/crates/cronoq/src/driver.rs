@@ -44,7 +44,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::admission::{SpecParts, name_error};
-use crate::config::PoolConfig;
+use crate::bounds::{self, Room};
+use crate::config::{Bounds, PoolConfig};
 use crate::deps::UnknownDependency;
 use crate::error::{Error, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Control, Executor, Tags, TaskContext};
@@ -197,8 +198,7 @@ pub(crate) struct PoolRuntime<P, O> {
 impl<P, O> PoolRuntime<P, O> {
     /// A full queue parks its submitters (overflow `Wait` with a bound).
     fn parks(&self) -> bool {
-        self.config.overflow == crate::OverflowPolicy::Wait
-            && self.config.bounds.max_pending.is_some()
+        self.config.overflow == crate::OverflowPolicy::Wait && bounds::any(&self.config.bounds)
     }
 }
 
@@ -256,6 +256,7 @@ pub(crate) struct Setup<P, O> {
     pub(crate) output_cache: usize,
     pub(crate) drop_grace: Duration,
     pub(crate) scaling: Option<Scaling>,
+    pub(crate) global_bounds: Bounds,
 }
 
 /// Messages taken per wake-up before a turn, at most.
@@ -293,6 +294,9 @@ pub(crate) struct Driver<P, O> {
     scaling: Option<Scaling>,
     schedules: Schedules<P>,
     last_now: Cell<(f64, Time)>,
+    global_bounds: Bounds,
+    /// Some per-class or global bound is set.
+    bounded: bool,
 }
 
 /// What woke the driver.
@@ -309,6 +313,11 @@ enum Wake<P, O> {
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     pub(crate) fn new(setup: Setup<P, O>) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let bounded = bounds::any(&setup.global_bounds)
+            || setup.pools.iter().any(|p| {
+                let per_class = &p.config.bounds.max_pending_per_class;
+                per_class.iter().any(Option::is_some)
+            });
         let pool_index = setup
             .pools
             .iter()
@@ -352,6 +361,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             scaling: setup.scaling,
             schedules: Schedules::new(),
             last_now: Cell::new((0.0, setup.base)),
+            bounded,
+            global_bounds: setup.global_bounds,
         }
     }
 
@@ -959,7 +970,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         let pool = self.pool_index.get(&spec.pool).copied();
         if let Some(p) = pool
             && !queued
-            && self.pools[p].parks()
+            && self.waits(p)
             && self
                 .parked
                 .get(&(p, spec.priority.index()))
@@ -967,6 +978,16 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             && !self.key_known(&spec)
         {
             return Admission::Park(spec);
+        }
+        if let Some(p) = pool
+            && self.bounded
+            && !self.key_known(&spec)
+        {
+            match self.room(&[(p, spec.priority.index())]) {
+                Room::Fits => {}
+                Room::Full if self.waits(p) => return Admission::Park(spec),
+                _ => return Admission::Decided(Err(SubmitError::Overloaded.into())),
+            }
         }
         let parts = SpecParts::of(&spec);
         let result = self.engine.submit(self.core_spec(&spec, &parts), now);
@@ -1040,6 +1061,20 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 return Err(((p, cls), specs));
             }
         }
+        if self.bounded {
+            let new: Vec<(usize, usize)> = specs
+                .iter()
+                .filter(|s| !self.key_known(s))
+                .map(|s| (self.pool_index[&s.pool], s.priority.index()))
+                .collect();
+            match self.room(&new) {
+                Room::Fits => {}
+                Room::Full if new.iter().all(|&(p, _)| self.waits(p)) => {
+                    return Err((new[0], specs));
+                }
+                _ => return Ok(Err(SubmitError::Overloaded.into())),
+            }
+        }
         let parts: Vec<SpecParts<'_>> = specs.iter().map(SpecParts::of).collect();
         let core: Vec<cronoq_core::TaskSpec<'_>> = specs
             .iter()
@@ -1065,6 +1100,20 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .into_iter()
             .map(|(id, duplicate)| self.make_handle(id, duplicate))
             .collect()))
+    }
+
+    /// Whether a full queue parks the pool's submitters: overflow `Wait`, with a bound.
+    fn waits(&self, p: usize) -> bool {
+        self.pools[p].parks()
+            || (self.pools[p].config.overflow == crate::OverflowPolicy::Wait
+                && bounds::any(&self.global_bounds))
+    }
+
+    /// Room for these new tasks (pool, class) under the per-class and global bounds.
+    fn room(&self, new: &[(usize, usize)]) -> Room {
+        let pools = &self.pools;
+        let per_class = |p: usize| pools[p].config.bounds.max_pending_per_class;
+        bounds::room(&self.engine, per_class, &self.global_bounds, new)
     }
 
     fn key_known(&self, spec: &TaskSpec<P>) -> bool {

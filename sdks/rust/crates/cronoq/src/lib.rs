@@ -54,6 +54,7 @@
 
 mod admission;
 mod blocking;
+mod bounds;
 mod config;
 mod deps;
 mod driver;

@@ -284,6 +284,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             output_cache: self.output_cache,
             drop_grace: self.drop_grace,
             scaling,
+            global_bounds: self.core.global_bounds.clone(),
         };
         let parts = Parts {
             commands: commands_tx,

@@ -1,6 +1,6 @@
 //! Dependencies and batches, resources, worker groups and labels, fixed starts, custom
-//! scalers and the external scaler, priority scores, recurring schedules. Every test runs on
-//! tokio's paused clock.
+//! scalers and the external scaler, priority scores, recurring schedules, per-class and global
+//! queue bounds. Every test runs on tokio's paused clock.
 
 mod common;
 
@@ -10,9 +10,10 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use common::{Seen, gated, gated_scheduler, secs, settle};
 use cronoq::{
-    AutoscaleConfig, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, OverlapPolicy, Pool,
-    Priority, PriorityConfig, Recurring, ResourceConfig, ScaleError, Scaler, Scheduler, SlotScaler,
-    SubmitError, Task, TaskContext, TaskError, TaskFailure, TaskId, TaskStatus, UnknownDependency,
+    AutoscaleConfig, Bounds, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, OverflowPolicy,
+    OverlapPolicy, Pool, Priority, PriorityConfig, Recurring, ResourceConfig, ScaleError, Scaler,
+    Scheduler, SlotScaler, SubmitError, Task, TaskContext, TaskError, TaskFailure, TaskId,
+    TaskStatus, UnknownDependency,
 };
 
 /// A scheduler whose executor fails payload 0 permanently and returns the others.
@@ -700,4 +701,84 @@ async fn schedules_are_checked_when_added() {
         .unwrap();
     let next = s.list_recurring().await.unwrap()[0].next.unwrap();
     assert_eq!(next, cronoq::Time(4_070_908_800_000_000_000));
+}
+
+fn low_bound(n: usize) -> Bounds {
+    let mut b = Bounds::default();
+    b.max_pending_per_class[Priority::Low.index()] = Some(n);
+    b
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_class_bound_parks_only_its_class() {
+    let (s, mut gate) = gated_scheduler(1, |p| p.configure(|c| c.bounds = low_bound(1))).await;
+    let busy = s.submit(Task::new(0)).await.unwrap();
+    gate.next().await;
+    let low = || Task::new(1).priority(Priority::Low);
+    let first = s.submit(low()).await.unwrap();
+    let parked = tokio::spawn({
+        let s = s.clone();
+        async move { s.submit(Task::new(2).priority(Priority::Low)).await }
+    });
+    settle().await;
+    assert!(!parked.is_finished(), "a second Low task waits for room");
+    let normal = s.submit(Task::new(3)).await.unwrap();
+    gate.open(1);
+    busy.await.unwrap();
+    assert_eq!(gate.next().await.id, normal.id());
+    gate.open(1);
+    assert_eq!(gate.next().await.id, first.id());
+    let second = parked.await.unwrap().unwrap();
+    gate.open(2);
+    assert_eq!(gate.next().await.id, second.id());
+    second.await.unwrap();
+    assert!(
+        matches!(
+            s.submit_batch(vec![low(), low()]).await,
+            Err(Error::Submit(SubmitError::Overloaded))
+        ),
+        "a batch that cannot fit even an empty queue"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn bounds_refuse_under_reject_and_across_pools() {
+    let (exec, mut gate) = gated();
+    let exec = Arc::new(exec);
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(
+            Pool::fixed("default", 1)
+                .executor_arc(exec.clone())
+                .configure(|c| {
+                    c.bounds = low_bound(0);
+                    c.overflow = OverflowPolicy::Reject;
+                }),
+        )
+        .pool(Pool::fixed("other", 1).executor_arc(exec).configure(|c| {
+            c.overflow = OverflowPolicy::Reject;
+        }))
+        .configure(|c| c.global_bounds.max_pending = Some(1))
+        .build()
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.submit(Task::new(1).priority(Priority::Low)).await,
+        Err(Error::Submit(SubmitError::Overloaded))
+    ));
+    let busy = s.submit(Task::new(2)).await.unwrap();
+    gate.next().await;
+    let queued = s.submit(Task::new(3)).await.unwrap();
+    assert!(
+        matches!(
+            s.submit(Task::new(4).pool("other")).await,
+            Err(Error::Submit(SubmitError::Overloaded))
+        ),
+        "one task pending across both pools"
+    );
+    gate.open(2);
+    busy.await.unwrap();
+    queued.await.unwrap();
+    let later = s.submit(Task::new(5).pool("other")).await.unwrap();
+    gate.open(1);
+    later.await.unwrap();
 }
