@@ -103,11 +103,21 @@ pub use types::{
     LeaseId, PoolId, Priority, StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary,
 };
 
-/// Engine-level types that appear in this crate's signatures without being re-exported at its
-/// root: the engine-wide settings, the snapshot counters, the tags type and the fixed start.
+/// The engine-level types: the ones this crate's root re-exports, under the same names, and
+/// those that appear in its signatures without being at its root (the engine-wide settings,
+/// the snapshot counters, the tags type and the fixed start). The engine itself is the
+/// `cronoq-core` crate, whose interface is its own.
 pub mod core {
     pub use crate::config::CoreConfig;
     pub use crate::executor::Tags;
     pub use crate::fixed::FixedStart;
+    pub use crate::{
+        AutoscaleConfig, Bounds, Dep, EdgeCond, Fairness, GroupSnapshot, Labels, LeaseId,
+        MissPolicy, Mutation, OverflowPolicy, OverlapPolicy, PoolConfig, PoolId, PoolSnapshot,
+        Priority, PriorityConfig, Recovered, RecoveredTask, RecoveredTerminal, RecurringInfo,
+        RecurringSpec, ResourceConfig, ResourceKind, RetryPolicy, Snapshot, StatusEvent,
+        SubmitError, Submitted, TaskId, TaskRef, TaskSpec, TaskStatus, TaskSummary, Time,
+        UnknownDependency, UrgencyConfig,
+    };
     pub use cronoq_core::model::Totals;
 }
