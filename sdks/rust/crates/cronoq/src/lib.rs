@@ -5,7 +5,11 @@
 //! A [`Scheduler`] holds named [`Pool`]s of workers. Each pool runs its tasks with one
 //! [`Executor`], most often a closure; tasks wait in priority order (four classes, aging,
 //! deadline urgency), are retried with backoff, time out, can be cancelled, and are
-//! deduplicated by key. The scheduling rules are those of cronoq's engine core
+//! deduplicated by key. Tasks may wait for other tasks ([`Task::after`], [`Dep`]), take
+//! shared resources ([`ResourceConfig`]), run only on labeled worker groups
+//! ([`Task::label`]), start at a fixed time ([`Task::start_at`]) or recur on a cron schedule
+//! ([`Recurring`]); a pool's [`Scaler`] turns its worker target into capacity. The scheduling
+//! rules are those of cronoq's engine core
 //! (`cronoq-core`), which this crate drives: one tokio task owns the engine and keeps a single
 //! timer for it, and each attempt runs as a task of its own.
 //!
