@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 
 use crate::error::{Error, TaskFailure};
 use crate::handle::TaskHandle;
+use crate::recurring::Recurring;
 use crate::scheduler::{Builder, Scheduler};
 use crate::snapshot::Snapshot;
 use crate::task::Task;
@@ -149,6 +150,22 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> BlockingScheduler<P, O>
     /// As [`Scheduler::set_capacity`].
     pub fn set_capacity(&self, pool: &str, capacity: u32) -> Result<(), Error> {
         self.block(self.scheduler().set_capacity(pool, capacity))
+    }
+
+    /// [`Scheduler::add_recurring`], blocking.
+    ///
+    /// # Errors
+    /// As [`Scheduler::add_recurring`].
+    pub fn add_recurring(&self, recurring: Recurring<P>) -> Result<(), Error> {
+        self.block(self.scheduler().add_recurring(recurring))
+    }
+
+    /// [`Scheduler::remove_recurring`], blocking.
+    ///
+    /// # Errors
+    /// As [`Scheduler::remove_recurring`].
+    pub fn remove_recurring(&self, name: &str) -> Result<bool, Error> {
+        self.block(self.scheduler().remove_recurring(name))
     }
 
     /// [`Scheduler::events`]; receive with `blocking_recv`.

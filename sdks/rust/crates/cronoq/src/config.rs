@@ -10,6 +10,9 @@ use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::model::Scoring;
 use cronoq_core::vocab::Overflow;
 
+use crate::deps::UnknownDependency;
+use crate::priority::PriorityConfig;
+use crate::resources::ResourceConfig;
 use crate::types::Priority;
 
 /// How many attempts a task gets and how long to wait between them.
@@ -182,12 +185,18 @@ impl AutoscaleConfig {
     }
 }
 
-/// Queue limits of a pool: how many of its tasks may be pending (admitted, not running, not
-/// ended) at once. What a submission beyond them does is the pool's [`OverflowPolicy`].
+/// Queue limits: how many tasks may be pending (admitted, not running, not ended) at once,
+/// of a pool ([`PoolConfig::bounds`]) or of all pools
+/// ([`CoreConfig::global_bounds`](crate::core::CoreConfig::global_bounds)). What a submission
+/// beyond them does is its pool's [`OverflowPolicy`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bounds {
-    /// Most pending tasks of the pool (`None`: unbounded).
+    /// Most pending tasks (`None`: unbounded).
     pub max_pending: Option<usize>,
+    /// Most pending tasks of each priority class, indexed by [`Priority::index`]. A task
+    /// beyond one waits (overflow `Wait`) or is refused with
+    /// [`Overloaded`](crate::SubmitError::Overloaded): no task is shed for it.
+    pub max_pending_per_class: [Option<usize>; 4],
 }
 
 /// What a submission to a pool at its [`Bounds`] does.
@@ -280,7 +289,7 @@ impl Fairness {
 ///
 /// let mut c = PoolConfig::fixed("emails", 4);
 /// c.retry = RetryPolicy { max_attempts: 5, ..RetryPolicy::default() };
-/// c.bounds = Bounds { max_pending: Some(1000) };
+/// c.bounds = Bounds { max_pending: Some(1000), ..Bounds::default() };
 /// c.overflow = OverflowPolicy::Reject;
 /// c.lease_ttl = Some(Duration::from_secs(30));
 /// assert_eq!((c.min_workers, c.initial_workers, c.max_workers), (4, 4, 4));
@@ -311,6 +320,11 @@ pub struct PoolConfig {
     pub lease_ttl: Option<Duration>,
     /// Weighted fair sharing between tenants (`None`: off).
     pub fairness: Option<Fairness>,
+    /// The share of `max_workers` that fixed-start reservations may take at one instant, in
+    /// [0, 1] (at least one reservation is always allowed).
+    pub reservable_fraction: f64,
+    /// What a dependency on a key no task holds does.
+    pub unknown_dependency: UnknownDependency,
 }
 
 impl PoolConfig {
@@ -328,6 +342,8 @@ impl PoolConfig {
             default_duration: Duration::from_secs(1),
             lease_ttl: None,
             fairness: None,
+            reservable_fraction: 0.5,
+            unknown_dependency: UnknownDependency::Reject,
         }
     }
 
@@ -358,7 +374,11 @@ impl PoolConfig {
             .bounds
             .max_pending
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        let (unknown_dependency, await_timeout) = self.unknown_dependency.to_core();
         Ok(cronoq_core::PoolConfig {
+            unknown_dependency,
+            await_timeout,
+            reservable_fraction: self.reservable_fraction,
             capacity: self.initial_workers.min(self.max_workers),
             lease_ttl: self.lease_ttl.map(|d| d.as_secs_f64()),
             retry: self.retry.to_core(),
@@ -440,6 +460,14 @@ impl UrgencyConfig {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct CoreConfig {
+    /// The resources every pool's tasks may take (also added by
+    /// [`Builder::resource`](crate::Builder::resource)); names unique.
+    pub resources: Vec<ResourceConfig>,
+    /// Queue limits across all pools: a submission beyond them waits or is refused as its
+    /// pool's [`OverflowPolicy`] says (`ShedLowest` and `ShedOldest` refuse).
+    pub global_bounds: Bounds,
+    /// The classes' scores (also set by [`Builder::priority`](crate::Builder::priority)).
+    pub priority: PriorityConfig,
     /// The deadline urgency curve (also set by [`Builder::urgency`](crate::Builder::urgency)).
     pub urgency: UrgencyConfig,
     /// How long an ended task stays known: its status, its key (for deduplication) and late
@@ -455,6 +483,9 @@ impl Default for CoreConfig {
     /// One hour and at most a million ended tasks; the default urgency curve.
     fn default() -> Self {
         CoreConfig {
+            resources: Vec::new(),
+            priority: PriorityConfig::default(),
+            global_bounds: Bounds::default(),
             urgency: UrgencyConfig::default(),
             retention: Duration::from_secs(3600),
             retention_max: 1_000_000,

@@ -20,14 +20,15 @@
 //! * events: broadcast to the receivers of `Scheduler::events` (built only while one exists).
 //!
 //! Control messages are always taken before a command, so a handle's `cancel()` takes effect
-//! before any later call of the same caller. Engine time is seconds since `base`, one second
-//! before the scheduler started (the engine keeps 0.0 for "never"); `Time` is Unix time.
+//! before any later call of the same caller. Engine time is seconds since `base`, the Unix
+//! epoch (recurring schedules read it as Unix time); `Time` is Unix time too.
 //!
 //! Shutdown (a `shutdown` call, or the last `Scheduler` dropped) stops dispatching and
 //! admissions, fails parked submissions, waits for running attempts up to the grace period,
 //! then cancels the rest without a status change and stops: the handles of unfinished tasks
 //! resolve to `TaskFailure::Shutdown` when their senders are dropped with the driver.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -42,10 +43,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::PoolConfig;
+use crate::admission::{SpecParts, name_error};
+use crate::bounds::{self, Room};
+use crate::config::{Bounds, PoolConfig};
+use crate::deps::UnknownDependency;
 use crate::error::{Error, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Control, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
+use crate::recurring::{RecurringInfo, RecurringSpec, Schedules};
+use crate::scaling::Scaling;
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::task::TaskSpec;
 use crate::time::{Clock, Time};
@@ -72,6 +78,8 @@ pub(crate) struct ListQuery {
 }
 
 /// A scheduler call, with where its answer goes.
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command<P, O> {
     Submit(Submission<P, O>),
     Handle {
@@ -98,12 +106,31 @@ pub(crate) enum Command<P, O> {
         capacity: u32,
         reply: oneshot::Sender<()>,
     },
+    AddRecurring {
+        spec: RecurringSpec<P>,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    RemoveRecurring {
+        name: Arc<str>,
+        reply: oneshot::Sender<bool>,
+    },
+    ListRecurring {
+        reply: oneshot::Sender<Vec<RecurringInfo>>,
+    },
+    SetGroupCapacity {
+        pool: Arc<str>,
+        labels: Vec<(Arc<str>, Arc<str>)>,
+        capacity: u32,
+        reply: oneshot::Sender<()>,
+    },
     Shutdown {
         grace: Duration,
     },
 }
 
 /// Tasks to admit (already resolved and checked by the caller).
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Submission<P, O> {
     /// `submit` (with a handle) or `enqueue`.
     One {
@@ -154,6 +181,8 @@ struct Group {
 type Parking<P> = ((usize, usize), Vec<TaskSpec<P>>);
 
 /// What became of one task offered to the engine.
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 enum Admission<P> {
     Decided(Result<Submitted, Error>),
     Park(TaskSpec<P>),
@@ -169,8 +198,7 @@ pub(crate) struct PoolRuntime<P, O> {
 impl<P, O> PoolRuntime<P, O> {
     /// A full queue parks its submitters (overflow `Wait` with a bound).
     fn parks(&self) -> bool {
-        self.config.overflow == crate::OverflowPolicy::Wait
-            && self.config.bounds.max_pending.is_some()
+        self.config.overflow == crate::OverflowPolicy::Wait && bounds::any(&self.config.bounds)
     }
 }
 
@@ -227,6 +255,8 @@ pub(crate) struct Setup<P, O> {
     pub(crate) emit_transitions: bool,
     pub(crate) output_cache: usize,
     pub(crate) drop_grace: Duration,
+    pub(crate) scaling: Option<Scaling>,
+    pub(crate) global_bounds: Bounds,
 }
 
 /// Messages taken per wake-up before a turn, at most.
@@ -261,9 +291,17 @@ pub(crate) struct Driver<P, O> {
     self_cancelled: Vec<u64>,
     stopping: Option<Instant>,
     drop_grace: Duration,
+    scaling: Option<Scaling>,
+    schedules: Schedules<P>,
+    last_now: Cell<(f64, Time)>,
+    global_bounds: Bounds,
+    /// Some per-class or global bound is set.
+    bounded: bool,
 }
 
 /// What woke the driver.
+// A task's spec is moved once per submission; boxing it would cost an allocation instead.
+#[allow(clippy::large_enum_variant)]
 enum Wake<P, O> {
     Control(Control),
     Done(AttemptDone<O>),
@@ -275,6 +313,11 @@ enum Wake<P, O> {
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     pub(crate) fn new(setup: Setup<P, O>) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let bounded = bounds::any(&setup.global_bounds)
+            || setup.pools.iter().any(|p| {
+                let per_class = &p.config.bounds.max_pending_per_class;
+                per_class.iter().any(Option::is_some)
+            });
         let pool_index = setup
             .pools
             .iter()
@@ -315,6 +358,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             self_cancelled: Vec::new(),
             stopping: None,
             drop_grace: setup.drop_grace,
+            scaling: setup.scaling,
+            schedules: Schedules::new(),
+            last_now: Cell::new((0.0, setup.base)),
+            bounded,
+            global_bounds: setup.global_bounds,
         }
     }
 
@@ -393,20 +441,29 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     fn now(&self) -> f64 {
-        self.secs(self.clock.now())
+        let t = self.clock.now();
+        let secs = self.secs(t);
+        self.last_now.set((secs, t));
+        secs
     }
 
+    /// The time of engine seconds: exact for the latest `now()` (the time of the events it
+    /// causes), else as exact as an `f64` of Unix seconds is (about 0.24 µs).
     fn time(&self, secs: f64) -> Time {
-        self.base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO)
+        match self.last_now.get() {
+            (s, t) if s == secs => t,
+            _ => self.base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO),
+        }
     }
 
-    /// When the driver must wake without a message: the engine's next timer (rounded up, so
-    /// the timer is due by then), a pending prune, the end of a shutdown's grace.
+    /// When the driver must wake without a message: the engine's next timer (rounded up by
+    /// more than the rounding of Unix seconds in an `f64`, about 0.24 µs, so the timer is due
+    /// by then), a pending prune, the end of a shutdown's grace.
     fn wake_at(&self) -> Option<Instant> {
         let mut wake = self.engine.next_wake().map(|secs| {
             let after = Duration::try_from_secs_f64((secs * 1e9).ceil() / 1e9)
                 .unwrap_or(Duration::MAX)
-                .saturating_add(Duration::from_nanos(1));
+                .saturating_add(Duration::from_micros(1));
             self.clock.instant(self.base + after)
         });
         let mut earliest = |t: Instant| {
@@ -428,6 +485,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     fn turn(&mut self) {
         let now = self.now();
         self.engine.advance(now);
+        if let Some(scaling) = self.scaling.as_mut().filter(|_| self.stopping.is_none()) {
+            scaling.request(&mut self.engine, now, &self.control_tx);
+        }
         if !self.parked.is_empty() && Instant::now() >= self.last_prune + PRUNE_EVERY {
             self.prune_parked();
         }
@@ -435,6 +495,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             let admitted = !self.parked.is_empty() && self.admit_parked(now);
             if self.stopping.is_none() {
                 self.engine.dispatch(now);
+                if !self.schedules.is_empty() {
+                    self.adopt_occurrences();
+                }
             }
             self.apply(now);
             if !admitted {
@@ -500,6 +563,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             live.tags.clone(),
             live.deadline,
             live.timeout,
+            att.slot.clone().unwrap_or_else(|| Arc::new([])),
             token.clone(),
             beat,
         );
@@ -610,6 +674,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 beat.in_flight.store(false, Ordering::Release);
                 self.engine.heartbeat(beat.lease.0, now);
             }
+            Control::Scaled(answer) => {
+                if let Some(scaling) = self.scaling.as_mut().filter(|_| self.stopping.is_none()) {
+                    scaling.answered(&mut self.engine, answer, now);
+                }
+            }
         }
     }
 
@@ -708,7 +777,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 let s = self.engine.snapshot(self.secs(at));
                 let _ = reply.send(Snapshot {
                     at,
-                    pools: s.pools.into_iter().map(PoolSnapshot::from_core).collect(),
+                    pools: s
+                        .pools
+                        .into_iter()
+                        .zip(self.engine.pools())
+                        .map(|(p, state)| PoolSnapshot::from_core(p, state))
+                        .collect(),
                     live_tasks: usize::try_from(s.live_tasks).unwrap_or(usize::MAX),
                     running: s.running,
                     pending: usize::try_from(s.pending.max(0)).unwrap_or(usize::MAX),
@@ -724,6 +798,48 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     let now = self.now();
                     // The caller checked the name.
                     let _ = self.engine.set_capacity(&pool, capacity, now);
+                    if let Some(scaling) = &mut self.scaling {
+                        scaling.noted(&self.engine, &pool);
+                    }
+                }
+                let _ = reply.send(());
+            }
+            Command::AddRecurring { spec, reply } => {
+                let answer = if self.stopping.is_some() {
+                    Err(Error::Shutdown)
+                } else {
+                    let now = self.now();
+                    self.schedules.add(&mut self.engine, spec, now)
+                };
+                let _ = reply.send(answer);
+            }
+            Command::RemoveRecurring { name, reply } => {
+                let now = self.now();
+                let removed = self.schedules.remove(&mut self.engine, &name, now);
+                // Its occurrences not started yet end before the caller hears back.
+                self.apply(now);
+                let _ = reply.send(removed);
+            }
+            Command::ListRecurring { reply } => {
+                let base = self.base;
+                let time =
+                    |secs: f64| base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO);
+                let _ = reply.send(self.schedules.list(&self.engine, time));
+            }
+            Command::SetGroupCapacity {
+                pool,
+                labels,
+                capacity,
+                reply,
+            } => {
+                if self.stopping.is_none() {
+                    let now = self.now();
+                    let labels: Vec<(&str, &str)> =
+                        labels.iter().map(|(k, v)| (&**k, &**v)).collect();
+                    // The caller checked the name.
+                    let _ = self
+                        .engine
+                        .set_group_capacity(&pool, &labels, capacity, now);
                 }
                 let _ = reply.send(());
             }
@@ -854,7 +970,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         let pool = self.pool_index.get(&spec.pool).copied();
         if let Some(p) = pool
             && !queued
-            && self.pools[p].parks()
+            && self.waits(p)
             && self
                 .parked
                 .get(&(p, spec.priority.index()))
@@ -863,7 +979,18 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         {
             return Admission::Park(spec);
         }
-        let result = self.engine.submit(self.core_spec(&spec), now);
+        if let Some(p) = pool
+            && self.bounded
+            && !self.key_known(&spec)
+        {
+            match self.room(&[(p, spec.priority.index())]) {
+                Room::Fits => {}
+                Room::Full if self.waits(p) => return Admission::Park(spec),
+                _ => return Admission::Decided(Err(SubmitError::Overloaded.into())),
+            }
+        }
+        let parts = SpecParts::of(&spec);
+        let result = self.engine.submit(self.core_spec(&spec, &parts), now);
         match result {
             Ok((id, duplicate)) => {
                 if !duplicate {
@@ -883,7 +1010,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     Admission::Park(spec)
                 }
             }
-            Err(e) => Admission::Decided(Err(self.submit_error(&e, &spec).into())),
+            Err(e) => Admission::Decided(Err(self
+                .submit_error(&e, std::slice::from_ref(&spec))
+                .into())),
         }
     }
 
@@ -932,13 +1061,32 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 return Err(((p, cls), specs));
             }
         }
-        let core: Vec<cronoq_core::TaskSpec<'_>> =
-            specs.iter().map(|s| self.core_spec(s)).collect();
+        if self.bounded {
+            let new: Vec<(usize, usize)> = specs
+                .iter()
+                .filter(|s| !self.key_known(s))
+                .map(|s| (self.pool_index[&s.pool], s.priority.index()))
+                .collect();
+            match self.room(&new) {
+                Room::Fits => {}
+                Room::Full if new.iter().all(|&(p, _)| self.waits(p)) => {
+                    return Err((new[0], specs));
+                }
+                _ => return Ok(Err(SubmitError::Overloaded.into())),
+            }
+        }
+        let parts: Vec<SpecParts<'_>> = specs.iter().map(SpecParts::of).collect();
+        let core: Vec<cronoq_core::TaskSpec<'_>> = specs
+            .iter()
+            .zip(&parts)
+            .map(|(s, parts)| self.core_spec(s, parts))
+            .collect();
         let result = self.engine.submit_batch(&core, now);
         drop(core);
+        drop(parts);
         let admitted = match result {
             Ok(admitted) => admitted,
-            Err(e) => return Ok(Err(self.submit_error(&e, &specs[0]).into())),
+            Err(e) => return Ok(Err(self.submit_error(&e, &specs).into())),
         };
         let mut handles = Vec::with_capacity(specs.len());
         for (spec, (id, duplicate)) in specs.into_iter().zip(admitted) {
@@ -952,6 +1100,20 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .into_iter()
             .map(|(id, duplicate)| self.make_handle(id, duplicate))
             .collect()))
+    }
+
+    /// Whether a full queue parks the pool's submitters: overflow `Wait`, with a bound.
+    fn waits(&self, p: usize) -> bool {
+        self.pools[p].parks()
+            || (self.pools[p].config.overflow == crate::OverflowPolicy::Wait
+                && bounds::any(&self.global_bounds))
+    }
+
+    /// Room for these new tasks (pool, class) under the per-class and global bounds.
+    fn room(&self, new: &[(usize, usize)]) -> Room {
+        let pools = &self.pools;
+        let per_class = |p: usize| pools[p].config.bounds.max_pending_per_class;
+        bounds::room(&self.engine, per_class, &self.global_bounds, new)
     }
 
     fn key_known(&self, spec: &TaskSpec<P>) -> bool {
@@ -1080,8 +1242,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn core_spec<'a>(&self, spec: &'a TaskSpec<P>) -> cronoq_core::TaskSpec<'a> {
-        cronoq_core::TaskSpec {
+    fn core_spec<'a>(
+        &self,
+        spec: &'a TaskSpec<P>,
+        parts: &'a SpecParts<'a>,
+    ) -> cronoq_core::TaskSpec<'a> {
+        let mut core = cronoq_core::TaskSpec {
             pool: &spec.pool,
             cls: spec.priority as u8,
             kind: &spec.kind,
@@ -1092,6 +1258,22 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             retry: spec.retry.map(|r| r.to_core()),
             tenant: spec.tenant.as_deref(),
             ..cronoq_core::TaskSpec::new(&spec.pool)
+        };
+        parts.fill(&mut core, spec, |t| self.secs(t));
+        core
+    }
+
+    /// Gives the occurrences the engine just created their template's payload and options.
+    fn adopt_occurrences(&mut self) {
+        let base = self.base;
+        let time = |secs: f64| base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO);
+        let live = &self.live;
+        let created = self
+            .schedules
+            .created(&self.engine, |id| live.contains_key(&id), time);
+        for (id, spec) in created {
+            let p = self.pool_index[&spec.pool];
+            self.live.insert(id, self.live_task(spec, p));
         }
     }
 
@@ -1107,13 +1289,17 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn submit_error(&self, e: &cronoq_core::SubmitError, spec: &TaskSpec<P>) -> SubmitError {
-        match e.code {
-            "unknown_pool" => SubmitError::UnknownPool(spec.pool.clone()),
-            "full" => SubmitError::Full,
-            "invalid" => SubmitError::Invalid("priority must be 0..=3"),
-            _ => SubmitError::Overloaded,
-        }
+    fn submit_error(&mut self, e: &cronoq_core::SubmitError, specs: &[TaskSpec<P>]) -> SubmitError {
+        let (pools, index) = (&self.pools, &self.pool_index);
+        let awaits = |pool: &str| {
+            index.get(pool).is_some_and(|&p| {
+                matches!(
+                    pools[p].config.unknown_dependency,
+                    UnknownDependency::Await { .. }
+                )
+            })
+        };
+        name_error(&mut self.engine, e, specs, awaits)
     }
 
     // --- stopping ------------------------------------------------------------------------

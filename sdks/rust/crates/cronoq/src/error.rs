@@ -92,6 +92,17 @@ impl std::error::Error for TaskError {}
 pub enum SubmitError {
     /// No pool has this name (a task's pool is `"default"` unless it names one).
     UnknownPool(Arc<str>),
+    /// No resource of the scheduler has this name.
+    UnknownResource(Arc<str>),
+    /// The task asks for more of this resource than it has (permits, or a bucket's burst).
+    ResourceExceedsCapacity(Arc<str>),
+    /// The task's fixed start would overlap more reservations than its pool allows.
+    ReservationConflict,
+    /// The task's dependencies would wait for each other (or for itself).
+    Cycle,
+    /// No task has this key or id (an id as its decimal text), and the pool does not await
+    /// unknown keys ([`UnknownDependency`](crate::UnknownDependency)).
+    UnknownDependency(Arc<str>),
     /// The pool's queue is full. Callers of the scheduler never see it: a submission to a full
     /// [`Wait`](crate::OverflowPolicy::Wait) pool waits for room instead.
     Full,
@@ -108,6 +119,13 @@ impl fmt::Display for SubmitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SubmitError::UnknownPool(p) => write!(f, "unknown pool '{p}'"),
+            SubmitError::UnknownResource(r) => write!(f, "unknown resource '{r}'"),
+            SubmitError::ResourceExceedsCapacity(r) => {
+                write!(f, "requested amount exceeds capacity of resource '{r}'")
+            }
+            SubmitError::ReservationConflict => f.write_str("fixed-start reservation conflict"),
+            SubmitError::Cycle => f.write_str("dependency cycle"),
+            SubmitError::UnknownDependency(k) => write!(f, "unknown dependency '{k}'"),
             SubmitError::Full => f.write_str("queue full"),
             SubmitError::Overloaded => f.write_str("overloaded"),
             SubmitError::DuplicateKeyInBatch(k) => write!(f, "duplicate key '{k}' in batch"),

@@ -12,6 +12,8 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::TaskError;
+use crate::groups::Labels;
+use crate::scaling::Answer;
 use crate::types::{LeaseId, TaskId, TaskRef};
 
 /// A boxed future that can move between threads: what [`Executor::execute`] returns.
@@ -113,6 +115,8 @@ pub(crate) enum Control {
     Cancel(TaskRef),
     /// An attempt's heartbeat.
     Heartbeat(Arc<Beat>),
+    /// A scaler's answer.
+    Scaled(Answer),
 }
 
 /// An attempt's heartbeat channel: one request at a time is in flight.
@@ -155,6 +159,9 @@ pub struct TaskContext {
     pub deadline: Option<SystemTime>,
     /// The most this attempt may run.
     pub timeout: Option<Duration>,
+    /// The labels of the worker group this attempt runs on, sorted by name (empty on the
+    /// pool's unlabeled slots).
+    pub group: Labels,
     token: CancellationToken,
     beat: Option<Arc<Beat>>,
 }
@@ -172,6 +179,7 @@ impl TaskContext {
         tags: Tags,
         deadline: Option<SystemTime>,
         timeout: Option<Duration>,
+        group: Labels,
         token: CancellationToken,
         beat: Option<Arc<Beat>>,
     ) -> Self {
@@ -185,6 +193,7 @@ impl TaskContext {
             tags,
             deadline,
             timeout,
+            group,
             token,
             beat,
         }
@@ -205,6 +214,7 @@ impl TaskContext {
             tags: Arc::from([]),
             deadline: None,
             timeout: None,
+            group: Arc::from([]),
             token: CancellationToken::new(),
             beat: None,
         }

@@ -5,7 +5,11 @@
 //! A [`Scheduler`] holds named [`Pool`]s of workers. Each pool runs its tasks with one
 //! [`Executor`], most often a closure; tasks wait in priority order (four classes, aging,
 //! deadline urgency), are retried with backoff, time out, can be cancelled, and are
-//! deduplicated by key. The scheduling rules are those of cronoq's engine core
+//! deduplicated by key. Tasks may wait for other tasks ([`Task::after`], [`Dep`]), take
+//! shared resources ([`ResourceConfig`]), run only on labeled worker groups
+//! ([`Task::label`]), start at a fixed time ([`Task::start_at`]) or recur on a cron schedule
+//! ([`Recurring`]); a pool's [`Scaler`] turns its worker target into capacity. The scheduling
+//! rules are those of cronoq's engine core
 //! (`cronoq-core`), which this crate drives: one tokio task owns the engine and keeps a single
 //! timer for it, and each attempt runs as a task of its own.
 //!
@@ -52,13 +56,22 @@
 
 #![warn(missing_docs)]
 
+mod admission;
 mod blocking;
+mod bounds;
 mod config;
+mod deps;
 mod driver;
 mod error;
 mod executor;
+mod fixed;
+mod groups;
 mod handle;
 mod pool;
+mod priority;
+mod recurring;
+mod resources;
+mod scaling;
 mod scheduler;
 mod snapshot;
 mod store;
@@ -71,10 +84,17 @@ pub use blocking::{BlockingHandle, BlockingScheduler};
 pub use config::{
     AutoscaleConfig, Bounds, Fairness, OverflowPolicy, PoolConfig, RetryPolicy, UrgencyConfig,
 };
+pub use deps::{Dep, EdgeCond, UnknownDependency};
 pub use error::{Error, StoreError, SubmitError, TaskError, TaskFailure};
 pub use executor::{BoxFuture, Executor, FnExecutor, TaskContext};
+pub use fixed::MissPolicy;
+pub use groups::{GroupSnapshot, Labels};
 pub use handle::TaskHandle;
 pub use pool::Pool;
+pub use priority::PriorityConfig;
+pub use recurring::{OverlapPolicy, Recurring, RecurringInfo, RecurringSpec};
+pub use resources::{ResourceConfig, ResourceKind};
+pub use scaling::{ExternalScaler, ScaleError, Scaler, SlotScaler};
 pub use scheduler::{Builder, Scheduler};
 pub use snapshot::{PoolSnapshot, Snapshot};
 pub use store::{
@@ -87,10 +107,21 @@ pub use types::{
     LeaseId, PoolId, Priority, StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary,
 };
 
-/// Engine-level types that appear in this crate's signatures without being re-exported at its
-/// root: the engine-wide settings, the snapshot counters and the tags type.
+/// The engine-level types: the ones this crate's root re-exports, under the same names, and
+/// those that appear in its signatures without being at its root (the engine-wide settings,
+/// the snapshot counters, the tags type and the fixed start). The engine itself is the
+/// `cronoq-core` crate, whose interface is its own.
 pub mod core {
     pub use crate::config::CoreConfig;
     pub use crate::executor::Tags;
+    pub use crate::fixed::FixedStart;
+    pub use crate::{
+        AutoscaleConfig, Bounds, Dep, EdgeCond, Fairness, GroupSnapshot, Labels, LeaseId,
+        MissPolicy, Mutation, OverflowPolicy, OverlapPolicy, PoolConfig, PoolId, PoolSnapshot,
+        Priority, PriorityConfig, Recovered, RecoveredTask, RecoveredTerminal, RecurringInfo,
+        RecurringSpec, ResourceConfig, ResourceKind, RetryPolicy, Snapshot, StatusEvent,
+        SubmitError, Submitted, TaskId, TaskRef, TaskSpec, TaskStatus, TaskSummary, Time,
+        UnknownDependency, UrgencyConfig,
+    };
     pub use cronoq_core::model::Totals;
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::config::{AutoscaleConfig, PoolConfig};
 use crate::error::TaskError;
 use crate::executor::{Executor, FnExecutor, TaskContext};
+use crate::scaling::{self, PoolScaler, Scaler};
 
 /// A pool for [`Builder::pool`](crate::Builder::pool): a named set of workers (slots) that run
 /// its tasks with one executor.
@@ -25,6 +26,7 @@ use crate::executor::{Executor, FnExecutor, TaskContext};
 pub struct Pool<P, O> {
     pub(crate) config: PoolConfig,
     pub(crate) executor: Option<Arc<dyn Executor<P, O>>>,
+    pub(crate) scaler: PoolScaler,
 }
 
 impl<P, O> Pool<P, O> {
@@ -34,6 +36,7 @@ impl<P, O> Pool<P, O> {
         Pool {
             config: PoolConfig::new(name),
             executor: None,
+            scaler: None,
         }
     }
 
@@ -42,6 +45,7 @@ impl<P, O> Pool<P, O> {
         Pool {
             config: PoolConfig::fixed(name, workers),
             executor: None,
+            scaler: None,
         }
     }
 
@@ -70,6 +74,19 @@ impl<P, O> Pool<P, O> {
         Fut: Future<Output = Result<O, TaskError>> + Send + 'static,
     {
         self.executor(FnExecutor::new(f))
+    }
+
+    /// Sets the scaler that carries out the pool's capacity requests (default
+    /// [`SlotScaler`](crate::SlotScaler): in-process slots follow the target at once).
+    pub fn scaler(mut self, scaler: impl Scaler) -> Self {
+        self.scaler = scaling::of(scaler);
+        self
+    }
+
+    /// Sets a shared scaler (see [`Pool::scaler`]).
+    pub fn scaler_arc(mut self, scaler: Arc<dyn Scaler>) -> Self {
+        self.scaler = Some(scaler);
+        self
     }
 
     /// Turns queue-pressure autoscaling on with these settings.

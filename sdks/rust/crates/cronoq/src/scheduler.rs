@@ -12,10 +12,14 @@ use crate::driver::{Admitted, Command, Driver, ListQuery, PoolRuntime, Setup, Su
 use crate::error::{Error, SubmitError};
 use crate::handle::TaskHandle;
 use crate::pool::Pool;
+use crate::priority::PriorityConfig;
+use crate::recurring::{Recurring, RecurringInfo};
+use crate::resources::{self, ResourceConfig};
+use crate::scaling::Scaling;
 use crate::snapshot::Snapshot;
 use crate::store::{MemoryStore, Store};
 use crate::task::Task;
-use crate::time::Clock;
+use crate::time::{Clock, Time};
 use crate::types::{StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary};
 use crate::unwind::CatchUnwind;
 
@@ -74,6 +78,18 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// [`Scheduler::pools`], in snapshots and as [`PoolId`](crate::PoolId)s.
     pub fn pool(mut self, pool: Pool<P, O>) -> Self {
         self.pools.push(pool);
+        self
+    }
+
+    /// Adds a resource that tasks of every pool may take ([`Task::resource`]); names unique.
+    pub fn resource(mut self, resource: ResourceConfig) -> Self {
+        self.core.resources.push(resource);
+        self
+    }
+
+    /// Sets the classes' base scores and aging (see [`PriorityConfig`]).
+    pub fn priority(mut self, priority: PriorityConfig) -> Self {
+        self.core.priority = priority;
         self
     }
 
@@ -142,10 +158,15 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// # Errors
     /// [`Error::Config`] when the configuration cannot work: no pool, a pool without executor,
     /// `min_workers > max_workers`, a NUL in a pool name, two pools with one name (checked in
-    /// this order), invalid settings (autoscaling, retry policy, fairness weights, urgency),
-    /// or a store that persists.
+    /// this order), invalid settings (autoscaling, retry policy, fairness weights, urgency,
+    /// reservable fraction), a resource without permits, tokens or a finite positive rate, two
+    /// resources with one name, or a store that persists.
     pub async fn build(self) -> Result<Scheduler<P, O>, Error> {
-        let (setup, parts) = self.prepare()?;
+        let (mut setup, parts) = self.prepare()?;
+        if let Some(scaling) = &mut setup.scaling {
+            let now = setup.clock.now().diff_secs(setup.base);
+            scaling.initial(&mut setup.engine, now).await;
+        }
         let (exit_tx, exit_rx) = watch::channel(None);
         tokio::spawn(async move {
             let result = match CatchUnwind(Box::pin(Driver::new(setup).run())).await {
@@ -212,7 +233,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         }
         let mut core_pools = Vec::with_capacity(self.pools.len());
         let mut runtimes = Vec::with_capacity(self.pools.len());
+        let mut scalers = Vec::with_capacity(self.pools.len());
         for pool in self.pools {
+            scalers.push((pool.config.name.clone(), pool.scaler));
             let name = pool.config.name.clone();
             core_pools.push(
                 pool.config
@@ -225,19 +248,26 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
                 config: pool.config,
             });
         }
-        let scoring = self.core.urgency.to_core().map_err(config)?;
+        let mut scoring = self.core.urgency.to_core().map_err(config)?;
+        self.core.priority.apply(&mut scoring).map_err(config)?;
+        let resources = resources::to_core(&self.core.resources).map_err(config)?;
+        let scaling = Scaling::new(scalers);
         let clock = Clock::start();
-        // Engine time is seconds since `base`, one second before now (0.0 means "never").
-        let base = clock.now() - Duration::from_secs(1);
+        // Engine time is Unix time in seconds, as cron schedules need (0.0 means "never").
+        let base = Time::ZERO;
+        let now = clock.now().diff_secs(base);
         let options = EngineOptions {
             scoring,
             event_level: EventLevel::None,
             retention: self.core.retention.as_secs_f64(),
             retention_max: self.core.retention_max,
+            resources,
+            // Without custom scalers the engine's targets are the in-process slots.
+            elastic: scaling.is_none(),
             ..EngineOptions::default()
         };
         let rng = MersenneTwister::new(i128::from(self.core.seed));
-        let engine = Engine::new(core_pools, 1.0, options, rng).map_err(|e| config(e.0))?;
+        let engine = Engine::new(core_pools, now, options, rng).map_err(|e| config(e.0))?;
         let (commands_tx, commands_rx) = mpsc::channel(self.queue_capacity);
         let (control_tx, control_rx) = tokio::sync::mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(self.events_capacity);
@@ -253,6 +283,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             emit_transitions: self.emit_transitions,
             output_cache: self.output_cache,
             drop_grace: self.drop_grace,
+            scaling,
+            global_bounds: self.core.global_bounds.clone(),
         };
         let parts = Parts {
             commands: commands_tx,
@@ -509,6 +541,90 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
             reply,
         })
         .await
+    }
+
+    /// Declares or resizes the worker group of `pool` carrying exactly `labels` (in any
+    /// order; empty: the pool's unlabeled slots) with `capacity` slots (0 removes them). The
+    /// pool's capacity is the sum of its groups'. Tasks with [`Task::label`]s run only on a
+    /// group carrying all of them. Ignored once the scheduler is stopping.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use cronoq::{Pool, Scheduler, Task, TaskContext, TaskError};
+    ///
+    /// let s = Scheduler::<u32, String>::builder()
+    ///     .pool(Pool::fixed("default", 1).executor_fn(|ctx: TaskContext, _n: Arc<u32>| async move {
+    ///         Ok::<_, TaskError>(ctx.group.iter().map(|(k, v)| format!("{k}={v}")).collect())
+    ///     }))
+    ///     .build()
+    ///     .await?;
+    /// s.set_group_capacity("default", &[("gpu", "a100")], 2).await?;
+    /// let h = s.submit(Task::new(1).label("gpu", "a100")).await?;
+    /// assert_eq!(*h.await?, "gpu=a100");
+    /// assert_eq!(s.snapshot().await?.pools[0].capacity, 3);
+    /// s.shutdown(Duration::from_secs(1)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`SubmitError::UnknownPool`] (as [`Error::Submit`]), [`Error::Shutdown`].
+    pub async fn set_group_capacity(
+        &self,
+        pool: &str,
+        labels: &[(&str, &str)],
+        capacity: u32,
+    ) -> Result<(), Error> {
+        let Some(pool) = self.inner.pools.iter().find(|p| &***p == pool).cloned() else {
+            return Err(SubmitError::UnknownPool(pool.into()).into());
+        };
+        let labels = labels
+            .iter()
+            .map(|&(k, v)| (Arc::from(k), Arc::from(v)))
+            .collect();
+        self.call(|reply| Command::SetGroupCapacity {
+            pool,
+            labels,
+            capacity,
+            reply,
+        })
+        .await
+    }
+
+    /// Adds a recurring schedule, or replaces the one with its name (whose occurrences not
+    /// started yet are cancelled).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a template with an absolute deadline, a fixed start, a dependency,
+    /// resources or labels, one that a submit would refuse (`invalid task: …`, `invalid
+    /// template: unknown pool 'x'`), a NUL in the name, an invalid cron expression (`invalid
+    /// cron '<expr>': …`) or an unknown time zone; [`Error::Shutdown`].
+    pub async fn add_recurring(&self, recurring: Recurring<P>) -> Result<(), Error> {
+        let spec = recurring.into_spec()?;
+        self.call(|reply| Command::AddRecurring { spec, reply })
+            .await?
+    }
+
+    /// Removes a recurring schedule: `true` if there was one with this name. Its occurrences
+    /// not started yet are cancelled.
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`].
+    pub async fn remove_recurring(&self, name: &str) -> Result<bool, Error> {
+        let name = Arc::from(name);
+        self.call(|reply| Command::RemoveRecurring { name, reply })
+            .await
+    }
+
+    /// The recurring schedules, by name, with their next occurrence and latest task.
+    ///
+    /// # Errors
+    /// [`Error::Shutdown`].
+    pub async fn list_recurring(&self) -> Result<Vec<RecurringInfo>, Error> {
+        self.call(|reply| Command::ListRecurring { reply }).await
     }
 
     /// A receiver of status events from now on: task ends, and every transition with

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use cronoq_core::model::Totals;
 
+use crate::groups::{self, GroupSnapshot};
 use crate::time::Time;
 
 /// The whole scheduler at one moment ([`Scheduler::snapshot`](crate::Scheduler::snapshot)).
@@ -78,6 +79,15 @@ pub struct PoolSnapshot {
     pub worker_seconds: f64,
     /// `worker_seconds` times the autoscaler's `cost_per_worker_second`.
     pub cost: f64,
+    /// Free slots held for fixed starts about to begin.
+    pub held: u32,
+    /// Fixed-start reservations not started yet.
+    pub reservations: usize,
+    /// The share of fixed starts in the window that started within their tolerance.
+    pub fixed_start_hit_rate: f64,
+    /// Its worker groups: the unlabeled slots first, then the labeled groups in the order
+    /// they were declared.
+    pub groups: Vec<GroupSnapshot>,
 }
 
 impl PoolSnapshot {
@@ -86,7 +96,10 @@ impl PoolSnapshot {
         self.pending_by_class.iter().sum()
     }
 
-    pub(crate) fn from_core(p: cronoq_core::model::PoolSnapshot) -> Self {
+    pub(crate) fn from_core(
+        p: cronoq_core::model::PoolSnapshot,
+        state: &cronoq_core::pool::PoolState,
+    ) -> Self {
         let count = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
         let len = |n: i64| usize::try_from(n.max(0)).unwrap_or(usize::MAX);
         let dur = |s: f64| Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO);
@@ -113,6 +126,10 @@ impl PoolSnapshot {
             run_p99: dur(p.run_p99),
             worker_seconds: p.worker_seconds,
             cost: p.cost,
+            held: count(p.held),
+            reservations: p.reservations,
+            fixed_start_hit_rate: p.fixed_start_hit_rate,
+            groups: groups::snapshot(state),
         }
     }
 }

@@ -27,6 +27,8 @@ pub struct TimeBase {
 
 /// One change for a store to apply, in order.
 #[derive(Clone, Debug)]
+// `Submitted` holds the task's spec itself, as stores written for the published crate expect.
+#[allow(clippy::large_enum_variant)]
 pub enum Mutation<P> {
     /// A task was admitted.
     Submitted {

@@ -5,10 +5,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use smallvec::SmallVec;
+
 use crate::config::RetryPolicy;
+use crate::deps::Dep;
 use crate::error::SubmitError;
+use crate::fixed::{DEFAULT_TOLERANCE, FixedStart, MissPolicy};
 use crate::time::{Clock, Time};
-use crate::types::Priority;
+use crate::types::{Priority, TaskRef};
 
 /// A point in time given relative to the submission or as wall-clock time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,14 +40,22 @@ pub struct TaskSpec<P> {
     pub key: Option<Arc<str>>,
     /// The soft deadline: as it nears (less the expected duration) the task's urgency rises.
     pub deadline: Option<Time>,
+    /// A fixed start: the task starts at this time, on a slot reserved for it.
+    pub fixed_start: Option<FixedStart>,
     /// The expected duration, instead of the learned one.
     pub duration_hint: Option<Duration>,
     /// The most one attempt may run; then it is given up and retried.
     pub timeout: Option<Duration>,
     /// The retry policy (`None`: the pool's).
     pub retry: Option<RetryPolicy>,
+    /// The tasks it waits for, each with the way it must end.
+    pub deps: Vec<Dep>,
+    /// Amounts of the scheduler's resources each attempt takes, by name.
+    pub resources: SmallVec<[(Arc<str>, u32); 2]>,
     /// Tags, in order; a key may repeat.
     pub tags: Vec<(Arc<str>, Arc<str>)>,
+    /// Labels a worker group must carry to run it (empty: any slot).
+    pub labels: Vec<(Arc<str>, Arc<str>)>,
     /// The tenant, for pools with fair sharing.
     pub tenant: Option<Arc<str>>,
 }
@@ -58,10 +70,14 @@ impl<P> Clone for TaskSpec<P> {
             priority: self.priority,
             key: self.key.clone(),
             deadline: self.deadline,
+            fixed_start: self.fixed_start,
             duration_hint: self.duration_hint,
             timeout: self.timeout,
             retry: self.retry,
+            deps: self.deps.clone(),
+            resources: self.resources.clone(),
             tags: self.tags.clone(),
+            labels: self.labels.clone(),
             tenant: self.tenant.clone(),
         }
     }
@@ -82,10 +98,14 @@ impl<P> TaskSpec<P> {
             priority: Priority::Normal,
             key: None,
             deadline: None,
+            fixed_start: None,
             duration_hint: None,
             timeout: None,
             retry: None,
+            deps: Vec::new(),
+            resources: SmallVec::new(),
             tags: Vec::new(),
+            labels: Vec::new(),
             tenant: None,
         }
     }
@@ -99,10 +119,14 @@ impl<P> TaskSpec<P> {
             priority: self.priority,
             key: self.key,
             deadline: self.deadline,
+            fixed_start: self.fixed_start,
             duration_hint: self.duration_hint,
             timeout: self.timeout,
             retry: self.retry,
+            deps: self.deps,
+            resources: self.resources,
             tags: self.tags,
+            labels: self.labels,
             tenant: self.tenant,
         }
     }
@@ -137,6 +161,12 @@ impl<P> TaskSpec<P> {
         self
     }
 
+    /// Sets the fixed start.
+    pub fn fixed_start(mut self, start: FixedStart) -> Self {
+        self.fixed_start = Some(start);
+        self
+    }
+
     /// Sets the expected duration.
     pub fn duration_hint(mut self, d: Duration) -> Self {
         self.duration_hint = Some(d);
@@ -152,6 +182,29 @@ impl<P> TaskSpec<P> {
     /// Sets the retry policy.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = Some(policy);
+        self
+    }
+
+    /// Adds a dependency.
+    pub fn dep(mut self, dep: Dep) -> Self {
+        self.deps.push(dep);
+        self
+    }
+
+    /// Adds a dependency on `target`'s success.
+    pub fn after(self, target: impl Into<TaskRef>) -> Self {
+        self.dep(Dep::on_success(target))
+    }
+
+    /// Adds a resource amount.
+    pub fn resource(mut self, name: impl Into<Arc<str>>, amount: u32) -> Self {
+        self.resources.push((name.into(), amount));
+        self
+    }
+
+    /// Adds a required worker-group label.
+    pub fn label(mut self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) -> Self {
+        self.labels.push((name.into(), value.into()));
         self
     }
 
@@ -179,6 +232,22 @@ impl<P> TaskSpec<P> {
         }
         if self.tags.iter().any(|(k, v)| nul(k) || nul(v)) {
             return Err(SubmitError::Invalid("tags must not contain NUL characters"));
+        }
+        if self.labels.iter().any(|(k, v)| nul(k) || nul(v)) {
+            return Err(SubmitError::Invalid(
+                "labels must not contain NUL characters",
+            ));
+        }
+        if self.resources.iter().any(|(n, _)| nul(n)) {
+            return Err(SubmitError::Invalid(
+                "resource names must not contain NUL characters",
+            ));
+        }
+        let dep_key = |d: &Dep| matches!(&d.target, TaskRef::Key(k) if nul(k));
+        if self.deps.iter().any(dep_key) {
+            return Err(SubmitError::Invalid(
+                "dependency keys must not contain NUL characters",
+            ));
         }
         match self.retry.and_then(|r| r.problem()) {
             Some(problem) => Err(SubmitError::Invalid(problem)),
@@ -211,6 +280,9 @@ impl<P> TaskSpec<P> {
 pub struct Task<P> {
     spec: TaskSpec<P>,
     deadline: Option<When>,
+    start: Option<When>,
+    tolerance: Option<Duration>,
+    on_miss: Option<MissPolicy>,
 }
 
 impl<P> Clone for Task<P> {
@@ -219,6 +291,9 @@ impl<P> Clone for Task<P> {
         Task {
             spec: self.spec.clone(),
             deadline: self.deadline,
+            start: self.start,
+            tolerance: self.tolerance,
+            on_miss: self.on_miss,
         }
     }
 }
@@ -228,6 +303,9 @@ impl<P: fmt::Debug> fmt::Debug for Task<P> {
         f.debug_struct("Task")
             .field("spec", &self.spec)
             .field("deadline", &self.deadline)
+            .field("start", &self.start)
+            .field("tolerance", &self.tolerance)
+            .field("on_miss", &self.on_miss)
             .finish()
     }
 }
@@ -237,6 +315,9 @@ impl<P> From<TaskSpec<P>> for Task<P> {
         Task {
             spec,
             deadline: None,
+            start: None,
+            tolerance: None,
+            on_miss: None,
         }
     }
 }
@@ -288,6 +369,43 @@ impl<P> Task<P> {
         self
     }
 
+    /// A fixed start this long after the submission (see [`Task::start_at`]).
+    pub fn start_in(mut self, d: Duration) -> Self {
+        self.start = Some(When::In(d));
+        self.spec.fixed_start = None;
+        self
+    }
+
+    /// A fixed start at this wall-clock time: the task reserves a slot at admission (refused
+    /// with [`SubmitError::ReservationConflict`] when the pool's reservations are taken), waits
+    /// [`Scheduled`](crate::TaskStatus::Scheduled) and starts then, ahead of queued tasks. With
+    /// both `start_in` and `start_at`, the last call wins.
+    pub fn start_at(mut self, at: SystemTime) -> Self {
+        self.start = Some(When::At(at));
+        self.spec.fixed_start = Some(self.fixed(Clock::from_system(at)));
+        self
+    }
+
+    /// How late a fixed start may be before [`Task::on_miss`] applies (default 1 s; ignored
+    /// without a fixed start).
+    pub fn start_tolerance(mut self, d: Duration) -> Self {
+        self.tolerance = Some(d);
+        if let Some(f) = &mut self.spec.fixed_start {
+            f.tolerance = d;
+        }
+        self
+    }
+
+    /// What a fixed start later than its tolerance does (default
+    /// [`MissPolicy::RunLate`]; ignored without a fixed start).
+    pub fn on_miss(mut self, policy: MissPolicy) -> Self {
+        self.on_miss = Some(policy);
+        if let Some(f) = &mut self.spec.fixed_start {
+            f.on_miss = policy;
+        }
+        self
+    }
+
     /// The expected duration, instead of the one learned from this kind's earlier runs.
     pub fn duration_hint(self, d: Duration) -> Self {
         self.with(|s| s.duration_hint(d))
@@ -319,6 +437,33 @@ impl<P> Task<P> {
         self.with(|s| s.tenant(tenant))
     }
 
+    /// Waits for `target` (an id or a key) to succeed: the task is
+    /// [`Blocked`](crate::TaskStatus::Blocked) until then, and ends
+    /// [`Skipped`](crate::TaskStatus::Skipped) if `target` ends otherwise. Repeatable; in
+    /// [`Scheduler::submit_batch`](crate::Scheduler::submit_batch) a key may name a later task
+    /// of the batch.
+    pub fn after(self, target: impl Into<TaskRef>) -> Self {
+        self.with(|s| s.after(target))
+    }
+
+    /// Adds a dependency with its own condition ([`Dep::on_complete`], [`Dep::on_failure`]).
+    pub fn dep(self, dep: Dep) -> Self {
+        self.with(|s| s.dep(dep))
+    }
+
+    /// Each attempt takes `amount` (> 0) of the named resource: the task waits until it is
+    /// available. Repeatable.
+    pub fn resource(self, name: impl Into<Arc<str>>, amount: u32) -> Self {
+        self.with(|s| s.resource(name, amount))
+    }
+
+    /// Runs only on a worker group carrying this label (see
+    /// [`Scheduler::set_group_capacity`](crate::Scheduler::set_group_capacity)). Repeatable: a
+    /// group must carry every label.
+    pub fn label(self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) -> Self {
+        self.with(|s| s.label(name, value))
+    }
+
     /// The underlying spec (a relative deadline is not resolved yet).
     pub fn spec(&self) -> &TaskSpec<P> {
         &self.spec
@@ -329,11 +474,51 @@ impl<P> Task<P> {
         self
     }
 
+    /// How the deadline was given (`None` also for a deadline set on the spec itself).
+    pub(crate) fn deadline_when(&self) -> Option<When> {
+        self.deadline
+    }
+
+    /// Whether the deadline is absolute (`deadline_at`, or set on the spec).
+    pub(crate) fn absolute_deadline(&self) -> bool {
+        match self.deadline {
+            Some(When::At(_)) => true,
+            Some(When::In(_)) => false,
+            None => self.spec.deadline.is_some(),
+        }
+    }
+
+    /// Whether it has a fixed start.
+    pub(crate) fn starts(&self) -> bool {
+        self.start.is_some() || self.spec.fixed_start.is_some()
+    }
+
+    /// The fixed-start tolerance and miss policy it set, if any.
+    pub(crate) fn fixed_options(&self) -> (Option<Duration>, Option<MissPolicy>) {
+        (self.tolerance, self.on_miss)
+    }
+
+    /// A fixed start at `at` with this task's tolerance and miss policy.
+    fn fixed(&self, at: Time) -> FixedStart {
+        FixedStart {
+            at,
+            tolerance: self.tolerance.unwrap_or(DEFAULT_TOLERANCE),
+            on_miss: self.on_miss.unwrap_or_default(),
+        }
+    }
+
     /// The spec with relative times resolved at `now`.
     pub(crate) fn resolve(self, now: Time) -> TaskSpec<P> {
+        let fixed = match self.start {
+            Some(When::In(d)) => Some(self.fixed(now + d)),
+            _ => None,
+        };
         let mut spec = self.spec;
         if let Some(When::In(d)) = self.deadline {
             spec.deadline = Some(now + d);
+        }
+        if fixed.is_some() {
+            spec.fixed_start = fixed;
         }
         spec
     }

@@ -35,6 +35,34 @@ fn types_have_the_promised_traits() {
     copy::<MemoryStore>();
     copy::<cronoq::Priority>();
     copy::<cronoq::TaskStatus>();
+    copy::<cronoq::MissPolicy>();
+    copy::<cronoq::OverlapPolicy>();
+    copy::<cronoq::EdgeCond>();
+    copy::<cronoq::UnknownDependency>();
+    copy::<cronoq::PriorityConfig>();
+    copy::<cronoq::core::FixedStart>();
+    shared::<cronoq::Recurring<Opaque>>();
+    shared::<cronoq::RecurringSpec<Opaque>>();
+    shared::<cronoq::ResourceConfig>();
+    shared::<cronoq::Dep>();
+    shared::<cronoq::GroupSnapshot>();
+    error::<cronoq::ScaleError>();
+    fn scaler<T: cronoq::Scaler + Copy + Default>() {}
+    scaler::<cronoq::SlotScaler>();
+    scaler::<cronoq::ExternalScaler>();
+}
+
+#[test]
+fn the_core_module_names_the_roots_types() {
+    let id: cronoq::TaskId = cronoq::core::TaskId(3);
+    let bounds: cronoq::core::Bounds = cronoq::Bounds::default();
+    let dep: cronoq::core::Dep = cronoq::Dep::on_success(id);
+    assert_eq!(
+        (bounds.max_pending, dep.cond),
+        (None, cronoq::EdgeCond::OnSuccess)
+    );
+    let totals: cronoq::core::Totals = Default::default();
+    assert_eq!(totals.submitted, 0);
 }
 
 #[test]

@@ -18,6 +18,7 @@ fn bounded(max: usize, overflow: OverflowPolicy) -> impl FnOnce(Pool<u32, u32>) 
         p.configure(|c| {
             c.bounds = Bounds {
                 max_pending: Some(max),
+                ..Bounds::default()
             };
             c.overflow = overflow;
         })
