@@ -36,6 +36,7 @@ use std::time::{Duration, SystemTime};
 
 use cronoq_core::model::{Attempt, Status};
 use cronoq_core::{Engine, EventLevel, TaskRecord};
+use rustc_hash::FxHashMap;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
@@ -54,8 +55,9 @@ use crate::types::{
 };
 use crate::unwind::{CatchUnwind, panic_message, panic_text};
 
-/// An attempt's outcome as its task reports it: the executor's result, or a panic's text.
-pub(crate) type AttemptDone<O> = (u64, Result<Result<O, TaskError>, String>);
+/// An attempt's outcome as its task reports it (task id, lease): the executor's result, or a
+/// panic's text.
+pub(crate) type AttemptDone<O> = (u64, u64, Result<Result<O, TaskError>, String>);
 
 /// A successful admission: what the engine said, and a handle when one was asked for.
 pub(crate) struct Admitted<O> {
@@ -174,8 +176,9 @@ impl<P, O> PoolRuntime<P, O> {
     }
 }
 
-/// What the driver keeps of a live task (the engine keeps no payloads).
-struct Live<P> {
+/// What the driver keeps of a live task (the engine keeps no payloads), in one entry per task
+/// so that a task costs one insert and one remove however many of these it uses.
+struct Live<P, O> {
     payload: Arc<P>,
     pool: usize,
     kind: Arc<str>,
@@ -183,21 +186,58 @@ struct Live<P> {
     tags: Tags,
     deadline: Option<SystemTime>,
     timeout: Option<Duration>,
+    /// Its attempt while one runs.
+    running: Option<Running>,
+    /// Its handles, to resolve when it ends.
+    waiters: Waiters<O>,
+    /// Its output, from its attempt's success until the engine records the end.
+    output: Option<Arc<O>>,
 }
 
 /// A running attempt's task.
 struct Running {
-    task: u64,
-    pool: usize,
+    lease: u64,
     token: CancellationToken,
     abort: tokio::task::AbortHandle,
+}
+
+/// The handles waiting for a task: nearly always one, kept inline; more in a list.
+struct Waiters<O> {
+    first: Option<oneshot::Sender<Outcome<O>>>,
+    more: Vec<oneshot::Sender<Outcome<O>>>,
+}
+
+impl<O> Waiters<O> {
+    fn new() -> Self {
+        Waiters {
+            first: None,
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, tx: oneshot::Sender<Outcome<O>>) {
+        if self.first.is_none() {
+            self.first = Some(tx);
+        } else {
+            self.more.push(tx);
+        }
+    }
+
+    fn resolve(self, outcome: Outcome<O>) {
+        if let Some(w) = self.first {
+            let _ = w.send(outcome.clone());
+        }
+        for w in self.more {
+            let _ = w.send(outcome.clone());
+        }
+    }
 }
 
 /// The most recent successful outputs, for handles attached after the end.
 struct OutputCache<O> {
     capacity: usize,
     order: VecDeque<u64>,
-    outputs: HashMap<u64, Arc<O>>,
+    outputs: FxHashMap<u64, Arc<O>>,
 }
 
 impl<O> OutputCache<O> {
@@ -249,10 +289,10 @@ pub(crate) struct Driver<P, O> {
     done_rx: UnboundedReceiver<AttemptDone<O>>,
     events: broadcast::Sender<StatusEvent>,
     level: EventLevel,
-    live: HashMap<u64, Live<P>>,
-    running: HashMap<u64, Running>,
-    waiters: HashMap<u64, Vec<oneshot::Sender<Outcome<O>>>>,
-    outputs: HashMap<u64, Arc<O>>,
+    /// The live tasks by id (ids are the engine's: a fast hash is enough).
+    live: FxHashMap<u64, Live<P, O>>,
+    /// How many attempts run.
+    running: usize,
     cache: OutputCache<O>,
     parked: BTreeMap<(usize, usize), VecDeque<Parked<P, O>>>,
     groups: HashMap<u64, Group>,
@@ -299,14 +339,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             } else {
                 EventLevel::Terminal
             },
-            live: HashMap::new(),
-            running: HashMap::new(),
-            waiters: HashMap::new(),
-            outputs: HashMap::new(),
+            live: FxHashMap::default(),
+            running: 0,
             cache: OutputCache {
                 capacity: setup.output_cache,
                 order: VecDeque::new(),
-                outputs: HashMap::new(),
+                outputs: FxHashMap::default(),
             },
             parked: BTreeMap::new(),
             groups: HashMap::new(),
@@ -322,7 +360,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     pub(crate) async fn run(mut self) {
         loop {
             if let Some(deadline) = self.stopping {
-                if self.running.is_empty() {
+                if self.running == 0 {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -366,7 +404,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         self.update_event_level();
         match woke {
             Wake::Control(c) => self.on_control(c),
-            Wake::Done((lease, out)) => self.on_done(lease, out),
+            Wake::Done((task, lease, out)) => self.on_done(task, lease, out),
             Wake::Command(c) => {
                 // A handle's cancel() sent before this command takes effect first.
                 while let Ok(c) = self.control_rx.try_recv() {
@@ -512,7 +550,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         );
         let executor = pool.executor.clone();
         let payload = live.payload.clone();
-        let pool_index = live.pool;
         let fut = match catch_unwind(AssertUnwindSafe(|| executor.execute(ctx, payload))) {
             Ok(fut) => fut,
             Err(p) => {
@@ -522,32 +559,40 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             }
         };
         let done = self.done_tx.clone();
-        let lease = att.lease;
+        let (task, lease) = (att.task, att.lease);
         let join = tokio::spawn(
             async move {
                 let out = CatchUnwind(fut).await;
                 // The driver may have stopped meanwhile: nobody to tell.
-                let _ = done.send((lease, out));
+                let _ = done.send((task, lease, out));
             }
             .instrument(span),
         );
-        self.running.insert(
-            att.lease,
-            Running {
-                task: att.task,
-                pool: pool_index,
-                token,
-                abort: join.abort_handle(),
-            },
-        );
+        let live = self.live.get_mut(&task).expect("a started task is live");
+        live.running = Some(Running {
+            lease,
+            token,
+            abort: join.abort_handle(),
+        });
+        self.running += 1;
+    }
+
+    /// Takes the task's running attempt if it is this lease's.
+    fn take_running(&mut self, task: u64, lease: u64) -> Option<(usize, Running)> {
+        let live = self.live.get_mut(&task)?;
+        if live.running.as_ref().is_none_or(|r| r.lease != lease) {
+            return None;
+        }
+        self.running -= 1;
+        live.running.take().map(|r| (live.pool, r))
     }
 
     /// The engine gave an attempt up: its executor's abort hook, its token, its future.
     fn abort(&mut self, att: &Attempt) {
-        let Some(run) = self.running.remove(&att.lease) else {
+        let Some((pool, run)) = self.take_running(att.task, att.lease) else {
             return; // it had reported already (a cancellation of its own)
         };
-        let executor = &self.pools[run.pool].executor;
+        let executor = &self.pools[pool].executor;
         let lease = LeaseId(att.lease);
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| executor.abort(lease))) {
             tracing::error!(
@@ -567,15 +612,16 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// An attempt's task reported its outcome.
-    fn on_done(&mut self, lease: u64, out: Result<Result<O, TaskError>, String>) {
-        let Some(run) = self.running.remove(&lease) else {
+    fn on_done(&mut self, task: u64, lease: u64, out: Result<Result<O, TaskError>, String>) {
+        if self.take_running(task, lease).is_none() {
             return; // the engine gave it up first: the result is discarded
-        };
+        }
         let now = self.now();
-        let task = run.task;
         match out {
             Ok(Ok(output)) => {
-                self.outputs.insert(task, Arc::new(output));
+                if let Some(live) = self.live.get_mut(&task) {
+                    live.output = Some(Arc::new(output));
+                }
                 self.engine.complete(lease, now);
             }
             Ok(Err(TaskError::Retryable {
@@ -616,9 +662,14 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     // --- ends and events -----------------------------------------------------------------
 
     fn finished(&mut self, rec: &TaskRecord) {
-        self.live.remove(&rec.id);
+        let Some(mut live) = self.live.remove(&rec.id) else {
+            return;
+        };
+        if live.running.take().is_some() {
+            self.running -= 1;
+        }
         let outcome = if rec.status == Status::Succeeded {
-            match self.outputs.remove(&rec.id) {
+            match live.output {
                 Some(output) => {
                     self.cache.put(rec.id, output.clone());
                     Ok(output)
@@ -628,11 +679,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         } else {
             Err(ended(rec))
         };
-        if let Some(waiters) = self.waiters.remove(&rec.id) {
-            for w in waiters {
-                let _ = w.send(outcome.clone());
-            }
-        }
+        live.waiters.resolve(outcome);
     }
 
     fn publish(&mut self, ev: cronoq_core::model::StatusEvent) {
@@ -665,7 +712,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .expect("a known task");
         if !rec.status.is_terminal() {
             let (tx, rx) = oneshot::channel();
-            self.waiters.entry(id).or_default().push(tx);
+            self.live
+                .get_mut(&id)
+                .expect("an unfinished task is live")
+                .waiters
+                .push(tx);
             return TaskHandle::waiting(TaskId(id), duplicate, rx, control);
         }
         let outcome = if rec.status == Status::Succeeded {
@@ -1095,7 +1146,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn live_task(&self, spec: TaskSpec<P>, pool: usize) -> Live<P> {
+    fn live_task(&self, spec: TaskSpec<P>, pool: usize) -> Live<P, O> {
         Live {
             payload: spec.payload,
             pool,
@@ -1104,6 +1155,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             tags: spec.tags.into(),
             deadline: spec.deadline.map(Clock::to_system),
             timeout: spec.timeout,
+            running: None,
+            waiters: Waiters::new(),
+            output: None,
         }
     }
 
@@ -1151,7 +1205,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     fn cut_off(&mut self) {
         let now = self.now();
         for att in self.engine.abort_running(now) {
-            if let Some(run) = self.running.remove(&att.lease) {
+            if let Some((_, run)) = self.take_running(att.task, att.lease) {
                 run.token.cancel();
                 run.abort.abort();
             }
