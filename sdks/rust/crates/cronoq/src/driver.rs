@@ -31,7 +31,10 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::future::poll_fn;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use cronoq_core::model::{Attempt, Status};
@@ -39,7 +42,7 @@ use cronoq_core::{Engine, EventLevel, TaskRecord};
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{broadcast, oneshot};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -298,18 +301,22 @@ pub(crate) struct Driver<P, O> {
     groups: HashMap<u64, Group>,
     next_group: u64,
     last_prune: Instant,
+    /// The engine's last next wake-up, and its instant (it stays the same for many turns).
+    engine_wake: Option<(f64, Instant)>,
+    /// The tags of the tasks without any, shared (a fresh empty `Tags` allocates).
+    no_tags: Tags,
     self_cancelled: Vec<u64>,
     stopping: Option<Instant>,
     drop_grace: Duration,
 }
 
-/// What woke the driver.
-enum Wake<P, O> {
-    Control(Control),
-    Done(AttemptDone<O>),
-    Command(Command<P, O>),
-    CommandsClosed,
-    Timer,
+/// The messages taken in one wake-up, in buffers kept from one to the next.
+struct Inbox<P, O> {
+    commands: Vec<Command<P, O>>,
+    done: Vec<AttemptDone<O>>,
+    control: Vec<Control>,
+    /// Every `Scheduler` is gone and every command was taken.
+    closed: bool,
 }
 
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
@@ -350,6 +357,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             groups: HashMap::new(),
             next_group: 0,
             last_prune: Instant::now(),
+            engine_wake: None,
+            no_tags: Tags::from([]),
             self_cancelled: Vec::new(),
             stopping: None,
             drop_grace: setup.drop_grace,
@@ -358,6 +367,16 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     /// Runs until the scheduler has stopped.
     pub(crate) async fn run(mut self) {
+        // The one timer, moved only when the wake-up time changes (a new `Sleep` per wake-up
+        // would be registered and dropped each time).
+        let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
+        let mut armed: Option<Instant> = None;
+        let mut inbox = Inbox {
+            commands: Vec::new(),
+            done: Vec::new(),
+            control: Vec::new(),
+            closed: false,
+        };
         loop {
             if let Some(deadline) = self.stopping {
                 if self.running == 0 {
@@ -369,59 +388,88 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 }
             }
             let wake = self.wake_at();
-            let woke = tokio::select! {
-                biased;
-                Some(c) = self.control_rx.recv() => Wake::Control(c),
-                Some(d) = self.done_rx.recv() => Wake::Done(d),
-                c = self.commands.recv(), if self.commands_open => match c {
-                    Some(c) => Wake::Command(c),
-                    None => Wake::CommandsClosed,
-                },
-                () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => Wake::Timer,
-            };
-            self.handle(woke);
-            for _ in 0..BATCH {
-                let more = if let Ok(c) = self.control_rx.try_recv() {
-                    Wake::Control(c)
-                } else if let Ok(d) = self.done_rx.try_recv() {
-                    Wake::Done(d)
-                } else if let Ok(c) = self.commands.try_recv() {
-                    Wake::Command(c)
-                } else {
-                    break;
-                };
-                self.handle(more);
+            if wake != armed {
+                if let Some(at) = wake {
+                    timer.as_mut().reset(at);
+                }
+                armed = wake;
             }
-            self.turn();
+            let fired =
+                poll_fn(|cx| self.poll_inbox(cx, &mut inbox, timer.as_mut(), armed.is_some()))
+                    .await;
+            if fired {
+                armed = None;
+            }
+            let now = self.now();
+            self.take_inbox(&mut inbox, now);
+            self.turn(now);
         }
         // Dropping the driver drops the waiters' senders: their handles resolve to
         // `TaskFailure::Shutdown`; queued commands' callers get `Error::Shutdown`.
         self.fail_parked();
     }
 
-    fn handle(&mut self, woke: Wake<P, O>) {
-        // A receiver created before this message was sent sees the events it causes.
-        self.update_event_level();
-        match woke {
-            Wake::Control(c) => self.on_control(c),
-            Wake::Done((task, lease, out)) => self.on_done(task, lease, out),
-            Wake::Command(c) => {
-                // A handle's cancel() sent before this command takes effect first.
-                while let Ok(c) = self.control_rx.try_recv() {
-                    self.on_control(c);
+    /// Moves what has arrived into `inbox`, up to `BATCH` messages a channel; ready when
+    /// anything did, with whether the timer fired (polled only when nothing came). Commands are taken before control
+    /// messages, so a handle's `cancel()` sent before a command taken here is taken too.
+    fn poll_inbox(
+        &mut self,
+        cx: &mut Context<'_>,
+        inbox: &mut Inbox<P, O>,
+        timer: Pin<&mut Sleep>,
+        armed: bool,
+    ) -> Poll<bool> {
+        let mut got = false;
+        if self.commands_open {
+            match self.commands.poll_recv_many(cx, &mut inbox.commands, BATCH) {
+                Poll::Ready(0) => {
+                    inbox.closed = true;
+                    got = true;
                 }
-                self.on_command(c);
+                Poll::Ready(_) => got = true,
+                Poll::Pending => {}
             }
-            Wake::CommandsClosed => {
-                self.commands_open = false;
-                self.begin_stop(self.drop_grace);
-            }
-            Wake::Timer => {}
         }
-        // Ends are carried out before the next message, so that a call sees them (a late
-        // handle finds the output in the cache).
-        let now = self.now();
-        self.apply(now);
+        if let Poll::Ready(n) = self.done_rx.poll_recv_many(cx, &mut inbox.done, BATCH) {
+            got |= n > 0;
+        }
+        if let Poll::Ready(n) = self.control_rx.poll_recv_many(cx, &mut inbox.control, BATCH) {
+            got |= n > 0;
+        }
+        // With messages to handle the turn runs anyway, and it fires what is due.
+        let fired = !got && armed && timer.poll(cx).is_ready();
+        if got || fired {
+            Poll::Ready(fired)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Handles what `poll_inbox` took: control messages (a handle's `cancel()` takes effect
+    /// before any later call of the same caller), outcomes, then commands, each of which sees
+    /// the ends before it carried out (a late handle finds the output in the cache).
+    fn take_inbox(&mut self, inbox: &mut Inbox<P, O>, now: f64) {
+        // A receiver created before these messages were sent sees the events they cause.
+        self.update_event_level();
+        let mut touched = !inbox.control.is_empty() || !inbox.done.is_empty();
+        for c in inbox.control.drain(..) {
+            self.on_control(c, now);
+        }
+        for (task, lease, out) in inbox.done.drain(..) {
+            self.on_done(task, lease, out, now);
+        }
+        for c in inbox.commands.drain(..) {
+            if touched {
+                self.apply(now);
+            }
+            self.on_command(c, now);
+            touched = true;
+        }
+        if std::mem::take(&mut inbox.closed) {
+            self.apply(now);
+            self.commands_open = false;
+            self.begin_stop(self.drop_grace);
+        }
     }
 
     // --- time ----------------------------------------------------------------------------
@@ -440,13 +488,19 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     /// When the driver must wake without a message: the engine's next timer (rounded up, so
     /// the timer is due by then), a pending prune, the end of a shutdown's grace.
-    fn wake_at(&self) -> Option<Instant> {
-        let mut wake = self.engine.next_wake().map(|secs| {
-            let after = Duration::try_from_secs_f64((secs * 1e9).ceil() / 1e9)
-                .unwrap_or(Duration::MAX)
-                .saturating_add(Duration::from_nanos(1));
-            self.clock.instant(self.base + after)
-        });
+    fn wake_at(&mut self) -> Option<Instant> {
+        let mut wake = match (self.engine.next_wake(), self.engine_wake) {
+            (Some(secs), Some((known, at))) if secs == known => Some(at),
+            (Some(secs), _) => {
+                let after = Duration::try_from_secs_f64((secs * 1e9).ceil() / 1e9)
+                    .unwrap_or(Duration::MAX)
+                    .saturating_add(Duration::from_nanos(1));
+                let at = self.clock.instant(self.base + after);
+                self.engine_wake = Some((secs, at));
+                Some(at)
+            }
+            (None, _) => None,
+        };
         let mut earliest = |t: Instant| {
             if wake.is_none_or(|w| t < w) {
                 wake = Some(t);
@@ -463,8 +517,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- the turn ------------------------------------------------------------------------
 
-    fn turn(&mut self) {
-        let now = self.now();
+    fn turn(&mut self, now: f64) {
         self.engine.advance(now);
         if !self.parked.is_empty() && Instant::now() >= self.last_prune + PRUNE_EVERY {
             self.prune_parked();
@@ -481,24 +534,27 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    /// Carry out the engine's actions until it has none left.
+    /// Carry out the engine's actions until it has none left: only an executor that panicked
+    /// in `execute` leaves more (its failure), so the outbox is taken again only then (an
+    /// empty take would also leave the engine a next outbox without room).
     fn apply(&mut self, now: f64) {
         loop {
             let out = self.engine.take();
-            if out.is_empty() {
-                break;
-            }
+            let mut again = false;
             for att in &out.aborts {
                 self.abort(att);
             }
             for att in out.starts {
-                self.launch(att, now);
+                again |= !self.launch(att, now);
             }
             for rec in out.finished {
                 self.finished(&rec);
             }
             for ev in out.events {
                 self.publish(ev);
+            }
+            if !again {
+                break;
             }
         }
         self.self_cancelled.clear();
@@ -517,7 +573,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- attempts ------------------------------------------------------------------------
 
-    fn launch(&mut self, att: Attempt, now: f64) {
+    /// Starts an attempt's task; false when `execute` panicked (the attempt has failed).
+    fn launch(&mut self, att: Attempt, now: f64) -> bool {
         let live = self.live.get(&att.task).expect("a started task is live");
         let pool = &self.pools[live.pool];
         let token = CancellationToken::new();
@@ -555,7 +612,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Err(p) => {
                 let message = panic_message(&panic_text(p.as_ref()));
                 self.engine.fail(att.lease, now, &message, true, None);
-                return;
+                return false;
             }
         };
         let done = self.done_tx.clone();
@@ -575,6 +632,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             abort: join.abort_handle(),
         });
         self.running += 1;
+        true
     }
 
     /// Takes the task's running attempt if it is this lease's.
@@ -612,11 +670,16 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// An attempt's task reported its outcome.
-    fn on_done(&mut self, task: u64, lease: u64, out: Result<Result<O, TaskError>, String>) {
+    fn on_done(
+        &mut self,
+        task: u64,
+        lease: u64,
+        out: Result<Result<O, TaskError>, String>,
+        now: f64,
+    ) {
         if self.take_running(task, lease).is_none() {
             return; // the engine gave it up first: the result is discarded
         }
-        let now = self.now();
         match out {
             Ok(Ok(output)) => {
                 if let Some(live) = self.live.get_mut(&task) {
@@ -646,8 +709,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn on_control(&mut self, c: Control) {
-        let now = self.now();
+    fn on_control(&mut self, c: Control, now: f64) {
         match c {
             Control::Cancel(target) => {
                 self.engine.cancel(target.to_core(), now);
@@ -732,16 +794,15 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- commands ------------------------------------------------------------------------
 
-    fn on_command(&mut self, c: Command<P, O>) {
+    fn on_command(&mut self, c: Command<P, O>, now: f64) {
         match c {
-            Command::Submit(s) => self.on_submit(s),
+            Command::Submit(s) => self.on_submit(s, now),
             Command::Handle { target, reply } => {
                 let id = self.engine.lookup(target.to_core()).map(|rec| rec.id);
                 let handle = id.map(|id| self.make_handle(id, false));
                 let _ = reply.send(handle);
             }
             Command::Cancel { target, reply } => {
-                let now = self.now();
                 let cancelled = self.engine.cancel(target.to_core(), now);
                 // The attempt is given up before the caller hears back.
                 self.apply(now);
@@ -772,7 +833,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 reply,
             } => {
                 if self.stopping.is_none() {
-                    let now = self.now();
                     // The caller checked the name.
                     let _ = self.engine.set_capacity(&pool, capacity, now);
                 }
@@ -819,7 +879,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- admission -----------------------------------------------------------------------
 
-    fn on_submit(&mut self, s: Submission<P, O>) {
+    fn on_submit(&mut self, s: Submission<P, O>, now: f64) {
         if self.stopping.is_some() {
             match s {
                 Submission::One { reply, .. } => {
@@ -841,7 +901,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             }
             return;
         }
-        let now = self.now();
         match s {
             Submission::One {
                 spec,
@@ -1152,7 +1211,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             pool,
             kind: spec.kind,
             key: spec.key,
-            tags: spec.tags.into(),
+            tags: if spec.tags.is_empty() {
+                self.no_tags.clone()
+            } else {
+                spec.tags.into()
+            },
             deadline: spec.deadline.map(Clock::to_system),
             timeout: spec.timeout,
             running: None,

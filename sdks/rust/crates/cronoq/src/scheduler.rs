@@ -345,7 +345,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
 
     /// The task resolved against the scheduler's clock and checked.
     fn prepare(&self, task: impl Into<Task<P>>) -> Result<crate::task::TaskSpec<P>, Error> {
-        let spec = task.into().resolve(self.inner.clock.now());
+        let spec = task.into().resolve(|| self.inner.clock.now());
         spec.check()?;
         Ok(spec)
     }
