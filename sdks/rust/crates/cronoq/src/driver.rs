@@ -40,6 +40,7 @@ use std::time::{Duration, SystemTime};
 use cronoq_core::model::{Attempt, Status};
 use cronoq_core::{Engine, EventLevel, TaskRecord};
 use rustc_hash::FxHashMap;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::{Instant, Sleep};
@@ -410,8 +411,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// Moves what has arrived into `inbox`, up to `BATCH` messages a channel; ready when
-    /// anything did, with whether the timer fired (polled only when nothing came). Commands are taken before control
-    /// messages, so a handle's `cancel()` sent before a command taken here is taken too.
+    /// anything did, with whether the timer fired. Once one channel has given something, the
+    /// rest are only emptied (`try_recv`: no waker registered, as none is needed before the
+    /// next poll); each is polled, and so registered, when nothing has come yet. Commands are
+    /// taken before control messages, so a handle's `cancel()` sent before a command taken
+    /// here is taken too.
     fn poll_inbox(
         &mut self,
         cx: &mut Context<'_>,
@@ -420,21 +424,43 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         armed: bool,
     ) -> Poll<bool> {
         let mut got = false;
+        if let Poll::Ready(n) = self.done_rx.poll_recv_many(cx, &mut inbox.done, BATCH) {
+            got = n > 0;
+        }
         if self.commands_open {
-            match self.commands.poll_recv_many(cx, &mut inbox.commands, BATCH) {
-                Poll::Ready(0) => {
-                    inbox.closed = true;
-                    got = true;
+            if got {
+                while inbox.commands.len() < BATCH {
+                    match self.commands.try_recv() {
+                        Ok(c) => inbox.commands.push(c),
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Disconnected) => {
+                            inbox.closed = true;
+                            break;
+                        }
+                    }
                 }
-                Poll::Ready(_) => got = true,
-                Poll::Pending => {}
+            } else {
+                match self.commands.poll_recv_many(cx, &mut inbox.commands, BATCH) {
+                    Poll::Ready(0) => {
+                        inbox.closed = true;
+                        got = true;
+                    }
+                    Poll::Ready(_) => got = true,
+                    Poll::Pending => {}
+                }
             }
         }
-        if let Poll::Ready(n) = self.done_rx.poll_recv_many(cx, &mut inbox.done, BATCH) {
-            got |= n > 0;
-        }
-        if let Poll::Ready(n) = self.control_rx.poll_recv_many(cx, &mut inbox.control, BATCH) {
-            got |= n > 0;
+        if got {
+            while inbox.control.len() < BATCH {
+                match self.control_rx.try_recv() {
+                    Ok(c) => inbox.control.push(c),
+                    Err(_) => break, // the driver holds a sender: never disconnected
+                }
+            }
+        } else if let Poll::Ready(n) =
+            self.control_rx.poll_recv_many(cx, &mut inbox.control, BATCH)
+        {
+            got = n > 0;
         }
         // With messages to handle the turn runs anyway, and it fires what is due.
         let fired = !got && armed && timer.poll(cx).is_ready();
