@@ -284,7 +284,7 @@ pub(crate) struct Driver<P, O> {
     clock: Clock,
     base: Time,
     pools: Vec<PoolRuntime<P, O>>,
-    pool_index: HashMap<Arc<str>, usize>,
+    pool_index: FxHashMap<Arc<str>, usize>,
     commands: mpsc::Receiver<Command<P, O>>,
     commands_open: bool,
     control_tx: UnboundedSender<Control>,
@@ -1077,6 +1077,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Err(e) => return Ok(Err(self.submit_error(&e, &specs[0]).into())),
         };
         let mut handles = Vec::with_capacity(specs.len());
+        self.live.reserve(specs.len());
         for (spec, (id, duplicate)) in specs.into_iter().zip(admitted) {
             if !duplicate {
                 let p = self.pool_index[&spec.pool];

@@ -425,10 +425,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     /// # Errors
     /// The first problem found ([`Error::Submit`]), [`Error::Shutdown`].
     pub async fn submit_batch(&self, tasks: Vec<Task<P>>) -> Result<Vec<TaskHandle<O>>, Error> {
-        let specs = tasks
-            .into_iter()
-            .map(|t| self.prepare(t))
-            .collect::<Result<Vec<_>, Error>>()?;
+        // Sized at once (collecting into a `Result` cannot know the size: it grows by doubling).
+        let mut specs = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            specs.push(self.prepare(task)?);
+        }
         self.call(|reply| Command::Submit(Submission::Batch { specs, reply }))
             .await?
     }
