@@ -29,10 +29,10 @@
 //! resolve to `TaskFailure::Shutdown` when their senders are dropped with the driver.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::future::poll_fn;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -457,8 +457,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     Err(_) => break, // the driver holds a sender: never disconnected
                 }
             }
-        } else if let Poll::Ready(n) =
-            self.control_rx.poll_recv_many(cx, &mut inbox.control, BATCH)
+        } else if let Poll::Ready(n) = self
+            .control_rx
+            .poll_recv_many(cx, &mut inbox.control, BATCH)
         {
             got = n > 0;
         }

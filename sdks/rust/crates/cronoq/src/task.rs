@@ -360,7 +360,10 @@ mod tests {
         let spec = t.clone().resolve(|| Time(1_000_000_000));
         assert_eq!(spec.deadline, Some(Time(6_000_000_000)));
         let t = t.deadline_at(at);
-        assert_eq!(t.resolve(|| Time::ZERO).deadline, Some(Time(100_000_000_000)));
+        assert_eq!(
+            t.resolve(|| Time::ZERO).deadline,
+            Some(Time(100_000_000_000))
+        );
     }
 
     #[test]

@@ -92,6 +92,18 @@ async fn late_handles_without_a_cached_output_and_of_failed_tasks() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn every_handle_of_a_running_task_gets_its_output() {
+    let (s, mut gate) = gated_scheduler(1, |p| p).await;
+    let first = s.submit(Task::new(3)).await.unwrap();
+    gate.next().await;
+    let second = s.handle(TaskId(1)).await.unwrap().unwrap();
+    let third = s.handle(TaskId(1)).await.unwrap().unwrap();
+    gate.open(1);
+    let outs = [first.await, second.await, third.await].map(|o| o.unwrap());
+    assert!(outs.iter().all(|o| Arc::ptr_eq(o, &outs[0]) && **o == 3));
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_handle_does_not_cancel_its_task() {
     let (s, mut gate) = gated_scheduler(1, |p| p).await;
     drop(s.submit(Task::new(1)).await.unwrap());
