@@ -3,23 +3,24 @@
 //! # Theory of operation
 //!
 //! The engine (`cronoq-core`) never reads a clock and never runs anything: every call takes
-//! the time and leaves actions in its outbox. The driver is its only caller. It waits on four
-//! things at once: control messages (handles' `cancel()`, attempts' heartbeats), attempt
-//! outcomes, commands from `Scheduler` calls, and **one timer** for the whole engine, set to
+//! the time and leaves actions in its outbox. The driver is its only caller. It waits on: commands
+//! from `Scheduler` calls; one channel from handles and attempts (`cancel()`, outcomes);
+//! heartbeats, when a pool has a lease TTL; and **one timer** for the whole engine, set to
 //! `Engine::next_wake` (retry backoffs, attempt timeouts, lease expiries, autoscaler
-//! evaluations, the end of retention). After each wake-up it takes whatever else has arrived,
-//! then runs a turn: `advance(now)` fires due timers, parked submissions are admitted while
-//! there is room, `dispatch(now)` fills free slots, and the outbox is carried out:
+//! evaluations, the end of retention) and moved only when that changes. Each wake-up takes
+//! what has arrived (up to `BATCH` messages a channel), reads the clock once, handles the
+//! messages, then runs a turn: `advance(now)` fires due timers, parked submissions are admitted
+//! while there is room, `dispatch(now)` fills free slots, and the outbox is carried out:
 //!
 //! * aborts first: the executor's `abort` hook, then the attempt's cancellation token, then
 //!   the attempt's tokio task is aborted (its future dropped);
 //! * starts: each attempt is a `tokio::spawn`ed task running the executor's future, whose
-//!   outcome comes back on the outcome channel (a panic is caught and becomes a permanent
+//!   outcome comes back on the channel from tasks (a panic is caught and becomes a permanent
 //!   failure);
 //! * finished tasks: their handles are resolved and successful outputs enter the output cache;
 //! * events: broadcast to the receivers of `Scheduler::events` (built only while one exists).
 //!
-//! Control messages are always taken before a command, so a handle's `cancel()` takes effect
+//! Cancellations are always taken before a command, so a handle's `cancel()` takes effect
 //! before any later call of the same caller. Engine time is seconds since `base`, one second
 //! before the scheduler started (the engine keeps 0.0 for "never"); `Time` is Unix time.
 //!
@@ -40,7 +41,6 @@ use std::time::{Duration, SystemTime};
 use cronoq_core::model::{Attempt, Status};
 use cronoq_core::{Engine, EventLevel, TaskRecord};
 use rustc_hash::FxHashMap;
-use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::{Instant, Sleep};
@@ -49,7 +49,7 @@ use tracing::Instrument;
 
 use crate::config::PoolConfig;
 use crate::error::{Error, SubmitError, TaskError, TaskFailure};
-use crate::executor::{Beat, Control, Executor, Tags, TaskContext};
+use crate::executor::{Beat, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::task::TaskSpec;
@@ -59,9 +59,15 @@ use crate::types::{
 };
 use crate::unwind::{CatchUnwind, panic_message, panic_text};
 
-/// An attempt's outcome as its task reports it (task id, lease): the executor's result, or a
-/// panic's text.
-pub(crate) type AttemptDone<O> = (u64, u64, Result<Result<O, TaskError>, String>);
+/// What handles and attempts tell the driver, on one channel (one to poll, not two, per
+/// wake-up): cancellations and outcomes. Heartbeats have a channel of their own, polled only
+/// when a pool has a lease TTL.
+pub(crate) enum FromTasks<O> {
+    /// A handle's `cancel()`.
+    Cancel(TaskRef),
+    /// An attempt's outcome (task id, lease): the executor's result, or a panic's text.
+    Done(u64, u64, Result<Result<O, TaskError>, String>),
+}
 
 /// A successful admission: what the engine said, and a handle when one was asked for.
 pub(crate) struct Admitted<O> {
@@ -266,7 +272,6 @@ pub(crate) struct Setup<P, O> {
     pub(crate) base: Time,
     pub(crate) pools: Vec<PoolRuntime<P, O>>,
     pub(crate) commands: mpsc::Receiver<Command<P, O>>,
-    pub(crate) control: (UnboundedSender<Control>, UnboundedReceiver<Control>),
     pub(crate) events: broadcast::Sender<StatusEvent>,
     pub(crate) emit_transitions: bool,
     pub(crate) output_cache: usize,
@@ -287,10 +292,12 @@ pub(crate) struct Driver<P, O> {
     pool_index: FxHashMap<Arc<str>, usize>,
     commands: mpsc::Receiver<Command<P, O>>,
     commands_open: bool,
-    control_tx: UnboundedSender<Control>,
-    control_rx: UnboundedReceiver<Control>,
-    done_tx: UnboundedSender<AttemptDone<O>>,
-    done_rx: UnboundedReceiver<AttemptDone<O>>,
+    to_driver: UnboundedSender<FromTasks<O>>,
+    from_tasks: UnboundedReceiver<FromTasks<O>>,
+    beat_tx: UnboundedSender<Arc<Beat>>,
+    beats: UnboundedReceiver<Arc<Beat>>,
+    /// Some pool has a lease TTL: its attempts may send heartbeats.
+    leases: bool,
     events: broadcast::Sender<StatusEvent>,
     level: EventLevel,
     /// The live tasks by id (ids are the engine's: a fast hash is enough).
@@ -314,15 +321,17 @@ pub(crate) struct Driver<P, O> {
 /// The messages taken in one wake-up, in buffers kept from one to the next.
 struct Inbox<P, O> {
     commands: Vec<Command<P, O>>,
-    done: Vec<AttemptDone<O>>,
-    control: Vec<Control>,
+    from_tasks: Vec<FromTasks<O>>,
+    beats: Vec<Arc<Beat>>,
     /// Every `Scheduler` is gone and every command was taken.
     closed: bool,
 }
 
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     pub(crate) fn new(setup: Setup<P, O>) -> Self {
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (to_driver, from_tasks) = mpsc::unbounded_channel();
+        let (beat_tx, beats) = mpsc::unbounded_channel();
+        let leases = setup.pools.iter().any(|p| p.config.lease_ttl.is_some());
         let pool_index = setup
             .pools
             .iter()
@@ -337,10 +346,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             pool_index,
             commands: setup.commands,
             commands_open: true,
-            control_tx: setup.control.0,
-            control_rx: setup.control.1,
-            done_tx,
-            done_rx,
+            to_driver,
+            from_tasks,
+            beat_tx,
+            beats,
+            leases,
             events: setup.events,
             level: if setup.emit_transitions {
                 EventLevel::All
@@ -374,8 +384,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         let mut armed: Option<Instant> = None;
         let mut inbox = Inbox {
             commands: Vec::new(),
-            done: Vec::new(),
-            control: Vec::new(),
+            from_tasks: Vec::new(),
+            beats: Vec::new(),
             closed: false,
         };
         loop {
@@ -413,9 +423,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     /// Moves what has arrived into `inbox`, up to `BATCH` messages a channel; ready when
     /// anything did, with whether the timer fired. Once one channel has given something, the
     /// rest are only emptied (`try_recv`: no waker registered, as none is needed before the
-    /// next poll); each is polled, and so registered, when nothing has come yet. Commands are
-    /// taken before control messages, so a handle's `cancel()` sent before a command taken
-    /// here is taken too.
+    /// next poll); each is polled, and so registered, while nothing has come. Commands are
+    /// taken first, so a handle's `cancel()` sent before a command taken here is taken too.
     fn poll_inbox(
         &mut self,
         cx: &mut Context<'_>,
@@ -424,44 +433,19 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         armed: bool,
     ) -> Poll<bool> {
         let mut got = false;
-        if let Poll::Ready(n) = self.done_rx.poll_recv_many(cx, &mut inbox.done, BATCH) {
-            got = n > 0;
-        }
         if self.commands_open {
-            if got {
-                while inbox.commands.len() < BATCH {
-                    match self.commands.try_recv() {
-                        Ok(c) => inbox.commands.push(c),
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Disconnected) => {
-                            inbox.closed = true;
-                            break;
-                        }
-                    }
+            match self.commands.poll_recv_many(cx, &mut inbox.commands, BATCH) {
+                Poll::Ready(0) => {
+                    inbox.closed = true;
+                    got = true;
                 }
-            } else {
-                match self.commands.poll_recv_many(cx, &mut inbox.commands, BATCH) {
-                    Poll::Ready(0) => {
-                        inbox.closed = true;
-                        got = true;
-                    }
-                    Poll::Ready(_) => got = true,
-                    Poll::Pending => {}
-                }
+                Poll::Ready(_) => got = true,
+                Poll::Pending => {}
             }
         }
-        if got {
-            while inbox.control.len() < BATCH {
-                match self.control_rx.try_recv() {
-                    Ok(c) => inbox.control.push(c),
-                    Err(_) => break, // the driver holds a sender: never disconnected
-                }
-            }
-        } else if let Poll::Ready(n) = self
-            .control_rx
-            .poll_recv_many(cx, &mut inbox.control, BATCH)
-        {
-            got = n > 0;
+        got |= take(&mut self.from_tasks, cx, &mut inbox.from_tasks, got);
+        if self.leases {
+            got |= take(&mut self.beats, cx, &mut inbox.beats, got);
         }
         // With messages to handle the turn runs anyway, and it fires what is due.
         let fired = !got && armed && timer.poll(cx).is_ready();
@@ -472,18 +456,24 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    /// Handles what `poll_inbox` took: control messages (a handle's `cancel()` takes effect
-    /// before any later call of the same caller), outcomes, then commands, each of which sees
-    /// the ends before it carried out (a late handle finds the output in the cache).
+    /// Handles what `poll_inbox` took: cancellations and outcomes in their order (a handle's
+    /// `cancel()` takes effect before any later call of the same caller), heartbeats, then
+    /// commands, each of which sees the ends before it carried out (a late handle finds the
+    /// output in the cache).
     fn take_inbox(&mut self, inbox: &mut Inbox<P, O>, now: f64) {
         // A receiver created before these messages were sent sees the events they cause.
         self.update_event_level();
-        let mut touched = !inbox.control.is_empty() || !inbox.done.is_empty();
-        for c in inbox.control.drain(..) {
-            self.on_control(c, now);
+        let mut touched = !inbox.from_tasks.is_empty() || !inbox.beats.is_empty();
+        for m in inbox.from_tasks.drain(..) {
+            match m {
+                FromTasks::Cancel(target) => {
+                    self.engine.cancel(target.to_core(), now);
+                }
+                FromTasks::Done(task, lease, out) => self.on_done(task, lease, out, now),
+            }
         }
-        for (task, lease, out) in inbox.done.drain(..) {
-            self.on_done(task, lease, out, now);
+        for beat in std::mem::take(&mut inbox.beats) {
+            self.on_beat(&beat, now);
         }
         for c in inbox.commands.drain(..) {
             if touched {
@@ -609,7 +599,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Arc::new(Beat {
                 lease: LeaseId(att.lease),
                 in_flight: AtomicBool::new(false),
-                to_driver: self.control_tx.clone(),
+                to_driver: self.beat_tx.clone(),
             })
         });
         let ctx = TaskContext::new(
@@ -642,13 +632,13 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 return false;
             }
         };
-        let done = self.done_tx.clone();
+        let done = self.to_driver.clone();
         let (task, lease) = (att.task, att.lease);
         let join = tokio::spawn(
             async move {
                 let out = CatchUnwind(fut).await;
                 // The driver may have stopped meanwhile: nobody to tell.
-                let _ = done.send((task, lease, out));
+                let _ = done.send(FromTasks::Done(task, lease, out));
             }
             .instrument(span),
         );
@@ -736,16 +726,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn on_control(&mut self, c: Control, now: f64) {
-        match c {
-            Control::Cancel(target) => {
-                self.engine.cancel(target.to_core(), now);
-            }
-            Control::Heartbeat(beat) => {
-                beat.in_flight.store(false, Ordering::Release);
-                self.engine.heartbeat(beat.lease.0, now);
-            }
-        }
+    fn on_beat(&mut self, beat: &Beat, now: f64) {
+        beat.in_flight.store(false, Ordering::Release);
+        self.engine.heartbeat(beat.lease.0, now);
     }
 
     // --- ends and events -----------------------------------------------------------------
@@ -794,7 +777,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     /// A handle of a task the engine knows.
     fn make_handle(&mut self, id: u64, duplicate: bool) -> TaskHandle<O> {
-        let control = self.control_tx.clone();
+        let control = self.to_driver.clone();
         let rec = self
             .engine
             .lookup(cronoq_core::TaskRef::Id(id))
@@ -1302,6 +1285,27 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             }
         }
     }
+}
+
+/// Moves up to `BATCH` messages of `rx` into `buf`: polled (its waker registered) unless
+/// another channel already gave something (`try_recv` then); true if any came.
+fn take<T>(
+    rx: &mut UnboundedReceiver<T>,
+    cx: &mut Context<'_>,
+    buf: &mut Vec<T>,
+    got: bool,
+) -> bool {
+    if !got {
+        return matches!(rx.poll_recv_many(cx, buf, BATCH), Poll::Ready(n) if n > 0);
+    }
+    let before = buf.len();
+    while buf.len() < BATCH {
+        match rx.try_recv() {
+            Ok(m) => buf.push(m),
+            Err(_) => break, // the driver holds a sender: never disconnected
+        }
+    }
+    buf.len() > before
 }
 
 /// How a task that did not succeed ended, for its handles.

@@ -239,7 +239,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         let rng = MersenneTwister::new(i128::from(self.core.seed));
         let engine = Engine::new(core_pools, 1.0, options, rng).map_err(|e| config(e.0))?;
         let (commands_tx, commands_rx) = mpsc::channel(self.queue_capacity);
-        let (control_tx, control_rx) = tokio::sync::mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(self.events_capacity);
         let pools: Arc<[Arc<str>]> = runtimes.iter().map(|p| p.name.clone()).collect();
         let setup = Setup {
@@ -248,7 +247,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             base,
             pools: runtimes,
             commands: commands_rx,
-            control: (control_tx, control_rx),
             events: events.clone(),
             emit_transitions: self.emit_transitions,
             output_cache: self.output_cache,
