@@ -776,21 +776,19 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// A handle of a task the engine knows.
+    /// A live task's handle waits for its end (which `finished` sends); the engine is asked
+    /// only about a task that has left the table.
     fn make_handle(&mut self, id: u64, duplicate: bool) -> TaskHandle<O> {
         let control = self.to_driver.clone();
+        if let Some(live) = self.live.get_mut(&id) {
+            let (tx, rx) = oneshot::channel();
+            live.waiters.push(tx);
+            return TaskHandle::waiting(TaskId(id), duplicate, rx, control);
+        }
         let rec = self
             .engine
             .lookup(cronoq_core::TaskRef::Id(id))
             .expect("a known task");
-        if !rec.status.is_terminal() {
-            let (tx, rx) = oneshot::channel();
-            self.live
-                .get_mut(&id)
-                .expect("an unfinished task is live")
-                .waiters
-                .push(tx);
-            return TaskHandle::waiting(TaskId(id), duplicate, rx, control);
-        }
         let outcome = if rec.status == Status::Succeeded {
             match self.cache.outputs.get(&id) {
                 Some(output) => Ok(output.clone()),

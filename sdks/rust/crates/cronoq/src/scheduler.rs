@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cronoq_core::{Engine, EngineOptions, EventLevel, MersenneTwister};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::blocking::BlockingScheduler;
@@ -333,11 +334,18 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
         make: impl FnOnce(oneshot::Sender<T>) -> Command<P, O>,
     ) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
-        self.inner
-            .commands
-            .send(make(tx))
-            .await
-            .map_err(|_| Error::Shutdown)?;
+        // `try_send` first: with room in the queue it skips the permit future of `send` (and
+        // it finds no room while earlier senders wait, so they keep their turn).
+        match self.inner.commands.try_send(make(tx)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(command)) => self
+                .inner
+                .commands
+                .send(command)
+                .await
+                .map_err(|_| Error::Shutdown)?,
+            Err(TrySendError::Closed(_)) => return Err(Error::Shutdown),
+        }
         rx.await.map_err(|_| Error::Shutdown)
     }
 

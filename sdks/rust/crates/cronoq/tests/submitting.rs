@@ -535,3 +535,26 @@ async fn an_autoscaled_pool_grows_with_its_backlog() {
     assert_eq!(started, pool.capacity);
     gate.open(40);
 }
+
+#[tokio::test(start_paused = true)]
+async fn callers_beyond_a_full_queue_wait_for_room_and_are_all_answered() {
+    let (exec, gate) = gated();
+    let s = Scheduler::builder()
+        .pool(Pool::fixed("default", 1).executor(exec))
+        .queue_capacity(1)
+        .build()
+        .await
+        .unwrap();
+    // Sent at once, most find the one-command queue full and wait for room (`send`).
+    let calls = (0..20).map(|n| {
+        let s = s.clone();
+        tokio::spawn(async move { s.enqueue(Task::new(n)).await })
+    });
+    let mut ids = Vec::new();
+    for call in calls.collect::<Vec<_>>() {
+        ids.push(call.await.unwrap().unwrap().id);
+    }
+    ids.sort();
+    assert_eq!(ids, (1..=20).map(TaskId).collect::<Vec<_>>());
+    gate.open(20);
+}
