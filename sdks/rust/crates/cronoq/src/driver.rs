@@ -3,25 +3,26 @@
 //! # Theory of operation
 //!
 //! The engine (`cronoq-core`) never reads a clock and never runs anything: every call takes
-//! the time and leaves actions in its outbox. The driver is its only caller. It waits on four
-//! things at once: control messages (handles' `cancel()`, attempts' heartbeats), attempt
-//! outcomes, commands from `Scheduler` calls, and **one timer** for the whole engine, set to
+//! the time and leaves actions in its outbox. The driver is its only caller. It waits on: commands
+//! from `Scheduler` calls; one channel from handles and attempts (`cancel()`, outcomes);
+//! heartbeats, when a pool has a lease TTL; and **one timer** for the whole engine, set to
 //! `Engine::next_wake` (retry backoffs, attempt timeouts, lease expiries, autoscaler
-//! evaluations, the end of retention). After each wake-up it takes whatever else has arrived,
-//! then runs a turn: `advance(now)` fires due timers, parked submissions are admitted while
-//! there is room, `dispatch(now)` fills free slots, and the outbox is carried out:
+//! evaluations, the end of retention) and moved only when that changes. Each wake-up takes
+//! what has arrived (up to `BATCH` messages a channel), reads the clock once, handles the
+//! messages, then runs a turn: `advance(now)` fires due timers, parked submissions are admitted
+//! while there is room, `dispatch(now)` fills free slots, and the outbox is carried out:
 //!
 //! * aborts first: the executor's `abort` hook, then the attempt's cancellation token, then
 //!   the attempt's tokio task is aborted (its future dropped);
 //! * starts: each attempt is a `tokio::spawn`ed task running the executor's future, whose
-//!   outcome comes back on the outcome channel (a panic is caught and becomes a permanent
+//!   outcome comes back on the channel from tasks (a panic is caught and becomes a permanent
 //!   failure);
 //! * finished tasks: their handles are resolved and successful outputs enter the output cache;
 //! * events: broadcast to the receivers of `Scheduler::events` (built only while one exists).
 //!
-//! Control messages are always taken before a command, so a handle's `cancel()` takes effect
-//! before any later call of the same caller. Engine time is seconds since `base`, the Unix
-//! epoch (recurring schedules read it as Unix time); `Time` is Unix time too.
+//! Cancellations and outcomes are always taken before a command, so a handle's `cancel()`
+//! takes effect before any later call of the same caller. Engine time is seconds since `base`,
+//! the Unix epoch (recurring schedules read it as Unix time); `Time` is Unix time too.
 //!
 //! Shutdown (a `shutdown` call, or the last `Scheduler` dropped) stops dispatching and
 //! admissions, fails parked submissions, waits for running attempts up to the grace period,
@@ -30,16 +31,20 @@
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::poll_fn;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use cronoq_core::model::{Attempt, Status};
 use cronoq_core::{Engine, EventLevel, TaskRecord};
+use rustc_hash::FxHashMap;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{broadcast, oneshot};
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -48,10 +53,10 @@ use crate::bounds::{self, Room};
 use crate::config::{Bounds, PoolConfig};
 use crate::deps::UnknownDependency;
 use crate::error::{Error, SubmitError, TaskError, TaskFailure};
-use crate::executor::{Beat, Control, Executor, Tags, TaskContext};
+use crate::executor::{Beat, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
 use crate::recurring::{RecurringInfo, RecurringSpec, Schedules};
-use crate::scaling::Scaling;
+use crate::scaling::{Answer, Scaling};
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::task::TaskSpec;
 use crate::time::{Clock, Time};
@@ -60,8 +65,17 @@ use crate::types::{
 };
 use crate::unwind::{CatchUnwind, panic_message, panic_text};
 
-/// An attempt's outcome as its task reports it: the executor's result, or a panic's text.
-pub(crate) type AttemptDone<O> = (u64, Result<Result<O, TaskError>, String>);
+/// What handles, attempts and scalers tell the driver, on one channel (one to poll, not
+/// several, per wake-up): cancellations, outcomes and scalers' answers. Heartbeats have a channel of their own, polled only
+/// when a pool has a lease TTL.
+pub(crate) enum FromTasks<O> {
+    /// A handle's `cancel()`.
+    Cancel(TaskRef),
+    /// An attempt's outcome (task id, lease): the executor's result, or a panic's text.
+    Done(u64, u64, Result<Result<O, TaskError>, String>),
+    /// A scaler's answer.
+    Scaled(Answer),
+}
 
 /// A successful admission: what the engine said, and a handle when one was asked for.
 pub(crate) struct Admitted<O> {
@@ -202,8 +216,9 @@ impl<P, O> PoolRuntime<P, O> {
     }
 }
 
-/// What the driver keeps of a live task (the engine keeps no payloads).
-struct Live<P> {
+/// What the driver keeps of a live task (the engine keeps no payloads), in one entry per task
+/// so that a task costs one insert and one remove however many of these it uses.
+struct Live<P, O> {
     payload: Arc<P>,
     pool: usize,
     kind: Arc<str>,
@@ -211,21 +226,58 @@ struct Live<P> {
     tags: Tags,
     deadline: Option<SystemTime>,
     timeout: Option<Duration>,
+    /// Its attempt while one runs.
+    running: Option<Running>,
+    /// Its handles, to resolve when it ends.
+    waiters: Waiters<O>,
+    /// Its output, from its attempt's success until the engine records the end.
+    output: Option<Arc<O>>,
 }
 
 /// A running attempt's task.
 struct Running {
-    task: u64,
-    pool: usize,
+    lease: u64,
     token: CancellationToken,
     abort: tokio::task::AbortHandle,
+}
+
+/// The handles waiting for a task: nearly always one, kept inline; more in a list.
+struct Waiters<O> {
+    first: Option<oneshot::Sender<Outcome<O>>>,
+    more: Vec<oneshot::Sender<Outcome<O>>>,
+}
+
+impl<O> Waiters<O> {
+    fn new() -> Self {
+        Waiters {
+            first: None,
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, tx: oneshot::Sender<Outcome<O>>) {
+        if self.first.is_none() {
+            self.first = Some(tx);
+        } else {
+            self.more.push(tx);
+        }
+    }
+
+    fn resolve(self, outcome: Outcome<O>) {
+        if let Some(w) = self.first {
+            let _ = w.send(outcome.clone());
+        }
+        for w in self.more {
+            let _ = w.send(outcome.clone());
+        }
+    }
 }
 
 /// The most recent successful outputs, for handles attached after the end.
 struct OutputCache<O> {
     capacity: usize,
     order: VecDeque<u64>,
-    outputs: HashMap<u64, Arc<O>>,
+    outputs: FxHashMap<u64, Arc<O>>,
 }
 
 impl<O> OutputCache<O> {
@@ -250,7 +302,6 @@ pub(crate) struct Setup<P, O> {
     pub(crate) base: Time,
     pub(crate) pools: Vec<PoolRuntime<P, O>>,
     pub(crate) commands: mpsc::Receiver<Command<P, O>>,
-    pub(crate) control: (UnboundedSender<Control>, UnboundedReceiver<Control>),
     pub(crate) events: broadcast::Sender<StatusEvent>,
     pub(crate) emit_transitions: bool,
     pub(crate) output_cache: usize,
@@ -270,24 +321,30 @@ pub(crate) struct Driver<P, O> {
     clock: Clock,
     base: Time,
     pools: Vec<PoolRuntime<P, O>>,
-    pool_index: HashMap<Arc<str>, usize>,
+    pool_index: FxHashMap<Arc<str>, usize>,
     commands: mpsc::Receiver<Command<P, O>>,
     commands_open: bool,
-    control_tx: UnboundedSender<Control>,
-    control_rx: UnboundedReceiver<Control>,
-    done_tx: UnboundedSender<AttemptDone<O>>,
-    done_rx: UnboundedReceiver<AttemptDone<O>>,
+    to_driver: UnboundedSender<FromTasks<O>>,
+    from_tasks: UnboundedReceiver<FromTasks<O>>,
+    beat_tx: UnboundedSender<Arc<Beat>>,
+    beats: UnboundedReceiver<Arc<Beat>>,
+    /// Some pool has a lease TTL: its attempts may send heartbeats.
+    leases: bool,
     events: broadcast::Sender<StatusEvent>,
     level: EventLevel,
-    live: HashMap<u64, Live<P>>,
-    running: HashMap<u64, Running>,
-    waiters: HashMap<u64, Vec<oneshot::Sender<Outcome<O>>>>,
-    outputs: HashMap<u64, Arc<O>>,
+    /// The live tasks by id (ids are the engine's: a fast hash is enough).
+    live: FxHashMap<u64, Live<P, O>>,
+    /// How many attempts run.
+    running: usize,
     cache: OutputCache<O>,
     parked: BTreeMap<(usize, usize), VecDeque<Parked<P, O>>>,
     groups: HashMap<u64, Group>,
     next_group: u64,
     last_prune: Instant,
+    /// The engine's last next wake-up, and its instant (it stays the same for many turns).
+    engine_wake: Option<(f64, Instant)>,
+    /// The tags of the tasks without any, shared (a fresh empty `Tags` allocates).
+    no_tags: Tags,
     self_cancelled: Vec<u64>,
     stopping: Option<Instant>,
     drop_grace: Duration,
@@ -299,20 +356,20 @@ pub(crate) struct Driver<P, O> {
     bounded: bool,
 }
 
-/// What woke the driver.
-// A task's spec is moved once per submission; boxing it would cost an allocation instead.
-#[allow(clippy::large_enum_variant)]
-enum Wake<P, O> {
-    Control(Control),
-    Done(AttemptDone<O>),
-    Command(Command<P, O>),
-    CommandsClosed,
-    Timer,
+/// The messages taken in one wake-up, in buffers kept from one to the next.
+struct Inbox<P, O> {
+    commands: Vec<Command<P, O>>,
+    from_tasks: Vec<FromTasks<O>>,
+    beats: Vec<Arc<Beat>>,
+    /// Every `Scheduler` is gone and every command was taken.
+    closed: bool,
 }
 
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     pub(crate) fn new(setup: Setup<P, O>) -> Self {
-        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (to_driver, from_tasks) = mpsc::unbounded_channel();
+        let (beat_tx, beats) = mpsc::unbounded_channel();
+        let leases = setup.pools.iter().any(|p| p.config.lease_ttl.is_some());
         let bounded = bounds::any(&setup.global_bounds)
             || setup.pools.iter().any(|p| {
                 let per_class = &p.config.bounds.max_pending_per_class;
@@ -332,29 +389,30 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             pool_index,
             commands: setup.commands,
             commands_open: true,
-            control_tx: setup.control.0,
-            control_rx: setup.control.1,
-            done_tx,
-            done_rx,
+            to_driver,
+            from_tasks,
+            beat_tx,
+            beats,
+            leases,
             events: setup.events,
             level: if setup.emit_transitions {
                 EventLevel::All
             } else {
                 EventLevel::Terminal
             },
-            live: HashMap::new(),
-            running: HashMap::new(),
-            waiters: HashMap::new(),
-            outputs: HashMap::new(),
+            live: FxHashMap::default(),
+            running: 0,
             cache: OutputCache {
                 capacity: setup.output_cache,
                 order: VecDeque::new(),
-                outputs: HashMap::new(),
+                outputs: FxHashMap::default(),
             },
             parked: BTreeMap::new(),
             groups: HashMap::new(),
             next_group: 0,
             last_prune: Instant::now(),
+            engine_wake: None,
+            no_tags: Tags::from([]),
             self_cancelled: Vec::new(),
             stopping: None,
             drop_grace: setup.drop_grace,
@@ -368,9 +426,19 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     /// Runs until the scheduler has stopped.
     pub(crate) async fn run(mut self) {
+        // The one timer, moved only when the wake-up time changes (a new `Sleep` per wake-up
+        // would be registered and dropped each time).
+        let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
+        let mut armed: Option<Instant> = None;
+        let mut inbox = Inbox {
+            commands: Vec::new(),
+            from_tasks: Vec::new(),
+            beats: Vec::new(),
+            closed: false,
+        };
         loop {
             if let Some(deadline) = self.stopping {
-                if self.running.is_empty() {
+                if self.running == 0 {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -379,59 +447,100 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 }
             }
             let wake = self.wake_at();
-            let woke = tokio::select! {
-                biased;
-                Some(c) = self.control_rx.recv() => Wake::Control(c),
-                Some(d) = self.done_rx.recv() => Wake::Done(d),
-                c = self.commands.recv(), if self.commands_open => match c {
-                    Some(c) => Wake::Command(c),
-                    None => Wake::CommandsClosed,
-                },
-                () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => Wake::Timer,
-            };
-            self.handle(woke);
-            for _ in 0..BATCH {
-                let more = if let Ok(c) = self.control_rx.try_recv() {
-                    Wake::Control(c)
-                } else if let Ok(d) = self.done_rx.try_recv() {
-                    Wake::Done(d)
-                } else if let Ok(c) = self.commands.try_recv() {
-                    Wake::Command(c)
-                } else {
-                    break;
-                };
-                self.handle(more);
+            if wake != armed {
+                if let Some(at) = wake {
+                    timer.as_mut().reset(at);
+                }
+                armed = wake;
             }
-            self.turn();
+            let fired =
+                poll_fn(|cx| self.poll_inbox(cx, &mut inbox, timer.as_mut(), armed.is_some()))
+                    .await;
+            if fired {
+                armed = None;
+            }
+            let now = self.now();
+            self.take_inbox(&mut inbox, now);
+            self.turn(now);
         }
         // Dropping the driver drops the waiters' senders: their handles resolve to
         // `TaskFailure::Shutdown`; queued commands' callers get `Error::Shutdown`.
         self.fail_parked();
     }
 
-    fn handle(&mut self, woke: Wake<P, O>) {
-        // A receiver created before this message was sent sees the events it causes.
-        self.update_event_level();
-        match woke {
-            Wake::Control(c) => self.on_control(c),
-            Wake::Done((lease, out)) => self.on_done(lease, out),
-            Wake::Command(c) => {
-                // A handle's cancel() sent before this command takes effect first.
-                while let Ok(c) = self.control_rx.try_recv() {
-                    self.on_control(c);
+    /// Moves what has arrived into `inbox`, up to `BATCH` messages a channel; ready when
+    /// anything did, with whether the timer fired. Once one channel has given something, the
+    /// rest are only emptied (`try_recv`: no waker registered, as none is needed before the
+    /// next poll); each is polled, and so registered, while nothing has come. Commands are
+    /// taken first, so a handle's `cancel()` sent before a command taken here is taken too.
+    fn poll_inbox(
+        &mut self,
+        cx: &mut Context<'_>,
+        inbox: &mut Inbox<P, O>,
+        timer: Pin<&mut Sleep>,
+        armed: bool,
+    ) -> Poll<bool> {
+        let mut got = false;
+        if self.commands_open {
+            match self.commands.poll_recv_many(cx, &mut inbox.commands, BATCH) {
+                Poll::Ready(0) => {
+                    inbox.closed = true;
+                    got = true;
                 }
-                self.on_command(c);
+                Poll::Ready(_) => got = true,
+                Poll::Pending => {}
             }
-            Wake::CommandsClosed => {
-                self.commands_open = false;
-                self.begin_stop(self.drop_grace);
-            }
-            Wake::Timer => {}
         }
-        // Ends are carried out before the next message, so that a call sees them (a late
-        // handle finds the output in the cache).
-        let now = self.now();
-        self.apply(now);
+        got |= take(&mut self.from_tasks, cx, &mut inbox.from_tasks, got);
+        if self.leases {
+            got |= take(&mut self.beats, cx, &mut inbox.beats, got);
+        }
+        // With messages to handle the turn runs anyway, and it fires what is due.
+        let fired = !got && armed && timer.poll(cx).is_ready();
+        if got || fired {
+            Poll::Ready(fired)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Handles what `poll_inbox` took: cancellations and outcomes in their order (a handle's
+    /// `cancel()` takes effect before any later call of the same caller), heartbeats, then
+    /// commands, each of which sees the ends before it carried out (a late handle finds the
+    /// output in the cache).
+    fn take_inbox(&mut self, inbox: &mut Inbox<P, O>, now: f64) {
+        // A receiver created before these messages were sent sees the events they cause.
+        self.update_event_level();
+        let mut touched = !inbox.from_tasks.is_empty() || !inbox.beats.is_empty();
+        for m in inbox.from_tasks.drain(..) {
+            match m {
+                FromTasks::Cancel(target) => {
+                    self.engine.cancel(target.to_core(), now);
+                }
+                FromTasks::Done(task, lease, out) => self.on_done(task, lease, out, now),
+                FromTasks::Scaled(answer) => {
+                    if let Some(scaling) = self.scaling.as_mut().filter(|_| self.stopping.is_none())
+                    {
+                        scaling.answered(&mut self.engine, answer, now);
+                    }
+                }
+            }
+        }
+        for beat in std::mem::take(&mut inbox.beats) {
+            self.on_beat(&beat, now);
+        }
+        for c in inbox.commands.drain(..) {
+            if touched {
+                self.apply(now);
+            }
+            self.on_command(c, now);
+            touched = true;
+        }
+        if std::mem::take(&mut inbox.closed) {
+            self.apply(now);
+            self.commands_open = false;
+            self.begin_stop(self.drop_grace);
+        }
     }
 
     // --- time ----------------------------------------------------------------------------
@@ -459,13 +568,19 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     /// When the driver must wake without a message: the engine's next timer (rounded up by
     /// more than the rounding of Unix seconds in an `f64`, about 0.24 µs, so the timer is due
     /// by then), a pending prune, the end of a shutdown's grace.
-    fn wake_at(&self) -> Option<Instant> {
-        let mut wake = self.engine.next_wake().map(|secs| {
-            let after = Duration::try_from_secs_f64((secs * 1e9).ceil() / 1e9)
-                .unwrap_or(Duration::MAX)
-                .saturating_add(Duration::from_micros(1));
-            self.clock.instant(self.base + after)
-        });
+    fn wake_at(&mut self) -> Option<Instant> {
+        let mut wake = match (self.engine.next_wake(), self.engine_wake) {
+            (Some(secs), Some((known, at))) if secs == known => Some(at),
+            (Some(secs), _) => {
+                let after = Duration::try_from_secs_f64((secs * 1e9).ceil() / 1e9)
+                    .unwrap_or(Duration::MAX)
+                    .saturating_add(Duration::from_micros(1));
+                let at = self.clock.instant(self.base + after);
+                self.engine_wake = Some((secs, at));
+                Some(at)
+            }
+            (None, _) => None,
+        };
         let mut earliest = |t: Instant| {
             if wake.is_none_or(|w| t < w) {
                 wake = Some(t);
@@ -482,11 +597,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- the turn ------------------------------------------------------------------------
 
-    fn turn(&mut self) {
-        let now = self.now();
+    fn turn(&mut self, now: f64) {
         self.engine.advance(now);
         if let Some(scaling) = self.scaling.as_mut().filter(|_| self.stopping.is_none()) {
-            scaling.request(&mut self.engine, now, &self.control_tx);
+            scaling.request(&mut self.engine, now, &self.to_driver);
         }
         if !self.parked.is_empty() && Instant::now() >= self.last_prune + PRUNE_EVERY {
             self.prune_parked();
@@ -506,24 +620,27 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    /// Carry out the engine's actions until it has none left.
+    /// Carry out the engine's actions until it has none left: only an executor that panicked
+    /// in `execute` leaves more (its failure), so the outbox is taken again only then (an
+    /// empty take would also leave the engine a next outbox without room).
     fn apply(&mut self, now: f64) {
         loop {
             let out = self.engine.take();
-            if out.is_empty() {
-                break;
-            }
+            let mut again = false;
             for att in &out.aborts {
                 self.abort(att);
             }
             for att in out.starts {
-                self.launch(att, now);
+                again |= !self.launch(att, now);
             }
             for rec in out.finished {
                 self.finished(&rec);
             }
             for ev in out.events {
                 self.publish(ev);
+            }
+            if !again {
+                break;
             }
         }
         self.self_cancelled.clear();
@@ -542,7 +659,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- attempts ------------------------------------------------------------------------
 
-    fn launch(&mut self, att: Attempt, now: f64) {
+    /// Starts an attempt's task; false when `execute` panicked (the attempt has failed).
+    fn launch(&mut self, att: Attempt, now: f64) -> bool {
         let live = self.live.get(&att.task).expect("a started task is live");
         let pool = &self.pools[live.pool];
         let token = CancellationToken::new();
@@ -550,7 +668,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Arc::new(Beat {
                 lease: LeaseId(att.lease),
                 in_flight: AtomicBool::new(false),
-                to_driver: self.control_tx.clone(),
+                to_driver: self.beat_tx.clone(),
             })
         });
         let ctx = TaskContext::new(
@@ -576,42 +694,50 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         );
         let executor = pool.executor.clone();
         let payload = live.payload.clone();
-        let pool_index = live.pool;
         let fut = match catch_unwind(AssertUnwindSafe(|| executor.execute(ctx, payload))) {
             Ok(fut) => fut,
             Err(p) => {
                 let message = panic_message(&panic_text(p.as_ref()));
                 self.engine.fail(att.lease, now, &message, true, None);
-                return;
+                return false;
             }
         };
-        let done = self.done_tx.clone();
-        let lease = att.lease;
+        let done = self.to_driver.clone();
+        let (task, lease) = (att.task, att.lease);
         let join = tokio::spawn(
             async move {
                 let out = CatchUnwind(fut).await;
                 // The driver may have stopped meanwhile: nobody to tell.
-                let _ = done.send((lease, out));
+                let _ = done.send(FromTasks::Done(task, lease, out));
             }
             .instrument(span),
         );
-        self.running.insert(
-            att.lease,
-            Running {
-                task: att.task,
-                pool: pool_index,
-                token,
-                abort: join.abort_handle(),
-            },
-        );
+        let live = self.live.get_mut(&task).expect("a started task is live");
+        live.running = Some(Running {
+            lease,
+            token,
+            abort: join.abort_handle(),
+        });
+        self.running += 1;
+        true
+    }
+
+    /// Takes the task's running attempt if it is this lease's.
+    fn take_running(&mut self, task: u64, lease: u64) -> Option<(usize, Running)> {
+        let live = self.live.get_mut(&task)?;
+        if live.running.as_ref().is_none_or(|r| r.lease != lease) {
+            return None;
+        }
+        self.running -= 1;
+        live.running.take().map(|r| (live.pool, r))
     }
 
     /// The engine gave an attempt up: its executor's abort hook, its token, its future.
     fn abort(&mut self, att: &Attempt) {
-        let Some(run) = self.running.remove(&att.lease) else {
+        let Some((pool, run)) = self.take_running(att.task, att.lease) else {
             return; // it had reported already (a cancellation of its own)
         };
-        let executor = &self.pools[run.pool].executor;
+        let executor = &self.pools[pool].executor;
         let lease = LeaseId(att.lease);
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| executor.abort(lease))) {
             tracing::error!(
@@ -631,15 +757,21 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// An attempt's task reported its outcome.
-    fn on_done(&mut self, lease: u64, out: Result<Result<O, TaskError>, String>) {
-        let Some(run) = self.running.remove(&lease) else {
+    fn on_done(
+        &mut self,
+        task: u64,
+        lease: u64,
+        out: Result<Result<O, TaskError>, String>,
+        now: f64,
+    ) {
+        if self.take_running(task, lease).is_none() {
             return; // the engine gave it up first: the result is discarded
-        };
-        let now = self.now();
-        let task = run.task;
+        }
         match out {
             Ok(Ok(output)) => {
-                self.outputs.insert(task, Arc::new(output));
+                if let Some(live) = self.live.get_mut(&task) {
+                    live.output = Some(Arc::new(output));
+                }
                 self.engine.complete(lease, now);
             }
             Ok(Err(TaskError::Retryable {
@@ -664,30 +796,22 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn on_control(&mut self, c: Control) {
-        let now = self.now();
-        match c {
-            Control::Cancel(target) => {
-                self.engine.cancel(target.to_core(), now);
-            }
-            Control::Heartbeat(beat) => {
-                beat.in_flight.store(false, Ordering::Release);
-                self.engine.heartbeat(beat.lease.0, now);
-            }
-            Control::Scaled(answer) => {
-                if let Some(scaling) = self.scaling.as_mut().filter(|_| self.stopping.is_none()) {
-                    scaling.answered(&mut self.engine, answer, now);
-                }
-            }
-        }
+    fn on_beat(&mut self, beat: &Beat, now: f64) {
+        beat.in_flight.store(false, Ordering::Release);
+        self.engine.heartbeat(beat.lease.0, now);
     }
 
     // --- ends and events -----------------------------------------------------------------
 
     fn finished(&mut self, rec: &TaskRecord) {
-        self.live.remove(&rec.id);
+        let Some(mut live) = self.live.remove(&rec.id) else {
+            return;
+        };
+        if live.running.take().is_some() {
+            self.running -= 1;
+        }
         let outcome = if rec.status == Status::Succeeded {
-            match self.outputs.remove(&rec.id) {
+            match live.output {
                 Some(output) => {
                     self.cache.put(rec.id, output.clone());
                     Ok(output)
@@ -697,11 +821,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         } else {
             Err(ended(rec))
         };
-        if let Some(waiters) = self.waiters.remove(&rec.id) {
-            for w in waiters {
-                let _ = w.send(outcome.clone());
-            }
-        }
+        live.waiters.resolve(outcome);
     }
 
     fn publish(&mut self, ev: cronoq_core::model::StatusEvent) {
@@ -726,17 +846,19 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// A handle of a task the engine knows.
+    /// A live task's handle waits for its end (which `finished` sends); the engine is asked
+    /// only about a task that has left the table.
     fn make_handle(&mut self, id: u64, duplicate: bool) -> TaskHandle<O> {
-        let control = self.control_tx.clone();
+        let control = self.to_driver.clone();
+        if let Some(live) = self.live.get_mut(&id) {
+            let (tx, rx) = oneshot::channel();
+            live.waiters.push(tx);
+            return TaskHandle::waiting(TaskId(id), duplicate, rx, control);
+        }
         let rec = self
             .engine
             .lookup(cronoq_core::TaskRef::Id(id))
             .expect("a known task");
-        if !rec.status.is_terminal() {
-            let (tx, rx) = oneshot::channel();
-            self.waiters.entry(id).or_default().push(tx);
-            return TaskHandle::waiting(TaskId(id), duplicate, rx, control);
-        }
         let outcome = if rec.status == Status::Succeeded {
             match self.cache.outputs.get(&id) {
                 Some(output) => Ok(output.clone()),
@@ -750,16 +872,15 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- commands ------------------------------------------------------------------------
 
-    fn on_command(&mut self, c: Command<P, O>) {
+    fn on_command(&mut self, c: Command<P, O>, now: f64) {
         match c {
-            Command::Submit(s) => self.on_submit(s),
+            Command::Submit(s) => self.on_submit(s, now),
             Command::Handle { target, reply } => {
                 let id = self.engine.lookup(target.to_core()).map(|rec| rec.id);
                 let handle = id.map(|id| self.make_handle(id, false));
                 let _ = reply.send(handle);
             }
             Command::Cancel { target, reply } => {
-                let now = self.now();
                 let cancelled = self.engine.cancel(target.to_core(), now);
                 // The attempt is given up before the caller hears back.
                 self.apply(now);
@@ -795,7 +916,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 reply,
             } => {
                 if self.stopping.is_none() {
-                    let now = self.now();
                     // The caller checked the name.
                     let _ = self.engine.set_capacity(&pool, capacity, now);
                     if let Some(scaling) = &mut self.scaling {
@@ -884,7 +1004,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- admission -----------------------------------------------------------------------
 
-    fn on_submit(&mut self, s: Submission<P, O>) {
+    fn on_submit(&mut self, s: Submission<P, O>, now: f64) {
         if self.stopping.is_some() {
             match s {
                 Submission::One { reply, .. } => {
@@ -906,7 +1026,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             }
             return;
         }
-        let now = self.now();
         match s {
             Submission::One {
                 spec,
@@ -1089,6 +1208,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Err(e) => return Ok(Err(self.submit_error(&e, &specs).into())),
         };
         let mut handles = Vec::with_capacity(specs.len());
+        self.live.reserve(specs.len());
         for (spec, (id, duplicate)) in specs.into_iter().zip(admitted) {
             if !duplicate {
                 let p = self.pool_index[&spec.pool];
@@ -1277,15 +1397,22 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
-    fn live_task(&self, spec: TaskSpec<P>, pool: usize) -> Live<P> {
+    fn live_task(&self, spec: TaskSpec<P>, pool: usize) -> Live<P, O> {
         Live {
             payload: spec.payload,
             pool,
             kind: spec.kind,
             key: spec.key,
-            tags: spec.tags.into(),
+            tags: if spec.tags.is_empty() {
+                self.no_tags.clone()
+            } else {
+                spec.tags.into()
+            },
             deadline: spec.deadline.map(Clock::to_system),
             timeout: spec.timeout,
+            running: None,
+            waiters: Waiters::new(),
+            output: None,
         }
     }
 
@@ -1337,12 +1464,33 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     fn cut_off(&mut self) {
         let now = self.now();
         for att in self.engine.abort_running(now) {
-            if let Some(run) = self.running.remove(&att.lease) {
+            if let Some((_, run)) = self.take_running(att.task, att.lease) {
                 run.token.cancel();
                 run.abort.abort();
             }
         }
     }
+}
+
+/// Moves up to `BATCH` messages of `rx` into `buf`: polled (its waker registered) unless
+/// another channel already gave something (`try_recv` then); true if any came.
+fn take<T>(
+    rx: &mut UnboundedReceiver<T>,
+    cx: &mut Context<'_>,
+    buf: &mut Vec<T>,
+    got: bool,
+) -> bool {
+    if !got {
+        return matches!(rx.poll_recv_many(cx, buf, BATCH), Poll::Ready(n) if n > 0);
+    }
+    let before = buf.len();
+    while buf.len() < BATCH {
+        match rx.try_recv() {
+            Ok(m) => buf.push(m),
+            Err(_) => break, // the driver holds a sender: never disconnected
+        }
+    }
+    buf.len() > before
 }
 
 /// How a task that did not succeed ended, for its handles.

@@ -13,8 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::TaskError;
 use crate::groups::Labels;
-use crate::scaling::Answer;
-use crate::types::{LeaseId, TaskId, TaskRef};
+use crate::types::{LeaseId, TaskId};
 
 /// A boxed future that can move between threads: what [`Executor::execute`] returns.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -107,24 +106,13 @@ where
     }
 }
 
-/// Requests from handles and attempts that need no answer, to the driver; they are taken
-/// before any command sent after them.
-#[derive(Debug)]
-pub(crate) enum Control {
-    /// A handle's `cancel()`.
-    Cancel(TaskRef),
-    /// An attempt's heartbeat.
-    Heartbeat(Arc<Beat>),
-    /// A scaler's answer.
-    Scaled(Answer),
-}
-
 /// An attempt's heartbeat channel: one request at a time is in flight.
 #[derive(Debug)]
 pub(crate) struct Beat {
     pub(crate) lease: LeaseId,
     pub(crate) in_flight: AtomicBool,
-    pub(crate) to_driver: UnboundedSender<Control>,
+    /// The driver's channel of heartbeats (it sends `self`).
+    pub(crate) to_driver: UnboundedSender<Arc<Beat>>,
 }
 
 /// What an attempt knows about itself, handed to [`Executor::execute`].
@@ -245,7 +233,7 @@ impl TaskContext {
             && !beat.in_flight.swap(true, Ordering::AcqRel)
         {
             // The driver may be gone; then there is no lease to extend.
-            let _ = beat.to_driver.send(Control::Heartbeat(beat.clone()));
+            let _ = beat.to_driver.send(beat.clone());
         }
     }
 
@@ -318,7 +306,7 @@ mod tests {
         ctx.beat = Some(beat.clone());
         ctx.heartbeat();
         ctx.heartbeat();
-        assert!(matches!(rx.try_recv(), Ok(Control::Heartbeat(_))));
+        assert!(rx.try_recv().is_ok_and(|b| Arc::ptr_eq(&b, &beat)));
         assert!(rx.try_recv().is_err(), "the second waits for the first");
         beat.in_flight.store(false, Ordering::Release);
         ctx.heartbeat();

@@ -9,8 +9,8 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 
+use crate::driver::FromTasks;
 use crate::error::TaskFailure;
-use crate::executor::Control;
 use crate::types::{TaskId, TaskRef};
 
 /// What a task ended with: its output, or why there is none.
@@ -47,7 +47,7 @@ pub struct TaskHandle<O> {
     id: TaskId,
     duplicate: bool,
     state: State<O>,
-    control: UnboundedSender<Control>,
+    control: UnboundedSender<FromTasks<O>>,
 }
 
 enum State<O> {
@@ -63,7 +63,7 @@ impl<O> TaskHandle<O> {
         id: TaskId,
         duplicate: bool,
         rx: oneshot::Receiver<Outcome<O>>,
-        control: UnboundedSender<Control>,
+        control: UnboundedSender<FromTasks<O>>,
     ) -> Self {
         TaskHandle {
             id,
@@ -78,7 +78,7 @@ impl<O> TaskHandle<O> {
         id: TaskId,
         duplicate: bool,
         outcome: Outcome<O>,
-        control: UnboundedSender<Control>,
+        control: UnboundedSender<FromTasks<O>>,
     ) -> Self {
         TaskHandle {
             id,
@@ -103,7 +103,7 @@ impl<O> TaskHandle<O> {
     /// call made after this one from the same task or thread. Nothing happens if it has ended.
     pub fn cancel(&self) {
         // If the scheduler has stopped there is nothing left to cancel.
-        let _ = self.control.send(Control::Cancel(TaskRef::Id(self.id)));
+        let _ = self.control.send(FromTasks::Cancel(TaskRef::Id(self.id)));
     }
 }
 

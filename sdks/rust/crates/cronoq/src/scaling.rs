@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use cronoq_core::Engine;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::executor::Control;
+use crate::driver::FromTasks;
 use crate::unwind::CatchUnwind;
 
 /// Why a [`Scaler`] could not carry out a request.
@@ -191,7 +191,12 @@ impl Scaling {
     }
 
     /// Asks for every target that changed since it was last asked for.
-    pub(crate) fn request(&mut self, engine: &mut Engine, now: f64, to: &UnboundedSender<Control>) {
+    pub(crate) fn request<O: Send + 'static>(
+        &mut self,
+        engine: &mut Engine,
+        now: f64,
+        to: &UnboundedSender<FromTasks<O>>,
+    ) {
         for (p, pool) in self.pools.iter_mut().enumerate() {
             let want = engine.desired(&pool.name).unwrap_or(pool.requested);
             if want == pool.requested {
@@ -207,7 +212,7 @@ impl Scaling {
             tokio::spawn(async move {
                 let result = CatchUnwind(scaler.scale_to(&name, capacity(want))).await;
                 // The driver may have stopped meanwhile: nobody to tell.
-                let _ = to.send(Control::Scaled(Answer {
+                let _ = to.send(FromTasks::Scaled(Answer {
                     pool: p,
                     seq,
                     result,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cronoq_core::{Engine, EngineOptions, EventLevel, MersenneTwister};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::blocking::BlockingScheduler;
@@ -269,7 +270,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         let rng = MersenneTwister::new(i128::from(self.core.seed));
         let engine = Engine::new(core_pools, now, options, rng).map_err(|e| config(e.0))?;
         let (commands_tx, commands_rx) = mpsc::channel(self.queue_capacity);
-        let (control_tx, control_rx) = tokio::sync::mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(self.events_capacity);
         let pools: Arc<[Arc<str>]> = runtimes.iter().map(|p| p.name.clone()).collect();
         let setup = Setup {
@@ -278,7 +278,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             base,
             pools: runtimes,
             commands: commands_rx,
-            control: (control_tx, control_rx),
             events: events.clone(),
             emit_transitions: self.emit_transitions,
             output_cache: self.output_cache,
@@ -367,17 +366,24 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
         make: impl FnOnce(oneshot::Sender<T>) -> Command<P, O>,
     ) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
-        self.inner
-            .commands
-            .send(make(tx))
-            .await
-            .map_err(|_| Error::Shutdown)?;
+        // `try_send` first: with room in the queue it skips the permit future of `send` (and
+        // it finds no room while earlier senders wait, so they keep their turn).
+        match self.inner.commands.try_send(make(tx)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(command)) => self
+                .inner
+                .commands
+                .send(command)
+                .await
+                .map_err(|_| Error::Shutdown)?,
+            Err(TrySendError::Closed(_)) => return Err(Error::Shutdown),
+        }
         rx.await.map_err(|_| Error::Shutdown)
     }
 
     /// The task resolved against the scheduler's clock and checked.
     fn prepare(&self, task: impl Into<Task<P>>) -> Result<crate::task::TaskSpec<P>, Error> {
-        let spec = task.into().resolve(self.inner.clock.now());
+        let spec = task.into().resolve(|| self.inner.clock.now());
         spec.check()?;
         Ok(spec)
     }
@@ -457,10 +463,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     /// # Errors
     /// The first problem found ([`Error::Submit`]), [`Error::Shutdown`].
     pub async fn submit_batch(&self, tasks: Vec<Task<P>>) -> Result<Vec<TaskHandle<O>>, Error> {
-        let specs = tasks
-            .into_iter()
-            .map(|t| self.prepare(t))
-            .collect::<Result<Vec<_>, Error>>()?;
+        // Sized at once (collecting into a `Result` cannot know the size: it grows by doubling).
+        let mut specs = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            specs.push(self.prepare(task)?);
+        }
         self.call(|reply| Command::Submit(Submission::Batch { specs, reply }))
             .await?
     }

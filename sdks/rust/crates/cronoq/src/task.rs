@@ -2,7 +2,7 @@
 //! and the checks every task passes before the engine sees it.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use smallvec::SmallVec;
@@ -83,6 +83,13 @@ impl<P> Clone for TaskSpec<P> {
     }
 }
 
+/// `"default"`, the kind and pool of most tasks: one shared string, so that a new task does not
+/// allocate its own.
+fn default_name() -> Arc<str> {
+    static NAME: OnceLock<Arc<str>> = OnceLock::new();
+    NAME.get_or_init(|| Arc::from("default")).clone()
+}
+
 impl<P> TaskSpec<P> {
     /// A task of kind `"default"` for the pool `"default"`, priority `Normal`.
     pub fn new(payload: P) -> Self {
@@ -93,8 +100,8 @@ impl<P> TaskSpec<P> {
     pub fn from_arc(payload: Arc<P>) -> Self {
         TaskSpec {
             payload,
-            kind: Arc::from("default"),
-            pool: Arc::from("default"),
+            kind: default_name(),
+            pool: default_name(),
             priority: Priority::Normal,
             key: None,
             deadline: None,
@@ -507,8 +514,14 @@ impl<P> Task<P> {
         }
     }
 
-    /// The spec with relative times resolved at `now`.
-    pub(crate) fn resolve(self, now: Time) -> TaskSpec<P> {
+    /// The spec with relative times resolved at `now()` (read only when there is one).
+    pub(crate) fn resolve(self, now: impl FnOnce() -> Time) -> TaskSpec<P> {
+        let relative = |w: Option<When>| matches!(w, Some(When::In(_)));
+        let now = if relative(self.deadline) || relative(self.start) {
+            now()
+        } else {
+            Time::ZERO
+        };
         let fixed = match self.start {
             Some(When::In(d)) => Some(self.fixed(now + d)),
             _ => None,
@@ -535,10 +548,13 @@ mod tests {
             .deadline_at(at)
             .deadline_in(Duration::from_secs(5));
         assert_eq!(t.spec().deadline, None);
-        let spec = t.clone().resolve(Time(1_000_000_000));
+        let spec = t.clone().resolve(|| Time(1_000_000_000));
         assert_eq!(spec.deadline, Some(Time(6_000_000_000)));
         let t = t.deadline_at(at);
-        assert_eq!(t.resolve(Time::ZERO).deadline, Some(Time(100_000_000_000)));
+        assert_eq!(
+            t.resolve(|| Time::ZERO).deadline,
+            Some(Time(100_000_000_000))
+        );
     }
 
     #[test]
@@ -580,7 +596,7 @@ mod tests {
         let t = Task::new(7u8).kind("k");
         let copy = t.clone();
         assert!(Arc::ptr_eq(&t.spec().payload, &copy.spec().payload));
-        let s = t.resolve(Time::ZERO).map_payload(Arc::new("x"));
+        let s = t.resolve(|| Time::ZERO).map_payload(Arc::new("x"));
         assert_eq!((&*s.kind, *s.payload), ("k", "x"));
     }
 }

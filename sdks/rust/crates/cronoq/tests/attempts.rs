@@ -376,3 +376,26 @@ async fn the_context_describes_the_attempt() {
     assert!(!ctx.is_cancelled());
     settle().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_one_timer_moves_earlier_and_later_with_the_next_timeout() {
+    let (s, mut gate) = gated_scheduler(2, |p| p).await;
+    let started = Instant::now();
+    let slow = s
+        .submit(Task::new(1).timeout(secs(10)).no_retry())
+        .await
+        .unwrap();
+    gate.next().await;
+    let fast = s
+        .submit(Task::new(2).timeout(secs(2)).no_retry())
+        .await
+        .unwrap();
+    gate.next().await;
+    // A timer left at the first wake-up would end `fast` at 10 s; one not set again after it
+    // fired would never end `slow` (the 60 s guard would).
+    let within = |h| tokio::time::timeout(secs(60), h);
+    assert!(within(fast).await.unwrap().is_err());
+    assert!(about(Instant::now() - started, secs(2)), "moved earlier");
+    assert!(within(slow).await.unwrap().is_err());
+    assert!(about(Instant::now() - started, secs(10)), "then later");
+}

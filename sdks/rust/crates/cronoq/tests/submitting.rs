@@ -93,6 +93,18 @@ async fn late_handles_without_a_cached_output_and_of_failed_tasks() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn every_handle_of_a_running_task_gets_its_output() {
+    let (s, mut gate) = gated_scheduler(1, |p| p).await;
+    let first = s.submit(Task::new(3)).await.unwrap();
+    gate.next().await;
+    let second = s.handle(TaskId(1)).await.unwrap().unwrap();
+    let third = s.handle(TaskId(1)).await.unwrap().unwrap();
+    gate.open(1);
+    let outs = [first.await, second.await, third.await].map(|o| o.unwrap());
+    assert!(outs.iter().all(|o| Arc::ptr_eq(o, &outs[0]) && **o == 3));
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_a_handle_does_not_cancel_its_task() {
     let (s, mut gate) = gated_scheduler(1, |p| p).await;
     drop(s.submit(Task::new(1)).await.unwrap());
@@ -523,4 +535,27 @@ async fn an_autoscaled_pool_grows_with_its_backlog() {
     }
     assert_eq!(started, pool.capacity);
     gate.open(40);
+}
+
+#[tokio::test(start_paused = true)]
+async fn callers_beyond_a_full_queue_wait_for_room_and_are_all_answered() {
+    let (exec, gate) = gated();
+    let s = Scheduler::builder()
+        .pool(Pool::fixed("default", 1).executor(exec))
+        .queue_capacity(1)
+        .build()
+        .await
+        .unwrap();
+    // Sent at once, most find the one-command queue full and wait for room (`send`).
+    let calls = (0..20).map(|n| {
+        let s = s.clone();
+        tokio::spawn(async move { s.enqueue(Task::new(n)).await })
+    });
+    let mut ids = Vec::new();
+    for call in calls.collect::<Vec<_>>() {
+        ids.push(call.await.unwrap().unwrap().id);
+    }
+    ids.sort();
+    assert_eq!(ids, (1..=20).map(TaskId).collect::<Vec<_>>());
+    gate.open(20);
 }
