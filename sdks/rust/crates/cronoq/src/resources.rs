@@ -5,24 +5,10 @@
 
 use std::sync::Arc;
 
-/// What a resource is, with its figures.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ResourceKind {
-    /// At most `permits` units are held at once: taken when an attempt starts, given back
-    /// when it ends.
-    Semaphore {
-        /// Units held at once at most (>= 1).
-        permits: u32,
-    },
-    /// Starts full with `burst` tokens and refills at `rate` tokens per second up to `burst`;
-    /// tokens taken by an attempt are not given back.
-    TokenBucket {
-        /// Tokens per second (finite, > 0).
-        rate: f64,
-        /// The bucket's size (>= 1).
-        burst: u32,
-    },
-}
+/// What a resource is, with its figures: the engine core's own type (a semaphore's permits
+/// are held at once and given back when an attempt ends; a token bucket starts full with
+/// `burst` tokens and refills at `rate` per second, and taken tokens are not given back).
+pub use cronoq_core::resources::ResourceKind;
 
 /// A named resource, added with [`Builder::resource`](crate::Builder::resource).
 ///
