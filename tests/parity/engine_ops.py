@@ -31,7 +31,11 @@ set_group_capacity, move_attempt (to another group or the unlabeled slots), grou
 resolve_resources, pause/resume, delete, snapshot (the quality metrics and the resources'
 levels), recurring schedules added, replaced, resumed and removed (cron expressions and
 intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
-tolerances (bucket refills among them), halt and abort_running. Each operation's trace also
+tolerances (bucket refills among them), halt and abort_running, and restart: a failover, where
+every task's row as a store keeps it (running attempts lost) is read back by a fresh engine
+whose configuration may have lost a pool or a resource, with some rows broken, the pauses and
+the schedules taken back (the rows are the operation's result, so both engines are seen
+restoring from the same ones). Each operation's trace also
 holds the fixed-start state of every pool (reservations, holds, due tasks, misses), the
 schedules (next occurrence, latest, the one queued, live occurrences) and the parking state.
 """
@@ -51,10 +55,13 @@ from cronoq.core.engine import Engine
 from cronoq.core.groups import Groups
 from cronoq.core.model import (
     DEFAULT_RETRY,
+    FIRST_TERMINAL,
+    RETRYING,
     STATUS_NAMES,
     TOTALS_KEYS,
     Attempt,
     Extras,
+    PastAttempt,
     PoolConfig,
     RetryPolicy,
     Scoring,
@@ -133,6 +140,7 @@ OP_WEIGHTS = {
     "add_recurring": (0, 2),
     "remove_recurring": (0, 1),
     "resume_recurring": (0, 1),
+    "restart": (0, 1),
 }
 # Shutdown ends what a sequence can show: about one sequence in five has one of these.
 RARE_KINDS = ("halt", "abort_running")
@@ -318,7 +326,7 @@ class _Ops:
         labels: float = 0.0,
     ) -> None:
         self.rnd = rnd
-        self.pools = pools
+        self.pools = [f"p{i}" for i in range(pools)]  # the pools configured now
         self.classes = classes
         self.focus = focus
         self.fixed = 0.6 if focus == "fixed" else 0.15  # the share of fixed-start submits
@@ -329,6 +337,7 @@ class _Ops:
         # the share of tasks asking for resources (some ask for unknown ones in any case)
         self.resources = rnd.choice((0.3, 0.6, 0.9)) if resources else 0.05
         self.labels = labels  # the share of tasks with labels
+        self.config: Config = ()  # the configuration now (restarts change it)
 
     def target(self) -> int | str:
         """A task to depend on or to ask the dependents of: a recent id (about 3/5 of the
@@ -385,7 +394,34 @@ class _Ops:
         )
 
     def pool(self) -> str:
-        return f"p{self.rnd.randrange(self.pools)}"
+        return self.rnd.choice(self.pools)
+
+    def restart(self, config: Config) -> Config:
+        """The configuration a restart comes back with: a new seed, now and then a pool (not
+        the last) or a resource no longer configured. Later operations name the pools left."""
+        rnd = self.rnd
+        _, sc, level, retention, retention_max, pools, elastic, resources = config
+        if len(pools) > 1 and rnd.random() < 0.2:
+            gone = pools[rnd.randrange(len(pools))][0]
+            pools = [p for p in pools if p[0] != gone]
+            self.pools.remove(gone)
+        if resources and rnd.random() < 0.2:
+            gone = rnd.choice(resources)[0]
+            resources = [r for r in resources if r[0] != gone]
+        seed = rnd.randrange(2**40)
+        return (seed, sc, level, retention, retention_max, pools, elastic, resources)
+
+    def broken(self) -> list[tuple[int, str]]:
+        """Rows a restart cannot read: recent ids (some not held, or ended) with a reason (an
+        empty one counts as none)."""
+        rnd = self.rnd
+        if rnd.random() < 0.7:
+            return []
+        recent = max(1, self.submitted)
+        return [
+            (rnd.randint(max(1, recent - 8), recent), rnd.choice(("corrupt task row", "")))
+            for _ in range(rnd.randint(1, 2))
+        ]
 
     def amounts(self) -> list[tuple[str, int]]:
         """Resource amounts as (name, amount) pairs: mostly known names and amounts a
@@ -507,6 +543,9 @@ class _Ops:
             return (kind, now, *self.schedule(), at, last)
         if kind == "remove_recurring":
             return (kind, now, rnd.choice(SCHEDULES))
+        if kind == "restart":
+            self.config = self.restart(self.config)
+            return (kind, now, self.config, self.broken(), rnd.choice((0, 0, 3)))
         return (kind, now)  # dispatch, advance, halt, abort_running
 
 
@@ -540,6 +579,7 @@ def scenarios(
         resources=[r[0] for r in config[7]],
         labels=rnd.choice((0.0, 0.3, 0.6)) if park else rnd.choice((0.0, 0.0, 0.2)),
     )
+    gen.config = config
     now = 0.0
     ops: list[Op] = []
     for kind in rnd.choices(kinds, weights, k=n):
@@ -570,7 +610,7 @@ def _resource(r: Sequence[Any]) -> ResourceConfig:
     return Resource.token_bucket(name, rate, burst).core_config()
 
 
-def make_engine(config: Config) -> Engine:
+def make_engine(config: Config, first_id: int = 1) -> Engine:
     seed, sc, level, retention, retention_max, pools, elastic, resources = config
     cfgs = [
         PoolConfig(
@@ -605,6 +645,7 @@ def make_engine(config: Config) -> Engine:
         journal=True,
         elastic=elastic,
         resources=[_resource(r) for r in resources],
+        first_id=first_id,
     )
 
 
@@ -678,6 +719,112 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         None if extra is None or extra.resources is None else list(extra.resources.items()),
         _parked(r),
     )
+
+
+def stored_row(r: TaskRecord) -> tuple[Any, ...]:
+    """A task as a store keeps it (cronoq.store.rows): its spec, status, attempt, times (its
+    retry time only while it retries, its end only once ended), message, extras as submitted
+    and attempt history, and its schedule's name; the engine state is not kept."""
+    extra = r.extra
+    policy = r.retry
+    fixed = deps = resources = None
+    if extra is not None:
+        if extra.start_at is not None:
+            fixed = (extra.start_at, extra.tolerance, extra.on_miss)
+        deps = None if not extra.deps else [tuple(d) for d in extra.deps]
+        resources = None if not extra.resources else list(extra.resources.items())
+    return (
+        r.id,
+        r.seq,
+        r.pool,
+        r.cls,
+        r.kind,
+        r.key,
+        r.deadline,
+        r.duration_hint,
+        r.timeout,
+        None
+        if policy is None
+        else (
+            policy.max_attempts,
+            policy.initial_backoff,
+            policy.multiplier,
+            policy.max_backoff,
+            policy.jitter,
+        ),
+        r.tenant,
+        STATUS_NAMES[r.status],
+        r.attempt,
+        r.message,
+        r.submitted_at,
+        r.eligible_at,
+        r.ready_at if r.status == RETRYING else 0.0,
+        r.started_at,
+        r.finished_at if r.status >= FIRST_TERMINAL else 0.0,
+        fixed,
+        deps,
+        resources,
+        None if r.labels is None else list(r.labels.items()),
+        [(p.number, p.started_at, p.ended_at, p.outcome, p.message) for p in r.past_attempts],
+        None if r.tags is None else r.tags.get(RECURRING_TAG),
+    )
+
+
+def from_stored(row: Sequence[Any]) -> TaskRecord:
+    """The record a store reads back from a `stored_row` (cronoq.store.rows.record_from_row)."""
+    (
+        tid,
+        seq,
+        pool,
+        cls,
+        kind,
+        key,
+        deadline,
+        hint,
+        timeout,
+        retry,
+        tenant,
+        status,
+        attempt,
+        message,
+        submitted_at,
+        eligible_at,
+        ready_at,
+        started_at,
+        finished_at,
+        fixed,
+        deps,
+        resources,
+        labels,
+        history,
+        tag,
+    ) = row
+    extra = None
+    if fixed is not None or deps or resources or history:
+        extra = Extras(deps=deps and list(deps), resources=resources and dict(resources))
+        if fixed is not None:
+            extra.start_at, extra.tolerance, extra.on_miss = fixed
+        if history:
+            extra.history = [PastAttempt(*h) for h in history]
+    rec = TaskRecord(
+        None,
+        pool,
+        cls,
+        kind=kind,
+        key=key,
+        tenant=tenant,
+        deadline=deadline,
+        duration_hint=hint,
+        timeout=timeout,
+        retry=_policy(retry),
+        tags=None if tag is None else {RECURRING_TAG: tag},
+        labels=None if labels is None else dict(labels),
+        extra=extra,
+    )
+    rec.id, rec.seq, rec.status, rec.attempt = tid, seq, STATUS_NAMES.index(status), attempt
+    rec.message, rec.submitted_at, rec.eligible_at = message, submitted_at, eligible_at
+    rec.ready_at, rec.started_at, rec.finished_at = ready_at, started_at, finished_at
+    return rec
 
 
 def attempt_row(a: Attempt) -> tuple[Any, ...]:
@@ -827,6 +974,7 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
     attempts: dict[int, Attempt] = {}
     issued = 0
     trace: Trace = []
+    defined: dict[str, Op] = {}  # each schedule's latest definition (restarts resume it)
 
     def pick(r: int) -> Attempt | None:
         if r >= 0:
@@ -899,8 +1047,14 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             result = (snapshot_row(eng.snapshot(now)), levels)
         elif kind == "add_recurring":
             eng.add_recurring(_schedule(op[2:]), now)
+            defined[op[2]] = op
         elif kind == "resume_recurring":
             eng.resume_recurring(_schedule(op[2:]), op[9], op[10], now)
+            defined[op[2]] = op
+        elif kind == "restart":
+            eng, result = restart(eng, op, defined)
+            attempts.clear()
+            issued = 0
         elif kind == "remove_recurring":
             result = eng.remove_recurring(op[2], now)
         acts = eng.take()
@@ -961,6 +1115,25 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             )
         )
     return trace
+
+
+def restart(old: Engine, op: Op, defined: dict[str, Op]) -> tuple[Engine, Any]:
+    """A failover, as cronoq._durable.recover does it: a fresh engine of the op's
+    configuration (ids from the old one's next, maybe past a gap) takes back the pauses, the
+    stored rows (some marked broken) and the schedules whose pool is still configured. The
+    result is the rows, so that both engines are seen restoring from the same ones."""
+    _, now, config, broken, gap = op
+    rows = [stored_row(r) for r in sorted(old.tasks.values(), key=lambda r: r.id)]
+    eng = make_engine(config, old.next_id + gap)
+    for name, pool in old.pools.items():
+        if pool.paused and name in eng.pools:
+            eng.pause(name, now)
+    eng.restore([from_stored(row) for row in rows], now, dict(broken))
+    for name, s in old.recurring.items():
+        sched = _schedule(defined[name][2:])
+        if sched.pool in eng.pools:
+            eng.resume_recurring(sched, s.next_time, _id(s.last), now)
+    return eng, rows
 
 
 def _id(rec: TaskRecord | None) -> int | None:

@@ -3,6 +3,7 @@
 //! the suite compares with the Python engine's, operation by operation and field by field.
 
 use crate::leaves::{SettingsFields, settings};
+use crate::restore::restart;
 use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::cron::{parse_cron, zone};
 use cronoq_core::model::{
@@ -19,9 +20,10 @@ use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-type Obj<'py> = Bound<'py, PyAny>;
+pub(crate) type Obj<'py> = Bound<'py, PyAny>;
 
 /// A Python tuple of the values, each converted.
 macro_rules! tup {
@@ -30,11 +32,14 @@ macro_rules! tup {
     };
 }
 
-fn item<'py, T: for<'a> FromPyObjectOwned<'py>>(t: &Bound<'py, PyTuple>, i: usize) -> PyResult<T> {
+pub(crate) fn item<'py, T: for<'a> FromPyObjectOwned<'py>>(
+    t: &Bound<'py, PyTuple>,
+    i: usize,
+) -> PyResult<T> {
     t.get_item(i)?.extract::<T>().map_err(Into::into)
 }
 
-fn retry(t: &Obj<'_>) -> PyResult<Option<RetryPolicy>> {
+pub(crate) fn retry(t: &Obj<'_>) -> PyResult<Option<RetryPolicy>> {
     if t.is_none() {
         return Ok(None);
     }
@@ -98,7 +103,7 @@ fn on_miss(name: &str) -> PyResult<OnMiss> {
 }
 
 /// Pairs of names borrowed from owned ones, as `TaskSpec` and the engine's calls take them.
-fn str_pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(crate) fn str_pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
     pairs
         .iter()
         .map(|(a, b)| (a.as_str(), b.as_str()))
@@ -202,7 +207,7 @@ fn resource(t: &Bound<'_, PyTuple>) -> PyResult<ResourceConfig> {
 
 /// The schedule of an add_recurring or resume_recurring operation (engine_ops._schedule):
 /// (name, cron, zone, template, overlap, tolerance, on_miss) from `at`.
-fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring> {
+pub(crate) fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring> {
     let name: String = item(t, at)?;
     let expr: String = item(t, at + 1)?;
     let tz: Option<String> = item(t, at + 2)?;
@@ -235,7 +240,7 @@ fn autoscale(t: &Obj<'_>) -> PyResult<Option<AutoscaleSettings>> {
     Ok(Some(settings(t.extract::<SettingsFields>()?)))
 }
 
-fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
+pub(crate) fn engine(config: &Bound<'_, PyTuple>, first_id: u64) -> PyResult<Engine> {
     let seed: i64 = item(config, 0)?;
     let sc = config.get_item(1)?;
     let sc = sc.cast::<PyTuple>()?;
@@ -283,7 +288,7 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         event_level,
         retention: item(config, 3)?,
         retention_max: item(config, 4)?,
-        first_id: 1,
+        first_id,
         journal: true,
         elastic: item(config, 6)?,
         resources: config
@@ -404,7 +409,10 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
 }
 
 /// Labels as a list of (name, value) pairs, or None.
-fn labels<'py>(py: Python<'py>, l: Option<&[(Arc<str>, Arc<str>)]>) -> PyResult<Obj<'py>> {
+pub(crate) fn labels<'py>(
+    py: Python<'py>,
+    l: Option<&[(Arc<str>, Arc<str>)]>,
+) -> PyResult<Obj<'py>> {
     l.map(|l| l.iter().map(|(n, v)| (&**n, &**v)).collect::<Vec<_>>())
         .into_bound_py_any(py)
 }
@@ -563,8 +571,10 @@ fn run_engine<'py>(
     config: &Bound<'py, PyTuple>,
     ops: &Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let mut eng = engine(config)?;
+    let mut eng = engine(config, 1)?;
     let mut issued: Lease = 0;
+    // each schedule's latest definition (restarts resume it)
+    let mut defined: HashMap<String, Bound<'py, PyTuple>> = HashMap::new();
     let trace = PyList::empty(py);
     for op in ops.iter() {
         let t = op.cast::<PyTuple>()?;
@@ -733,12 +743,20 @@ fn run_engine<'py>(
             "add_recurring" => {
                 eng.add_recurring(schedule(t, 2)?, now)
                     .map_err(|e| PyValueError::new_err(e.message))?;
+                defined.insert(item(t, 2)?, t.clone());
                 py.None().into_bound(py)
             }
             "resume_recurring" => {
                 eng.resume_recurring(schedule(t, 2)?, item(t, 9)?, item(t, 10)?, now)
                     .map_err(|e| PyValueError::new_err(e.message))?;
+                defined.insert(item(t, 2)?, t.clone());
                 py.None().into_bound(py)
+            }
+            "restart" => {
+                let (fresh, rows) = restart(py, &eng, t, &defined)?;
+                eng = fresh;
+                issued = 0;
+                rows
             }
             "remove_recurring" => {
                 let name: String = item(t, 2)?;

@@ -45,6 +45,7 @@ pub mod pyrepr;
 pub mod queue;
 pub mod recurring;
 pub mod resources;
+pub mod restore;
 pub mod rng;
 pub mod schedules;
 pub mod state;
@@ -60,6 +61,7 @@ pub use model::{
     TaskRecord, TaskSpec,
 };
 pub use resources::ResourceConfig;
+pub use restore::StoredTask;
 pub use rng::{MersenneTwister, Random};
 pub use state::EventLevel;
 pub use vocab::{DepOn, UnknownDependency};

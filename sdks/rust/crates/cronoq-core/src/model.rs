@@ -93,6 +93,24 @@ pub const TRANSITIONS: [u16; 12] = [
     0,
 ];
 
+/// The status changes restore makes (Python: `model.RESTORE_TRANSITIONS`): a live task is
+/// admitted again from `Blocked`, a retrying one stays retrying, a lost attempt's task may
+/// retry, one that cannot resume fails; an ended one stays as it ended.
+pub const RESTORE_TRANSITIONS: [u16; 12] = [
+    bits(&[Blocked, Failed]),
+    bits(&[Blocked, Failed]),
+    bits(&[Blocked, Failed]),
+    bits(&[Blocked, Retrying, Failed]),
+    bits(&[Retrying, Failed]),
+    bits(&[Succeeded]),
+    bits(&[Failed]),
+    bits(&[DeadLettered]),
+    bits(&[Cancelled]),
+    bits(&[Skipped]),
+    bits(&[Missed]),
+    bits(&[Shed]),
+];
+
 impl Status {
     /// Every status, by number.
     pub const ALL: [Status; 12] = [
@@ -123,6 +141,11 @@ impl Status {
     /// Whether the life-cycle table lets a task move from `self` to `new`.
     pub fn may_move_to(self, new: Status) -> bool {
         TRANSITIONS[self as usize] & (1 << new as u16) != 0
+    }
+
+    /// Whether the restore table lets a stored task move from `self` to `new`.
+    pub fn may_restore_to(self, new: Status) -> bool {
+        RESTORE_TRANSITIONS[self as usize] & (1 << new as u16) != 0
     }
 }
 
@@ -518,7 +541,8 @@ pub struct TaskRecord {
     pub id: TaskId,
     /// Its admission order (queue ties are broken by it).
     pub seq: u64,
-    /// Its pool's index in the engine's configuration order (`Engine::pools`).
+    /// Its pool's index in the engine's configuration order (`Engine::pools`); past them, a
+    /// pool no longer configured that restore met (`Engine::pool_name`).
     pub pool: usize,
     /// Its priority class.
     pub cls: u8,

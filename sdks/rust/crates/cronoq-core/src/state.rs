@@ -164,6 +164,11 @@ impl<R: Random> State<R> {
         rec.seq = self.seq;
     }
 
+    /// Restore: later tasks are admitted after every stored one (`restore.rs`).
+    pub(crate) fn seq_at_least(&mut self, seq: u64) {
+        self.seq = self.seq.max(seq);
+    }
+
     /// Take a new task in: indexed and counted; it becomes the parent of the tasks awaiting
     /// its key, and is ready at once unless it has dependencies or a fixed start (then
     /// `attach` decides, and a released fixed start waits for its time).
