@@ -63,6 +63,7 @@ from cronoq.core.model import (
     Extras,
     PastAttempt,
     PoolConfig,
+    ReadyView,
     RetryPolicy,
     Scoring,
     Snapshot,
@@ -89,6 +90,7 @@ FIELDS = (
     "journal",
     "recurring",
     "parking",
+    "observed",
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
 DEP_KEYS = (*KEYS, "k5")  # dependencies also name a key no task takes (awaited or unknown)
@@ -141,6 +143,7 @@ OP_WEIGHTS = {
     "remove_recurring": (0, 1),
     "resume_recurring": (0, 1),
     "restart": (0, 1),
+    "ready_view": (0, 2),
 }
 # Shutdown ends what a sequence can show: about one sequence in five has one of these.
 RARE_KINDS = ("halt", "abort_running")
@@ -296,7 +299,8 @@ def _resources(seed: int, focus: str | None) -> list[tuple[Any, ...]]:
 
 @st.composite
 def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
-    """(seed, scoring, event level, retention, retention_max, pools, elastic, resources)."""
+    """(seed, scoring, event level, retention, retention_max, pools, elastic, resources,
+    observed: the engine has an observer)."""
     n = draw(st.integers(1, 2 if focus == "fair" else 3))
     return (
         draw(st.integers(0, 2**40)),
@@ -307,6 +311,7 @@ def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
         [draw(_pool(i, focus)) for i in range(n)],
         draw(st.booleans()),
         draw(st.integers(0, 2**32).map(lambda seed: _resources(seed, focus))),
+        draw(st.booleans()),
     )
 
 
@@ -400,7 +405,7 @@ class _Ops:
         """The configuration a restart comes back with: a new seed, now and then a pool (not
         the last) or a resource no longer configured. Later operations name the pools left."""
         rnd = self.rnd
-        _, sc, level, retention, retention_max, pools, elastic, resources = config
+        _, sc, level, retention, retention_max, pools, elastic, resources, observed = config
         if len(pools) > 1 and rnd.random() < 0.2:
             gone = pools[rnd.randrange(len(pools))][0]
             pools = [p for p in pools if p[0] != gone]
@@ -409,7 +414,7 @@ class _Ops:
             gone = rnd.choice(resources)[0]
             resources = [r for r in resources if r[0] != gone]
         seed = rnd.randrange(2**40)
-        return (seed, sc, level, retention, retention_max, pools, elastic, resources)
+        return (seed, sc, level, retention, retention_max, pools, elastic, resources, observed)
 
     def broken(self) -> list[tuple[int, str]]:
         """Rows a restart cannot read: recent ids (some not held, or ended) with a reason (an
@@ -610,8 +615,25 @@ def _resource(r: Sequence[Any]) -> ResourceConfig:
     return Resource.token_bucket(name, rate, burst).core_config()
 
 
-def make_engine(config: Config, first_id: int = 1) -> Engine:
-    seed, sc, level, retention, retention_max, pools, elastic, resources = config
+class Recorder:
+    """The engine's observer (model.Observer): its calls since the trace last took them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def started(self, att: Attempt, wait: float) -> None:
+        self.calls.append(("started", att.lease, att.task.id, att.number, wait))
+
+    def ended(self, att: Attempt, outcome: str, runtime: float) -> None:
+        self.calls.append(("ended", att.lease, att.task.id, att.number, outcome, runtime))
+
+    def take(self) -> list[tuple[Any, ...]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def make_engine(config: Config, recorder: Recorder, first_id: int = 1) -> Engine:
+    seed, sc, level, retention, retention_max, pools, elastic, resources, observed = config
     cfgs = [
         PoolConfig(
             p[0],
@@ -646,6 +668,7 @@ def make_engine(config: Config, first_id: int = 1) -> Engine:
         elastic=elastic,
         resources=[_resource(r) for r in resources],
         first_id=first_id,
+        observer=recorder if observed else None,
     )
 
 
@@ -827,6 +850,10 @@ def from_stored(row: Sequence[Any]) -> TaskRecord:
     return rec
 
 
+def ready_row(v: ReadyView) -> tuple[Any, ...]:
+    return (v.pool, list(v.ready_by_class), list(v.oldest_ready_at), v.retries, v.dead_lettered)
+
+
 def attempt_row(a: Attempt) -> tuple[Any, ...]:
     slot = None if a.slot is None else sorted(a.slot.labels.items())
     return (
@@ -970,7 +997,8 @@ def _schedule(op: Sequence[Any]) -> Recurring:
 
 def run_python(config: Config, ops: Sequence[Op]) -> Trace:
     """Run the operations on the Python engine; its trace (see the module docstring)."""
-    eng = make_engine(config)
+    recorder = Recorder()
+    eng = make_engine(config, recorder)
     attempts: dict[int, Attempt] = {}
     issued = 0
     trace: Trace = []
@@ -1042,6 +1070,8 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             eng.halt()
         elif kind == "abort_running":
             result = [attempt_row(a) for a in eng.abort_running(now)]
+        elif kind == "ready_view":
+            result = [ready_row(v) for v in eng.ready_view()]
         elif kind == "snapshot":
             levels = [r.level(now) for r in eng.resources.values()]
             result = (snapshot_row(eng.snapshot(now)), levels)
@@ -1052,7 +1082,7 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             eng.resume_recurring(_schedule(op[2:]), op[9], op[10], now)
             defined[op[2]] = op
         elif kind == "restart":
-            eng, result = restart(eng, op, defined)
+            eng, result = restart(eng, op, defined, recorder)
             attempts.clear()
             issued = 0
         elif kind == "remove_recurring":
@@ -1112,19 +1142,20 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                     for s in eng.recurring.values()
                 ],
                 parking_row(eng),
+                recorder.take(),
             )
         )
     return trace
 
 
-def restart(old: Engine, op: Op, defined: dict[str, Op]) -> tuple[Engine, Any]:
+def restart(old: Engine, op: Op, defined: dict[str, Op], recorder: Recorder) -> tuple[Engine, Any]:
     """A failover, as cronoq._durable.recover does it: a fresh engine of the op's
     configuration (ids from the old one's next, maybe past a gap) takes back the pauses, the
     stored rows (some marked broken) and the schedules whose pool is still configured. The
     result is the rows, so that both engines are seen restoring from the same ones."""
     _, now, config, broken, gap = op
     rows = [stored_row(r) for r in sorted(old.tasks.values(), key=lambda r: r.id)]
-    eng = make_engine(config, old.next_id + gap)
+    eng = make_engine(config, recorder, old.next_id + gap)
     for name, pool in old.pools.items():
         if pool.paused and name in eng.pools:
             eng.pause(name, now)

@@ -76,7 +76,7 @@ def _config(
     base |= {"autoscale": None, "fair_share": False, "weights": []}
     base |= {"unknown_dependency": "reject", "await_timeout": None, "fraction": 0.5} | pool
     scoring = ((10000.0, 1000.0, 100.0, 10.0), 2.0, 800.0, 5.0, 5000.0, 10.0, 4000.0)
-    return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic, list(resources))
+    return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic, list(resources), True)
 
 
 def _spec(

@@ -7,7 +7,8 @@ use crate::restore::restart;
 use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::cron::{parse_cron, zone};
 use cronoq_core::model::{
-    Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord, py_cmp,
+    Attempt, AttemptOutcome, DepTarget, Extras, Lease, Observer, Resolved, RetryPolicy, Scoring,
+    Snapshot, TaskRecord, py_cmp,
 };
 use cronoq_core::parking::Parked;
 use cronoq_core::recurring::Recurring;
@@ -21,7 +22,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub(crate) type Obj<'py> = Bound<'py, PyAny>;
 
@@ -240,7 +241,50 @@ fn autoscale(t: &Obj<'_>) -> PyResult<Option<AutoscaleSettings>> {
     Ok(Some(settings(t.extract::<SettingsFields>()?)))
 }
 
-pub(crate) fn engine(config: &Bound<'_, PyTuple>, first_id: u64) -> PyResult<Engine> {
+/// What the engine's observer was told, in order (engine_ops.Recorder).
+#[derive(Clone, Default)]
+pub(crate) struct Recorder(Arc<Mutex<Vec<Call>>>);
+
+/// One observer call: (lease, task, attempt number), then the wait, or the outcome and the
+/// runtime.
+enum Call {
+    Started(Lease, u64, u32, f64),
+    Ended(Lease, u64, u32, AttemptOutcome, f64),
+}
+
+impl Observer for Recorder {
+    fn started(&mut self, att: &Attempt, wait: f64) {
+        let call = Call::Started(att.lease, att.task, att.number, wait);
+        self.0.lock().expect("not poisoned").push(call);
+    }
+
+    fn ended(&mut self, att: &Attempt, outcome: AttemptOutcome, runtime: f64) {
+        let call = Call::Ended(att.lease, att.task, att.number, outcome, runtime);
+        self.0.lock().expect("not poisoned").push(call);
+    }
+}
+
+impl Recorder {
+    /// The calls since the last take, as engine_ops.Recorder.take gives them.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Obj<'py>> {
+        let out = PyList::empty(py);
+        for call in self.0.lock().expect("not poisoned").drain(..) {
+            out.append(match call {
+                Call::Started(lease, task, n, wait) => tup!(py; "started", lease, task, n, wait),
+                Call::Ended(lease, task, n, outcome, runtime) => {
+                    tup!(py; "ended", lease, task, n, outcome.name(), runtime)
+                }
+            })?;
+        }
+        Ok(out.into_any())
+    }
+}
+
+pub(crate) fn engine(
+    config: &Bound<'_, PyTuple>,
+    recorder: &Recorder,
+    first_id: u64,
+) -> PyResult<Engine> {
     let seed: i64 = item(config, 0)?;
     let sc = config.get_item(1)?;
     let sc = sc.cast::<PyTuple>()?;
@@ -298,8 +342,12 @@ pub(crate) fn engine(config: &Bound<'_, PyTuple>, first_id: u64) -> PyResult<Eng
             .map(|r| resource(r.cast::<PyTuple>()?))
             .collect::<PyResult<_>>()?,
     };
-    Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
-        .map_err(|e| PyValueError::new_err(e.0))
+    let mut eng = Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
+        .map_err(|e| PyValueError::new_err(e.0))?;
+    if item(config, 8)? {
+        eng.observe(Box::new(recorder.clone()));
+    }
+    Ok(eng)
 }
 
 /// engine_ops.deps_row: the dependency fields of the extras.
@@ -571,7 +619,8 @@ fn run_engine<'py>(
     config: &Bound<'py, PyTuple>,
     ops: &Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let mut eng = engine(config, 1)?;
+    let recorder = Recorder::default();
+    let mut eng = engine(config, &recorder, 1)?;
     let mut issued: Lease = 0;
     // each schedule's latest definition (restarts resume it)
     let mut defined: HashMap<String, Bound<'py, PyTuple>> = HashMap::new();
@@ -726,6 +775,16 @@ fn run_engine<'py>(
                 let atts = eng.abort_running(now);
                 attempts(py, &atts)?
             }
+            "ready_view" => {
+                let out = PyList::empty(py);
+                for v in eng.ready_view() {
+                    out.append(tup!(py;
+                        &*v.pool, v.ready_by_class.to_vec(), v.oldest_ready_at.to_vec(),
+                        v.retries, v.dead_lettered
+                    ))?;
+                }
+                out.into_any()
+            }
             "snapshot" => {
                 let names: Vec<String> = eng
                     .parking()
@@ -753,7 +812,7 @@ fn run_engine<'py>(
                 py.None().into_bound(py)
             }
             "restart" => {
-                let (fresh, rows) = restart(py, &eng, t, &defined)?;
+                let (fresh, rows) = restart(py, &eng, t, &defined, &recorder)?;
                 eng = fresh;
                 issued = 0;
                 rows
@@ -829,6 +888,7 @@ fn run_engine<'py>(
             journal,
             recurring,
             parking(py, &eng)?,
+            recorder.take(py)?,
         ))?;
     }
     Ok(trace)

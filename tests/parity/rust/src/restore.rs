@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::engine::{Obj, engine, item, labels, retry, schedule, str_pairs};
+use crate::engine::{Obj, Recorder, engine, item, labels, retry, schedule, str_pairs};
 use cronoq_core::groups::labels_of;
 use cronoq_core::model::{
     DepTarget, Extras, FIRST_TERMINAL, Outcome, PastAttempt, Status, TaskRecord,
@@ -219,6 +219,7 @@ pub fn restart<'py>(
     old: &Engine,
     op: &Bound<'py, PyTuple>,
     defined: &HashMap<String, Bound<'py, PyTuple>>,
+    recorder: &Recorder,
 ) -> PyResult<(Engine, Obj<'py>)> {
     let now: f64 = item(op, 1)?;
     let config = op.get_item(2)?;
@@ -228,7 +229,7 @@ pub fn restart<'py>(
     for r in old.tasks() {
         rows.append(row(py, old, r)?)?; // (in id order, as the Python side sorts them)
     }
-    let mut eng = engine(config.cast::<PyTuple>()?, old.next_id() + gap)?;
+    let mut eng = engine(config.cast::<PyTuple>()?, recorder, old.next_id() + gap)?;
     for p in old.pools() {
         if p.paused && eng.pool(&p.name).is_some() {
             eng.pause(&p.name, now)

@@ -30,9 +30,9 @@ use crate::deps::{self, Needed};
 use crate::dispatch::fill;
 use crate::groups::{label_key, labels_of};
 use crate::model::{
-    AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Outcome, PoolConfig,
-    PoolSnapshot, Scoring, Snapshot, Status, SubmitError, TaskId, TaskRecord, TaskSpec, Totals,
-    UnknownPool, check_seconds, py_repr,
+    AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Observer, Outcome,
+    PoolConfig, PoolSnapshot, ReadyView, Scoring, Snapshot, Status, SubmitError, TaskId,
+    TaskRecord, TaskSpec, Totals, UnknownPool, check_seconds, py_repr,
 };
 use crate::parking::{Parking, Wanted, amounts_of, make_groups};
 use crate::pool::PoolState;
@@ -825,6 +825,24 @@ impl<R: Random> Engine<R> {
     /// The pool's target capacity now (`PoolSnapshot::desired`), without a snapshot.
     pub fn desired(&self, pool: &str) -> Result<i64, UnknownPool> {
         Ok(self.st.pools[self.pool_id(pool)?].desired())
+    }
+
+    /// Tell `observer` of every attempt's start (its wait for a slot) and end (its outcome
+    /// and runtime) from now on (Python: `Engine(observer=...)`), in place of any earlier one.
+    pub fn observe(&mut self, observer: Box<dyn Observer>) {
+        self.st.observer.0 = Some(observer);
+    }
+
+    /// Each pool's ready tasks per class, the `ready_at` of the first in line and its retry
+    /// and dead-letter counts, in configuration order: O(pools x classes) plus the due fixed
+    /// starts, for a metrics scrape.
+    pub fn ready_view(&mut self) -> Vec<ReadyView> {
+        let tasks = &self.st.tasks;
+        self.st
+            .pools
+            .iter_mut()
+            .map(|p| p.ready_view(tasks))
+            .collect()
     }
 
     /// Every pool now with its quality metrics, the live and running counts and the totals.

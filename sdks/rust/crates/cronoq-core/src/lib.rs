@@ -57,8 +57,8 @@ pub mod vocab;
 pub use actions::{Actions, Journal};
 pub use engine::{Engine, EngineOptions, TaskRef};
 pub use model::{
-    Attempt, DepTarget, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId,
-    TaskRecord, TaskSpec,
+    Attempt, AttemptOutcome, DepTarget, Extras, Observer, PoolConfig, ReadyView, RetryPolicy,
+    Scoring, Status, SubmitError, TaskId, TaskRecord, TaskSpec,
 };
 pub use resources::ResourceConfig;
 pub use restore::StoredTask;
