@@ -471,7 +471,8 @@ class _Ops:
 
     def schedule(self) -> tuple[Any, ...]:
         """(name, cron, zone, template as (pool, class, kind, key, deadline_in, duration
-        hint, timeout, retry, tenant), overlap, tolerance, on_miss)."""
+        hint, timeout, retry, tenant, resources, labels), overlap, tolerance, on_miss). The
+        template's amounts are > 0, as the edge (cronoq.Recurring) checks."""
         rnd = self.rnd
         template = (
             self.pool(),
@@ -483,6 +484,8 @@ class _Ops:
             self.opt((0.5, 1.0, 4.0)),
             self.retry(),
             None if rnd.random() < 0.25 else rnd.choice(TENANTS),
+            [(n, a) for n, a in self.amounts() if a > 0] if rnd.random() < self.resources else None,
+            rnd.choice(TASK_LABELS) if rnd.random() < self.labels else None,
         )
         return (
             rnd.choice(SCHEDULES),
@@ -974,7 +977,7 @@ def _record(spec: Sequence[Any]) -> TaskRecord:
 def _schedule(op: Sequence[Any]) -> Recurring:
     """The schedule of an add_recurring or resume_recurring operation (`_Ops.schedule`)."""
     name, expr, tz, template, overlap, tolerance, on_miss = op[:7]
-    pool, cls, kind, key, deadline_in, hint, timeout, retry, tenant = template
+    pool, cls, kind, key, deadline_in, hint, timeout, retry, tenant, resources, labels = template
     return Recurring(
         name=name,
         spec=parse_cron(expr),
@@ -989,6 +992,8 @@ def _schedule(op: Sequence[Any]) -> Recurring:
         duration_hint=hint,
         timeout=timeout,
         retry=_policy(retry),
+        resources=dict(resources) if resources else None,
+        labels=dict(labels) if labels else None,
         overlap=overlap,
         tolerance=tolerance,
         on_miss=on_miss,

@@ -225,6 +225,8 @@ pub(crate) fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring>
     sched.timeout = item(tpl, 6)?;
     sched.retry = retry(&tpl.get_item(7)?)?;
     sched.tenant = item(tpl, 8)?;
+    sched.resources = item::<Option<_>>(tpl, 9)?.unwrap_or_default();
+    sched.labels = item::<Option<_>>(tpl, 10)?.unwrap_or_default();
     let overlap: String = item(t, at + 4)?;
     sched.overlap = Overlap::parse(&overlap)
         .ok_or_else(|| PyValueError::new_err(format!("unknown overlap {overlap}")))?;

@@ -556,7 +556,7 @@ impl<R: Random> Engine<R> {
 
     /// Add or replace a schedule by name; the replaced schedule's occurrences not started yet
     /// are cancelled. Refused (nothing changes): a template a submit would refuse (unknown
-    /// pool, class, tolerance) or a deadline that is not a number of seconds.
+    /// pool, class, tolerance, a resource amount of 0) or a deadline that is not a number of seconds.
     ///
     /// # Panics
     /// When `now` is outside years 1-9999 (Python raises `ValueError`), here and at the
