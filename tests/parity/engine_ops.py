@@ -18,26 +18,31 @@ cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry polic
 duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
 settings, fair share with tenant weights, unknown dependencies rejected or awaited with an
 await timeout, the reservable fraction), the scoring, the event level, retention, whether the
-engine is elastic (the autoscalers set the capacity), resources (semaphores and token
-buckets), and operations: submit with random options (class, kind, key, deadline, duration
-hint, timeout, retry policy, tenant, a fixed start in the past, now, near or far, with a
-tolerance and an on_miss, dependency edges on recent ids and on keys, some never submitted,
-with every condition; a fixed start may have dependencies too; resource amounts, unknown,
-zero and over capacity ones included; labels), submit_batch (keys may repeat: the batch
-error; fixed starts reserve against each other; edges may name batch-mates' keys, forward,
-backward, in cycles or their own), dispatch, complete, fail (permanent, with retry_after),
-heartbeat, stale outcomes, cancel by id or key, lookup, dependents, set_capacity,
-set_group_capacity, move_attempt (to another group or the unlabeled slots), group_has_room,
-resolve_resources, pause/resume, delete, snapshot (the quality metrics and the resources'
-levels), recurring schedules added, replaced, resumed and removed (cron expressions and
-intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
-tolerances (bucket refills among them), halt and abort_running, and restart: a failover, where
-every task's row as a store keeps it (running attempts lost) is read back by a fresh engine
-whose configuration may have lost a pool or a resource, with some rows broken, the pauses and
-the schedules taken back (the rows are the operation's result, so both engines are seen
-restoring from the same ones). Each operation's trace also
-holds the fixed-start state of every pool (reservations, holds, due tasks, misses), the
-schedules (next occurrence, latest, the one queued, live occurrences) and the parking state.
+engine is elastic (the autoscalers set the capacity), resources (semaphores and token buckets),
+and operations: submit with random options (class, kind, key, deadline, duration hint, timeout,
+retry policy, tenant, a fixed start in the past, now, near or far, with a tolerance and an
+on_miss, dependency edges on recent ids and on keys, some never submitted, with every
+condition; a fixed start may have dependencies too; resource amounts, unknown, zero and over
+capacity ones included; labels), submit_batch (keys may repeat: the batch error; fixed starts
+reserve against each other; edges may name batch-mates' keys, forward, backward, in cycles or
+their own), dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes,
+cancel by id or key, lookup, dependents, set_capacity, set_group_capacity, move_attempt (to
+another group or the unlabeled slots), group_has_room, resolve_resources, pause/resume, delete,
+snapshot (the quality metrics and the resources' levels), recurring schedules added, replaced,
+resumed and removed (cron expressions and intervals in a few zones, every overlap mode,
+templates with resources and labels), advance by steps drawn to cross timers and tolerances
+(bucket refills among them), halt and abort_running, and restart: a failover, where every
+task's row as a store keeps it (running attempts lost) is read back by a fresh engine whose
+configuration may have lost a pool or a resource, with some rows broken, the pauses and the
+schedules taken back (the rows are the operation's result, so both engines are seen restoring
+from the same ones), and ready_view. Half the engines have an observer, whose calls (each
+attempt's start with its wait, its end with its outcome and runtime) are part of every
+operation's trace. Under "park" the first resource is a slow token bucket, amounts of 2 and 3
+are common, half the steps of time go to its refill edges (fractions and multiples of its time
+per token, a float step off), and in some sequences every resource task wants only that bucket.
+Each operation's trace also holds the fixed-start state of every pool (reservations, holds, due
+tasks, misses), the schedules (next occurrence, latest, the one queued, live occurrences) and
+the parking state.
 """
 
 from __future__ import annotations
@@ -152,6 +157,9 @@ RARE_KINDS = ("halt", "abort_running")
 # arbitrary ones that exercise the float arithmetic.
 ROUND_STEPS = (0.001, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 4000.0)
 SHORT_STEPS = (0.001, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
+# Steps to a token bucket's refill edge ("park"): in tokens' worth of time, and offsets of it.
+EDGE_TOKENS = (0.25, 0.5, 0.6, 0.75, 0.9, 1.0, 1.5, 2.0)
+EDGE_OFFSETS = (0.0, 0.0, 1e-9, -1e-9, 1e-12, -0.01)
 
 # Fixed starts, relative to the submit: past (beyond a tolerance or inside it), now, near, far.
 START_OFFSETS = (-60.0, -5.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0, 600.0)
@@ -288,12 +296,16 @@ def _resources(seed: int, focus: str | None) -> list[tuple[Any, ...]]:
     names = list(RESOURCES[:3])
     rnd.shuffle(names)
     out = []
-    for name in names[: rnd.randint(1, 3)]:
-        if rnd.random() < 0.5:
+    for i, name in enumerate(names[: rnd.randint(1, 3)]):
+        # "park": the first one a bucket (their refill edges are where the rules are subtle)
+        if not (focus == "park" and i == 0) and rnd.random() < 0.5:
             out.append((name, "semaphore", rnd.randint(1, 4), None, None))
         else:
             rate = rnd.choice((0.1, 0.5, 1.0, 2.5)) if rnd.random() < 0.6 else rnd.uniform(0.05, 5)
-            out.append((name, "token_bucket", None, rate, rnd.randint(1, 4)))
+            if focus == "park" and i == 0:  # slow: a level stays between tokens for a while
+                rate = rnd.choice((0.1, 0.25, 0.5))
+            burst = rnd.randint(2 if focus == "park" and i == 0 else 1, 4)
+            out.append((name, "token_bucket", None, rate, burst))
     return out
 
 
@@ -342,7 +354,12 @@ class _Ops:
         # the share of tasks asking for resources (some ask for unknown ones in any case)
         self.resources = rnd.choice((0.3, 0.6, 0.9)) if resources else 0.05
         self.labels = labels  # the share of tasks with labels
+        # the usual amounts: under "park" mostly more than one, so that tasks wait on a bucket
+        # whose level is a fraction of a token short of them all
+        self.usual = (1, 2, 2, 3) if focus == "park" else (1, 2)
         self.config: Config = ()  # the configuration now (restarts change it)
+        # "park", some sequences: the one token bucket every resource task asks for
+        self.edge: str | None = None
 
     def target(self) -> int | str:
         """A task to depend on or to ask the dependents of: a recent id (about 3/5 of the
@@ -384,6 +401,12 @@ class _Ops:
             if r < 0.05:
                 return rnd.choice((30.0, 60.0, 4000.0))
             return rnd.choice(SHORT_STEPS) if r < 0.7 else rnd.uniform(0.0, 8.0)
+        rates = [res[3] for res in self.config[7] if res[1] == "token_bucket"]
+        if self.focus == "park" and rates and r < (0.8 if self.edge else 0.5):
+            # To a bucket's refill edge: fractions and multiples of its time per token, a
+            # float step off (levels just short of or past a token, and of _EPS).
+            edge = rnd.choice(EDGE_TOKENS) / rnd.choice(rates)
+            return max(0.0, edge + rnd.choice(EDGE_OFFSETS))
         return rnd.choice(ROUND_STEPS) if r < 0.6 else rnd.uniform(0.0, 50.0)
 
     def retry(self) -> tuple[int, float, float, float, bool] | None:
@@ -432,12 +455,15 @@ class _Ops:
         """Resource amounts as (name, amount) pairs: mostly known names and amounts a
         resource can give, some unknown, zero or over its capacity, a name twice or none."""
         rnd = self.rnd
+        if self.edge is not None:
+            return [(self.edge, rnd.choice((1, 2, 2, 2, 3)))]
         n = rnd.choice((0, 1, 1, 1, 2, 2, 3))
         pairs = []
         for _ in range(n):
             name = rnd.choice(RESOURCES) if rnd.random() < 0.05 else rnd.choice(self.names)
             r = rnd.random()
-            amount = rnd.randint(1, 2) if r < 0.8 else (0 if r < 0.85 else rnd.randint(3, 5))
+            usual = rnd.choice(self.usual)
+            amount = usual if r < 0.8 else (0 if r < 0.85 else rnd.randint(3, 5))
             pairs.append((name, amount))
         return pairs
 
@@ -564,7 +590,8 @@ def scenarios(
     """A configuration and the operations to run on it. `focus`: "autoscale" or "fair" in
     every pool (`_extras`), "fixed": most submits with a fixed start, a schedule in every
     sequence, dispatches enough to create occurrences, short steps of time (`_Ops.step`), or
-    "park": every configuration has resources, and tasks ask for them and carry labels often."""
+    "park": every configuration has resources (some sequences near a token bucket's refill
+    edges), and tasks ask for them and carry labels often."""
     config = draw(configs(focus))
     kinds = list(OP_WEIGHTS)
     weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]
@@ -588,6 +615,14 @@ def scenarios(
         labels=rnd.choice((0.0, 0.3, 0.6)) if park else rnd.choice((0.0, 0.0, 0.2)),
     )
     gen.config = config
+    if park and rnd.random() < 0.4:
+        # Near a bucket's refill edges: tasks that all want its tokens, mostly more than one
+        # (an offer that finds its level a fraction of a token short of them all), steps of
+        # time to those edges, and outcomes and dispatches to offer them.
+        gen.edge = config[7][0][0]
+        gen.resources = 0.9
+        for kind in ("complete", "dispatch"):
+            weights[kinds.index(kind)] += 4
     now = 0.0
     ops: list[Op] = []
     for kind in rnd.choices(kinds, weights, k=n):
