@@ -18,22 +18,31 @@ cheap to draw. What is drawn: 1 to 3 pools (capacity 0-4, lease ttl, retry polic
 duration, max_pending with an overflow policy, price per slot-second, min/max and autoscaler
 settings, fair share with tenant weights, unknown dependencies rejected or awaited with an
 await timeout, the reservable fraction), the scoring, the event level, retention, whether the
-engine is elastic (the autoscalers set the capacity), resources (semaphores and token
-buckets), and operations: submit with random options (class, kind, key, deadline, duration
-hint, timeout, retry policy, tenant, a fixed start in the past, now, near or far, with a
-tolerance and an on_miss, dependency edges on recent ids and on keys, some never submitted,
-with every condition; a fixed start may have dependencies too; resource amounts, unknown,
-zero and over capacity ones included; labels), submit_batch (keys may repeat: the batch
-error; fixed starts reserve against each other; edges may name batch-mates' keys, forward,
-backward, in cycles or their own), dispatch, complete, fail (permanent, with retry_after),
-heartbeat, stale outcomes, cancel by id or key, lookup, dependents, set_capacity,
-set_group_capacity, move_attempt (to another group or the unlabeled slots), group_has_room,
-resolve_resources, pause/resume, delete, snapshot (the quality metrics and the resources'
-levels), recurring schedules added, replaced, resumed and removed (cron expressions and
-intervals in a few zones, every overlap mode), advance by steps drawn to cross timers and
-tolerances (bucket refills among them), halt and abort_running. Each operation's trace also
-holds the fixed-start state of every pool (reservations, holds, due tasks, misses), the
-schedules (next occurrence, latest, the one queued, live occurrences) and the parking state.
+engine is elastic (the autoscalers set the capacity), resources (semaphores and token buckets),
+and operations: submit with random options (class, kind, key, deadline, duration hint, timeout,
+retry policy, tenant, a fixed start in the past, now, near or far, with a tolerance and an
+on_miss, dependency edges on recent ids and on keys, some never submitted, with every
+condition; a fixed start may have dependencies too; resource amounts, unknown, zero and over
+capacity ones included; labels), submit_batch (keys may repeat: the batch error; fixed starts
+reserve against each other; edges may name batch-mates' keys, forward, backward, in cycles or
+their own), dispatch, complete, fail (permanent, with retry_after), heartbeat, stale outcomes,
+cancel by id or key, lookup, dependents, set_capacity, set_group_capacity, move_attempt (to
+another group or the unlabeled slots), group_has_room, resolve_resources, pause/resume, delete,
+snapshot (the quality metrics and the resources' levels), recurring schedules added, replaced,
+resumed and removed (cron expressions and intervals in a few zones, every overlap mode,
+templates with resources and labels), advance by steps drawn to cross timers and tolerances
+(bucket refills among them), halt and abort_running, and restart: a failover, where every
+task's row as a store keeps it (running attempts lost) is read back by a fresh engine whose
+configuration may have lost a pool or a resource, with some rows broken, the pauses and the
+schedules taken back (the rows are the operation's result, so both engines are seen restoring
+from the same ones), and ready_view. Half the engines have an observer, whose calls (each
+attempt's start with its wait, its end with its outcome and runtime) are part of every
+operation's trace. Under "park" the first resource is a slow token bucket, amounts of 2 and 3
+are common, half the steps of time go to its refill edges (fractions and multiples of its time
+per token, a float step off), and in some sequences every resource task wants only that bucket.
+Each operation's trace also holds the fixed-start state of every pool (reservations, holds, due
+tasks, misses), the schedules (next occurrence, latest, the one queued, live occurrences) and
+the parking state.
 """
 
 from __future__ import annotations
@@ -51,11 +60,15 @@ from cronoq.core.engine import Engine
 from cronoq.core.groups import Groups
 from cronoq.core.model import (
     DEFAULT_RETRY,
+    FIRST_TERMINAL,
+    RETRYING,
     STATUS_NAMES,
     TOTALS_KEYS,
     Attempt,
     Extras,
+    PastAttempt,
     PoolConfig,
+    ReadyView,
     RetryPolicy,
     Scoring,
     Snapshot,
@@ -82,6 +95,7 @@ FIELDS = (
     "journal",
     "recurring",
     "parking",
+    "observed",
 )
 KEYS = ("k0", "k1", "k2", "k3", "k4")
 DEP_KEYS = (*KEYS, "k5")  # dependencies also name a key no task takes (awaited or unknown)
@@ -133,6 +147,8 @@ OP_WEIGHTS = {
     "add_recurring": (0, 2),
     "remove_recurring": (0, 1),
     "resume_recurring": (0, 1),
+    "restart": (0, 1),
+    "ready_view": (0, 2),
 }
 # Shutdown ends what a sequence can show: about one sequence in five has one of these.
 RARE_KINDS = ("halt", "abort_running")
@@ -141,6 +157,9 @@ RARE_KINDS = ("halt", "abort_running")
 # arbitrary ones that exercise the float arithmetic.
 ROUND_STEPS = (0.001, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 4000.0)
 SHORT_STEPS = (0.001, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
+# Steps to a token bucket's refill edge ("park"): in tokens' worth of time, and offsets of it.
+EDGE_TOKENS = (0.25, 0.5, 0.6, 0.75, 0.9, 1.0, 1.5, 2.0)
+EDGE_OFFSETS = (0.0, 0.0, 1e-9, -1e-9, 1e-12, -0.01)
 
 # Fixed starts, relative to the submit: past (beyond a tolerance or inside it), now, near, far.
 START_OFFSETS = (-60.0, -5.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0, 600.0)
@@ -277,18 +296,23 @@ def _resources(seed: int, focus: str | None) -> list[tuple[Any, ...]]:
     names = list(RESOURCES[:3])
     rnd.shuffle(names)
     out = []
-    for name in names[: rnd.randint(1, 3)]:
-        if rnd.random() < 0.5:
+    for i, name in enumerate(names[: rnd.randint(1, 3)]):
+        # "park": the first one a bucket (their refill edges are where the rules are subtle)
+        if not (focus == "park" and i == 0) and rnd.random() < 0.5:
             out.append((name, "semaphore", rnd.randint(1, 4), None, None))
         else:
             rate = rnd.choice((0.1, 0.5, 1.0, 2.5)) if rnd.random() < 0.6 else rnd.uniform(0.05, 5)
-            out.append((name, "token_bucket", None, rate, rnd.randint(1, 4)))
+            if focus == "park" and i == 0:  # slow: a level stays between tokens for a while
+                rate = rnd.choice((0.1, 0.25, 0.5))
+            burst = rnd.randint(2 if focus == "park" and i == 0 else 1, 4)
+            out.append((name, "token_bucket", None, rate, burst))
     return out
 
 
 @st.composite
 def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
-    """(seed, scoring, event level, retention, retention_max, pools, elastic, resources)."""
+    """(seed, scoring, event level, retention, retention_max, pools, elastic, resources,
+    observed: the engine has an observer)."""
     n = draw(st.integers(1, 2 if focus == "fair" else 3))
     return (
         draw(st.integers(0, 2**40)),
@@ -299,6 +323,7 @@ def configs(draw: st.DrawFn, focus: str | None = None) -> Config:
         [draw(_pool(i, focus)) for i in range(n)],
         draw(st.booleans()),
         draw(st.integers(0, 2**32).map(lambda seed: _resources(seed, focus))),
+        draw(st.booleans()),
     )
 
 
@@ -318,7 +343,7 @@ class _Ops:
         labels: float = 0.0,
     ) -> None:
         self.rnd = rnd
-        self.pools = pools
+        self.pools = [f"p{i}" for i in range(pools)]  # the pools configured now
         self.classes = classes
         self.focus = focus
         self.fixed = 0.6 if focus == "fixed" else 0.15  # the share of fixed-start submits
@@ -329,6 +354,12 @@ class _Ops:
         # the share of tasks asking for resources (some ask for unknown ones in any case)
         self.resources = rnd.choice((0.3, 0.6, 0.9)) if resources else 0.05
         self.labels = labels  # the share of tasks with labels
+        # the usual amounts: under "park" mostly more than one, so that tasks wait on a bucket
+        # whose level is a fraction of a token short of them all
+        self.usual = (1, 2, 2, 3) if focus == "park" else (1, 2)
+        self.config: Config = ()  # the configuration now (restarts change it)
+        # "park", some sequences: the one token bucket every resource task asks for
+        self.edge: str | None = None
 
     def target(self) -> int | str:
         """A task to depend on or to ask the dependents of: a recent id (about 3/5 of the
@@ -370,6 +401,12 @@ class _Ops:
             if r < 0.05:
                 return rnd.choice((30.0, 60.0, 4000.0))
             return rnd.choice(SHORT_STEPS) if r < 0.7 else rnd.uniform(0.0, 8.0)
+        rates = [res[3] for res in self.config[7] if res[1] == "token_bucket"]
+        if self.focus == "park" and rates and r < (0.8 if self.edge else 0.5):
+            # To a bucket's refill edge: fractions and multiples of its time per token, a
+            # float step off (levels just short of or past a token, and of _EPS).
+            edge = rnd.choice(EDGE_TOKENS) / rnd.choice(rates)
+            return max(0.0, edge + rnd.choice(EDGE_OFFSETS))
         return rnd.choice(ROUND_STEPS) if r < 0.6 else rnd.uniform(0.0, 50.0)
 
     def retry(self) -> tuple[int, float, float, float, bool] | None:
@@ -385,18 +422,48 @@ class _Ops:
         )
 
     def pool(self) -> str:
-        return f"p{self.rnd.randrange(self.pools)}"
+        return self.rnd.choice(self.pools)
+
+    def restart(self, config: Config) -> Config:
+        """The configuration a restart comes back with: a new seed, now and then a pool (not
+        the last) or a resource no longer configured. Later operations name the pools left."""
+        rnd = self.rnd
+        _, sc, level, retention, retention_max, pools, elastic, resources, observed = config
+        if len(pools) > 1 and rnd.random() < 0.2:
+            gone = pools[rnd.randrange(len(pools))][0]
+            pools = [p for p in pools if p[0] != gone]
+            self.pools.remove(gone)
+        if resources and rnd.random() < 0.2:
+            gone = rnd.choice(resources)[0]
+            resources = [r for r in resources if r[0] != gone]
+        seed = rnd.randrange(2**40)
+        return (seed, sc, level, retention, retention_max, pools, elastic, resources, observed)
+
+    def broken(self) -> list[tuple[int, str]]:
+        """Rows a restart cannot read: recent ids (some not held, or ended) with a reason (an
+        empty one counts as none)."""
+        rnd = self.rnd
+        if rnd.random() < 0.7:
+            return []
+        recent = max(1, self.submitted)
+        return [
+            (rnd.randint(max(1, recent - 8), recent), rnd.choice(("corrupt task row", "")))
+            for _ in range(rnd.randint(1, 2))
+        ]
 
     def amounts(self) -> list[tuple[str, int]]:
         """Resource amounts as (name, amount) pairs: mostly known names and amounts a
         resource can give, some unknown, zero or over its capacity, a name twice or none."""
         rnd = self.rnd
+        if self.edge is not None:
+            return [(self.edge, rnd.choice((1, 2, 2, 2, 3)))]
         n = rnd.choice((0, 1, 1, 1, 2, 2, 3))
         pairs = []
         for _ in range(n):
             name = rnd.choice(RESOURCES) if rnd.random() < 0.05 else rnd.choice(self.names)
             r = rnd.random()
-            amount = rnd.randint(1, 2) if r < 0.8 else (0 if r < 0.85 else rnd.randint(3, 5))
+            usual = rnd.choice(self.usual)
+            amount = usual if r < 0.8 else (0 if r < 0.85 else rnd.randint(3, 5))
             pairs.append((name, amount))
         return pairs
 
@@ -430,7 +497,8 @@ class _Ops:
 
     def schedule(self) -> tuple[Any, ...]:
         """(name, cron, zone, template as (pool, class, kind, key, deadline_in, duration
-        hint, timeout, retry, tenant), overlap, tolerance, on_miss)."""
+        hint, timeout, retry, tenant, resources, labels), overlap, tolerance, on_miss). The
+        template's amounts are > 0, as the edge (cronoq.Recurring) checks."""
         rnd = self.rnd
         template = (
             self.pool(),
@@ -442,6 +510,8 @@ class _Ops:
             self.opt((0.5, 1.0, 4.0)),
             self.retry(),
             None if rnd.random() < 0.25 else rnd.choice(TENANTS),
+            [(n, a) for n, a in self.amounts() if a > 0] if rnd.random() < self.resources else None,
+            rnd.choice(TASK_LABELS) if rnd.random() < self.labels else None,
         )
         return (
             rnd.choice(SCHEDULES),
@@ -507,6 +577,9 @@ class _Ops:
             return (kind, now, *self.schedule(), at, last)
         if kind == "remove_recurring":
             return (kind, now, rnd.choice(SCHEDULES))
+        if kind == "restart":
+            self.config = self.restart(self.config)
+            return (kind, now, self.config, self.broken(), rnd.choice((0, 0, 3)))
         return (kind, now)  # dispatch, advance, halt, abort_running
 
 
@@ -517,7 +590,8 @@ def scenarios(
     """A configuration and the operations to run on it. `focus`: "autoscale" or "fair" in
     every pool (`_extras`), "fixed": most submits with a fixed start, a schedule in every
     sequence, dispatches enough to create occurrences, short steps of time (`_Ops.step`), or
-    "park": every configuration has resources, and tasks ask for them and carry labels often."""
+    "park": every configuration has resources (some sequences near a token bucket's refill
+    edges), and tasks ask for them and carry labels often."""
     config = draw(configs(focus))
     kinds = list(OP_WEIGHTS)
     weights: list[float] = [draw(st.integers(lo, hi)) for lo, hi in OP_WEIGHTS.values()]
@@ -540,6 +614,15 @@ def scenarios(
         resources=[r[0] for r in config[7]],
         labels=rnd.choice((0.0, 0.3, 0.6)) if park else rnd.choice((0.0, 0.0, 0.2)),
     )
+    gen.config = config
+    if park and rnd.random() < 0.4:
+        # Near a bucket's refill edges: tasks that all want its tokens, mostly more than one
+        # (an offer that finds its level a fraction of a token short of them all), steps of
+        # time to those edges, and outcomes and dispatches to offer them.
+        gen.edge = config[7][0][0]
+        gen.resources = 0.9
+        for kind in ("complete", "dispatch"):
+            weights[kinds.index(kind)] += 4
     now = 0.0
     ops: list[Op] = []
     for kind in rnd.choices(kinds, weights, k=n):
@@ -570,8 +653,25 @@ def _resource(r: Sequence[Any]) -> ResourceConfig:
     return Resource.token_bucket(name, rate, burst).core_config()
 
 
-def make_engine(config: Config) -> Engine:
-    seed, sc, level, retention, retention_max, pools, elastic, resources = config
+class Recorder:
+    """The engine's observer (model.Observer): its calls since the trace last took them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def started(self, att: Attempt, wait: float) -> None:
+        self.calls.append(("started", att.lease, att.task.id, att.number, wait))
+
+    def ended(self, att: Attempt, outcome: str, runtime: float) -> None:
+        self.calls.append(("ended", att.lease, att.task.id, att.number, outcome, runtime))
+
+    def take(self) -> list[tuple[Any, ...]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def make_engine(config: Config, recorder: Recorder, first_id: int = 1) -> Engine:
+    seed, sc, level, retention, retention_max, pools, elastic, resources, observed = config
     cfgs = [
         PoolConfig(
             p[0],
@@ -605,6 +705,8 @@ def make_engine(config: Config) -> Engine:
         journal=True,
         elastic=elastic,
         resources=[_resource(r) for r in resources],
+        first_id=first_id,
+        observer=recorder if observed else None,
     )
 
 
@@ -678,6 +780,116 @@ def record_row(r: TaskRecord) -> tuple[Any, ...]:
         None if extra is None or extra.resources is None else list(extra.resources.items()),
         _parked(r),
     )
+
+
+def stored_row(r: TaskRecord) -> tuple[Any, ...]:
+    """A task as a store keeps it (cronoq.store.rows): its spec, status, attempt, times (its
+    retry time only while it retries, its end only once ended), message, extras as submitted
+    and attempt history, and its schedule's name; the engine state is not kept."""
+    extra = r.extra
+    policy = r.retry
+    fixed = deps = resources = None
+    if extra is not None:
+        if extra.start_at is not None:
+            fixed = (extra.start_at, extra.tolerance, extra.on_miss)
+        deps = None if not extra.deps else [tuple(d) for d in extra.deps]
+        resources = None if not extra.resources else list(extra.resources.items())
+    return (
+        r.id,
+        r.seq,
+        r.pool,
+        r.cls,
+        r.kind,
+        r.key,
+        r.deadline,
+        r.duration_hint,
+        r.timeout,
+        None
+        if policy is None
+        else (
+            policy.max_attempts,
+            policy.initial_backoff,
+            policy.multiplier,
+            policy.max_backoff,
+            policy.jitter,
+        ),
+        r.tenant,
+        STATUS_NAMES[r.status],
+        r.attempt,
+        r.message,
+        r.submitted_at,
+        r.eligible_at,
+        r.ready_at if r.status == RETRYING else 0.0,
+        r.started_at,
+        r.finished_at if r.status >= FIRST_TERMINAL else 0.0,
+        fixed,
+        deps,
+        resources,
+        None if r.labels is None else list(r.labels.items()),
+        [(p.number, p.started_at, p.ended_at, p.outcome, p.message) for p in r.past_attempts],
+        None if r.tags is None else r.tags.get(RECURRING_TAG),
+    )
+
+
+def from_stored(row: Sequence[Any]) -> TaskRecord:
+    """The record a store reads back from a `stored_row` (cronoq.store.rows.record_from_row)."""
+    (
+        tid,
+        seq,
+        pool,
+        cls,
+        kind,
+        key,
+        deadline,
+        hint,
+        timeout,
+        retry,
+        tenant,
+        status,
+        attempt,
+        message,
+        submitted_at,
+        eligible_at,
+        ready_at,
+        started_at,
+        finished_at,
+        fixed,
+        deps,
+        resources,
+        labels,
+        history,
+        tag,
+    ) = row
+    extra = None
+    if fixed is not None or deps or resources or history:
+        extra = Extras(deps=deps and list(deps), resources=resources and dict(resources))
+        if fixed is not None:
+            extra.start_at, extra.tolerance, extra.on_miss = fixed
+        if history:
+            extra.history = [PastAttempt(*h) for h in history]
+    rec = TaskRecord(
+        None,
+        pool,
+        cls,
+        kind=kind,
+        key=key,
+        tenant=tenant,
+        deadline=deadline,
+        duration_hint=hint,
+        timeout=timeout,
+        retry=_policy(retry),
+        tags=None if tag is None else {RECURRING_TAG: tag},
+        labels=None if labels is None else dict(labels),
+        extra=extra,
+    )
+    rec.id, rec.seq, rec.status, rec.attempt = tid, seq, STATUS_NAMES.index(status), attempt
+    rec.message, rec.submitted_at, rec.eligible_at = message, submitted_at, eligible_at
+    rec.ready_at, rec.started_at, rec.finished_at = ready_at, started_at, finished_at
+    return rec
+
+
+def ready_row(v: ReadyView) -> tuple[Any, ...]:
+    return (v.pool, list(v.ready_by_class), list(v.oldest_ready_at), v.retries, v.dead_lettered)
 
 
 def attempt_row(a: Attempt) -> tuple[Any, ...]:
@@ -800,7 +1012,7 @@ def _record(spec: Sequence[Any]) -> TaskRecord:
 def _schedule(op: Sequence[Any]) -> Recurring:
     """The schedule of an add_recurring or resume_recurring operation (`_Ops.schedule`)."""
     name, expr, tz, template, overlap, tolerance, on_miss = op[:7]
-    pool, cls, kind, key, deadline_in, hint, timeout, retry, tenant = template
+    pool, cls, kind, key, deadline_in, hint, timeout, retry, tenant, resources, labels = template
     return Recurring(
         name=name,
         spec=parse_cron(expr),
@@ -815,6 +1027,8 @@ def _schedule(op: Sequence[Any]) -> Recurring:
         duration_hint=hint,
         timeout=timeout,
         retry=_policy(retry),
+        resources=dict(resources) if resources else None,
+        labels=dict(labels) if labels else None,
         overlap=overlap,
         tolerance=tolerance,
         on_miss=on_miss,
@@ -823,10 +1037,12 @@ def _schedule(op: Sequence[Any]) -> Recurring:
 
 def run_python(config: Config, ops: Sequence[Op]) -> Trace:
     """Run the operations on the Python engine; its trace (see the module docstring)."""
-    eng = make_engine(config)
+    recorder = Recorder()
+    eng = make_engine(config, recorder)
     attempts: dict[int, Attempt] = {}
     issued = 0
     trace: Trace = []
+    defined: dict[str, Op] = {}  # each schedule's latest definition (restarts resume it)
 
     def pick(r: int) -> Attempt | None:
         if r >= 0:
@@ -894,13 +1110,21 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
             eng.halt()
         elif kind == "abort_running":
             result = [attempt_row(a) for a in eng.abort_running(now)]
+        elif kind == "ready_view":
+            result = [ready_row(v) for v in eng.ready_view()]
         elif kind == "snapshot":
             levels = [r.level(now) for r in eng.resources.values()]
             result = (snapshot_row(eng.snapshot(now)), levels)
         elif kind == "add_recurring":
             eng.add_recurring(_schedule(op[2:]), now)
+            defined[op[2]] = op
         elif kind == "resume_recurring":
             eng.resume_recurring(_schedule(op[2:]), op[9], op[10], now)
+            defined[op[2]] = op
+        elif kind == "restart":
+            eng, result = restart(eng, op, defined, recorder)
+            attempts.clear()
+            issued = 0
         elif kind == "remove_recurring":
             result = eng.remove_recurring(op[2], now)
         acts = eng.take()
@@ -958,9 +1182,29 @@ def run_python(config: Config, ops: Sequence[Op]) -> Trace:
                     for s in eng.recurring.values()
                 ],
                 parking_row(eng),
+                recorder.take(),
             )
         )
     return trace
+
+
+def restart(old: Engine, op: Op, defined: dict[str, Op], recorder: Recorder) -> tuple[Engine, Any]:
+    """A failover, as cronoq._durable.recover does it: a fresh engine of the op's
+    configuration (ids from the old one's next, maybe past a gap) takes back the pauses, the
+    stored rows (some marked broken) and the schedules whose pool is still configured. The
+    result is the rows, so that both engines are seen restoring from the same ones."""
+    _, now, config, broken, gap = op
+    rows = [stored_row(r) for r in sorted(old.tasks.values(), key=lambda r: r.id)]
+    eng = make_engine(config, recorder, old.next_id + gap)
+    for name, pool in old.pools.items():
+        if pool.paused and name in eng.pools:
+            eng.pause(name, now)
+    eng.restore([from_stored(row) for row in rows], now, dict(broken))
+    for name, s in old.recurring.items():
+        sched = _schedule(defined[name][2:])
+        if sched.pool in eng.pools:
+            eng.resume_recurring(sched, s.next_time, _id(s.last), now)
+    return eng, rows
 
 
 def _id(rec: TaskRecord | None) -> int | None:

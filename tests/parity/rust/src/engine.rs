@@ -3,10 +3,12 @@
 //! the suite compares with the Python engine's, operation by operation and field by field.
 
 use crate::leaves::{SettingsFields, settings};
+use crate::restore::restart;
 use cronoq_core::autoscale::AutoscaleSettings;
 use cronoq_core::cron::{parse_cron, zone};
 use cronoq_core::model::{
-    Attempt, DepTarget, Extras, Lease, Resolved, RetryPolicy, Scoring, Snapshot, TaskRecord, py_cmp,
+    Attempt, AttemptOutcome, DepTarget, Extras, Lease, Observer, Resolved, RetryPolicy, Scoring,
+    Snapshot, TaskRecord, py_cmp,
 };
 use cronoq_core::parking::Parked;
 use cronoq_core::recurring::Recurring;
@@ -19,9 +21,10 @@ use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-type Obj<'py> = Bound<'py, PyAny>;
+pub(crate) type Obj<'py> = Bound<'py, PyAny>;
 
 /// A Python tuple of the values, each converted.
 macro_rules! tup {
@@ -30,11 +33,14 @@ macro_rules! tup {
     };
 }
 
-fn item<'py, T: for<'a> FromPyObjectOwned<'py>>(t: &Bound<'py, PyTuple>, i: usize) -> PyResult<T> {
+pub(crate) fn item<'py, T: for<'a> FromPyObjectOwned<'py>>(
+    t: &Bound<'py, PyTuple>,
+    i: usize,
+) -> PyResult<T> {
     t.get_item(i)?.extract::<T>().map_err(Into::into)
 }
 
-fn retry(t: &Obj<'_>) -> PyResult<Option<RetryPolicy>> {
+pub(crate) fn retry(t: &Obj<'_>) -> PyResult<Option<RetryPolicy>> {
     if t.is_none() {
         return Ok(None);
     }
@@ -98,7 +104,7 @@ fn on_miss(name: &str) -> PyResult<OnMiss> {
 }
 
 /// Pairs of names borrowed from owned ones, as `TaskSpec` and the engine's calls take them.
-fn str_pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(crate) fn str_pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
     pairs
         .iter()
         .map(|(a, b)| (a.as_str(), b.as_str()))
@@ -202,7 +208,7 @@ fn resource(t: &Bound<'_, PyTuple>) -> PyResult<ResourceConfig> {
 
 /// The schedule of an add_recurring or resume_recurring operation (engine_ops._schedule):
 /// (name, cron, zone, template, overlap, tolerance, on_miss) from `at`.
-fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring> {
+pub(crate) fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring> {
     let name: String = item(t, at)?;
     let expr: String = item(t, at + 1)?;
     let tz: Option<String> = item(t, at + 2)?;
@@ -219,6 +225,8 @@ fn schedule(t: &Bound<'_, PyTuple>, at: usize) -> PyResult<Recurring> {
     sched.timeout = item(tpl, 6)?;
     sched.retry = retry(&tpl.get_item(7)?)?;
     sched.tenant = item(tpl, 8)?;
+    sched.resources = item::<Option<_>>(tpl, 9)?.unwrap_or_default();
+    sched.labels = item::<Option<_>>(tpl, 10)?.unwrap_or_default();
     let overlap: String = item(t, at + 4)?;
     sched.overlap = Overlap::parse(&overlap)
         .ok_or_else(|| PyValueError::new_err(format!("unknown overlap {overlap}")))?;
@@ -235,7 +243,50 @@ fn autoscale(t: &Obj<'_>) -> PyResult<Option<AutoscaleSettings>> {
     Ok(Some(settings(t.extract::<SettingsFields>()?)))
 }
 
-fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
+/// What the engine's observer was told, in order (engine_ops.Recorder).
+#[derive(Clone, Default)]
+pub(crate) struct Recorder(Arc<Mutex<Vec<Call>>>);
+
+/// One observer call: (lease, task, attempt number), then the wait, or the outcome and the
+/// runtime.
+enum Call {
+    Started(Lease, u64, u32, f64),
+    Ended(Lease, u64, u32, AttemptOutcome, f64),
+}
+
+impl Observer for Recorder {
+    fn started(&mut self, att: &Attempt, wait: f64) {
+        let call = Call::Started(att.lease, att.task, att.number, wait);
+        self.0.lock().expect("not poisoned").push(call);
+    }
+
+    fn ended(&mut self, att: &Attempt, outcome: AttemptOutcome, runtime: f64) {
+        let call = Call::Ended(att.lease, att.task, att.number, outcome, runtime);
+        self.0.lock().expect("not poisoned").push(call);
+    }
+}
+
+impl Recorder {
+    /// The calls since the last take, as engine_ops.Recorder.take gives them.
+    fn take<'py>(&self, py: Python<'py>) -> PyResult<Obj<'py>> {
+        let out = PyList::empty(py);
+        for call in self.0.lock().expect("not poisoned").drain(..) {
+            out.append(match call {
+                Call::Started(lease, task, n, wait) => tup!(py; "started", lease, task, n, wait),
+                Call::Ended(lease, task, n, outcome, runtime) => {
+                    tup!(py; "ended", lease, task, n, outcome.name(), runtime)
+                }
+            })?;
+        }
+        Ok(out.into_any())
+    }
+}
+
+pub(crate) fn engine(
+    config: &Bound<'_, PyTuple>,
+    recorder: &Recorder,
+    first_id: u64,
+) -> PyResult<Engine> {
     let seed: i64 = item(config, 0)?;
     let sc = config.get_item(1)?;
     let sc = sc.cast::<PyTuple>()?;
@@ -283,7 +334,7 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
         event_level,
         retention: item(config, 3)?,
         retention_max: item(config, 4)?,
-        first_id: 1,
+        first_id,
         journal: true,
         elastic: item(config, 6)?,
         resources: config
@@ -293,8 +344,12 @@ fn engine(config: &Bound<'_, PyTuple>) -> PyResult<Engine> {
             .map(|r| resource(r.cast::<PyTuple>()?))
             .collect::<PyResult<_>>()?,
     };
-    Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
-        .map_err(|e| PyValueError::new_err(e.0))
+    let mut eng = Engine::new(pools, 0.0, options, MersenneTwister::new(i128::from(seed)))
+        .map_err(|e| PyValueError::new_err(e.0))?;
+    if item(config, 8)? {
+        eng.observe(Box::new(recorder.clone()));
+    }
+    Ok(eng)
 }
 
 /// engine_ops.deps_row: the dependency fields of the extras.
@@ -404,7 +459,10 @@ fn record<'py>(py: Python<'py>, eng: &Engine, r: &TaskRecord) -> PyResult<Obj<'p
 }
 
 /// Labels as a list of (name, value) pairs, or None.
-fn labels<'py>(py: Python<'py>, l: Option<&[(Arc<str>, Arc<str>)]>) -> PyResult<Obj<'py>> {
+pub(crate) fn labels<'py>(
+    py: Python<'py>,
+    l: Option<&[(Arc<str>, Arc<str>)]>,
+) -> PyResult<Obj<'py>> {
     l.map(|l| l.iter().map(|(n, v)| (&**n, &**v)).collect::<Vec<_>>())
         .into_bound_py_any(py)
 }
@@ -563,8 +621,11 @@ fn run_engine<'py>(
     config: &Bound<'py, PyTuple>,
     ops: &Bound<'py, PyList>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let mut eng = engine(config)?;
+    let recorder = Recorder::default();
+    let mut eng = engine(config, &recorder, 1)?;
     let mut issued: Lease = 0;
+    // each schedule's latest definition (restarts resume it)
+    let mut defined: HashMap<String, Bound<'py, PyTuple>> = HashMap::new();
     let trace = PyList::empty(py);
     for op in ops.iter() {
         let t = op.cast::<PyTuple>()?;
@@ -716,6 +777,16 @@ fn run_engine<'py>(
                 let atts = eng.abort_running(now);
                 attempts(py, &atts)?
             }
+            "ready_view" => {
+                let out = PyList::empty(py);
+                for v in eng.ready_view() {
+                    out.append(tup!(py;
+                        &*v.pool, v.ready_by_class.to_vec(), v.oldest_ready_at.to_vec(),
+                        v.retries, v.dead_lettered
+                    ))?;
+                }
+                out.into_any()
+            }
             "snapshot" => {
                 let names: Vec<String> = eng
                     .parking()
@@ -733,12 +804,20 @@ fn run_engine<'py>(
             "add_recurring" => {
                 eng.add_recurring(schedule(t, 2)?, now)
                     .map_err(|e| PyValueError::new_err(e.message))?;
+                defined.insert(item(t, 2)?, t.clone());
                 py.None().into_bound(py)
             }
             "resume_recurring" => {
                 eng.resume_recurring(schedule(t, 2)?, item(t, 9)?, item(t, 10)?, now)
                     .map_err(|e| PyValueError::new_err(e.message))?;
+                defined.insert(item(t, 2)?, t.clone());
                 py.None().into_bound(py)
+            }
+            "restart" => {
+                let (fresh, rows) = restart(py, &eng, t, &defined, &recorder)?;
+                eng = fresh;
+                issued = 0;
+                rows
             }
             "remove_recurring" => {
                 let name: String = item(t, 2)?;
@@ -811,6 +890,7 @@ fn run_engine<'py>(
             journal,
             recurring,
             parking(py, &eng)?,
+            recorder.take(py)?,
         ))?;
     }
     Ok(trace)

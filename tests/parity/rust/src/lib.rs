@@ -3,6 +3,7 @@
 mod cron;
 mod engine;
 mod leaves;
+mod restore;
 
 use pyo3::prelude::*;
 

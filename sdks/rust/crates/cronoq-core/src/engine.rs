@@ -30,9 +30,9 @@ use crate::deps::{self, Needed};
 use crate::dispatch::fill;
 use crate::groups::{label_key, labels_of};
 use crate::model::{
-    AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Outcome, PoolConfig,
-    PoolSnapshot, Scoring, Snapshot, Status, SubmitError, TaskId, TaskRecord, TaskSpec, Totals,
-    UnknownPool, check_seconds, py_repr,
+    AbortReason, Attempt, ConfigError, FIRST_TERMINAL, KindId, Lease, Observer, Outcome,
+    PoolConfig, PoolSnapshot, ReadyView, Scoring, Snapshot, Status, SubmitError, TaskId,
+    TaskRecord, TaskSpec, Totals, UnknownPool, check_seconds, py_repr,
 };
 use crate::parking::{Parking, Wanted, amounts_of, make_groups};
 use crate::pool::PoolState;
@@ -110,6 +110,8 @@ pub struct Engine<R = MersenneTwister> {
     retention: f64,
     bounded: bool,
     dispatching: bool,
+    /// Pools no longer configured that restored tasks name (`TaskRecord::pool` past `pools`).
+    retired: Vec<Arc<str>>,
 }
 
 impl Engine<MersenneTwister> {
@@ -143,6 +145,7 @@ impl<R: Random> Engine<R> {
             retention: options.retention,
             bounded,
             dispatching: true,
+            retired: Vec::new(),
         })
     }
 
@@ -314,16 +317,7 @@ impl<R: Random> Engine<R> {
         }
         // (checked even without a fixed start, as Python's edge does)
         check_seconds("tolerance", spec.tolerance).map_err(|m| SubmitError::new("invalid", m))?;
-        let kind = match self.kinds.get(spec.kind) {
-            Some(&kind) => kind,
-            None => {
-                let name: Arc<str> = Arc::from(spec.kind);
-                let kind = KindId::try_from(self.kind_names.len()).expect("fewer than 2^32 kinds");
-                self.kinds.insert(name.clone(), kind);
-                self.kind_names.push(name);
-                kind
-            }
-        };
+        let kind = self.kind_id(spec.kind);
         let rec = TaskRecord::from_spec(spec, pool, kind);
         if let Some(extra) = &rec.extra
             && extra.resources.iter().any(|&(_, amount)| amount == 0)
@@ -332,6 +326,32 @@ impl<R: Random> Engine<R> {
             return Err(SubmitError::new("invalid", msg));
         }
         Ok(rec)
+    }
+
+    /// The number of a kind, interned at its first use.
+    pub(crate) fn kind_id(&mut self, name: &str) -> KindId {
+        match self.kinds.get(name) {
+            Some(&kind) => kind,
+            None => {
+                let name: Arc<str> = Arc::from(name);
+                let kind = KindId::try_from(self.kind_names.len()).expect("fewer than 2^32 kinds");
+                self.kinds.insert(name.clone(), kind);
+                self.kind_names.push(name);
+                kind
+            }
+        }
+    }
+
+    /// The index restored tasks of a pool no longer configured get (past the pools).
+    pub(crate) fn retired_pool(&mut self, name: &str) -> usize {
+        let i = match self.retired.iter().position(|n| &**n == name) {
+            Some(i) => i,
+            None => {
+                self.retired.push(Arc::from(name));
+                self.retired.len() - 1
+            }
+        };
+        self.st.pools.len() + i
     }
 
     /// Admit a task; a live or retained key returns (the existing task, true). On an error
@@ -536,7 +556,7 @@ impl<R: Random> Engine<R> {
 
     /// Add or replace a schedule by name; the replaced schedule's occurrences not started yet
     /// are cancelled. Refused (nothing changes): a template a submit would refuse (unknown
-    /// pool, class, tolerance) or a deadline that is not a number of seconds.
+    /// pool, class, tolerance, a resource amount of 0) or a deadline that is not a number of seconds.
     ///
     /// # Panics
     /// When `now` is outside years 1-9999 (Python raises `ValueError`), here and at the
@@ -807,6 +827,24 @@ impl<R: Random> Engine<R> {
         Ok(self.st.pools[self.pool_id(pool)?].desired())
     }
 
+    /// Tell `observer` of every attempt's start (its wait for a slot) and end (its outcome
+    /// and runtime) from now on (Python: `Engine(observer=...)`), in place of any earlier one.
+    pub fn observe(&mut self, observer: Box<dyn Observer>) {
+        self.st.observer.0 = Some(observer);
+    }
+
+    /// Each pool's ready tasks per class, the `ready_at` of the first in line and its retry
+    /// and dead-letter counts, in configuration order: O(pools x classes) plus the due fixed
+    /// starts, for a metrics scrape.
+    pub fn ready_view(&mut self) -> Vec<ReadyView> {
+        let tasks = &self.st.tasks;
+        self.st
+            .pools
+            .iter_mut()
+            .map(|p| p.ready_view(tasks))
+            .collect()
+    }
+
     /// Every pool now with its quality metrics, the live and running counts and the totals.
     pub fn snapshot(&mut self, now: f64) -> Snapshot {
         let pools: Vec<PoolSnapshot> = self.st.pools.iter_mut().map(|p| p.snapshot(now)).collect();
@@ -852,9 +890,13 @@ impl<R: Random> Engine<R> {
             .collect()
     }
 
-    /// The name of a pool by index (`TaskRecord::pool`).
+    /// The name of a pool by index (`TaskRecord::pool`), also of one no longer configured
+    /// that restored tasks name.
     pub fn pool_name(&self, pool: usize) -> Option<&str> {
-        self.st.pools.get(pool).map(|p| &*p.name)
+        match self.st.pools.get(pool) {
+            Some(p) => Some(&p.name),
+            None => self.retired.get(pool - self.st.pools.len()).map(|n| &**n),
+        }
     }
 
     /// The name of an interned kind (`TaskRecord::kind`).

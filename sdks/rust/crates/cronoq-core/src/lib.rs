@@ -11,7 +11,8 @@
 //! tasks), `fixed` (fixed starts and reservations), `recurring` and `schedules` (recurring
 //! schedules over `cron`), `resources` (semaphores and token buckets), `groups` (worker groups),
 //! `parking` (tasks waiting on a resource or for a group slot, and the offers that put them
-//! back), `dispatch` and `engine` (the driver interface), `stats`, `autoscale` (evaluated by the
+//! back), `dispatch` and `engine` (the driver interface), `restore` (taking back what a store
+//! kept: `Engine::restore` of `StoredTask`s), `stats`, `autoscale` (evaluated by the
 //! pools' timers) and `cron`; `table` the tables of tasks and running attempts (Python's `tasks`
 //! and `running` dicts), `rng` the injected randomness and `pyrepr` Python's `repr()` of a name,
 //! for error messages. Python's records and attempts are shared objects; here the engine's tables
@@ -23,10 +24,10 @@
 //! and the one source of randomness is injected (`rng::Random`; `rng::MersenneTwister` is Python's
 //! `random.Random`).
 //!
-//! Not ported yet, and absent rather than ignored: resources and labels in a recurring
-//! schedule's template, restore, the
-//! observer, `ready_view`, and the snapshot fields of those features. Snapshots take their
-//! quality metrics from `stats`.
+//! Every rule of the Python core is ported, restore, the observer (`Engine::observe`),
+//! `ready_view` and a recurring template's resources and labels included. Not ported: the
+//! operators' readers that only read the engine (Python's `core/search.py` and
+//! `Engine.page`). Snapshots take their quality metrics from `stats`.
 
 pub mod actions;
 pub mod autoscale;
@@ -45,6 +46,7 @@ pub mod pyrepr;
 pub mod queue;
 pub mod recurring;
 pub mod resources;
+pub mod restore;
 pub mod rng;
 pub mod schedules;
 pub mod state;
@@ -56,10 +58,11 @@ pub mod vocab;
 pub use actions::{Actions, Journal};
 pub use engine::{Engine, EngineOptions, TaskRef};
 pub use model::{
-    Attempt, DepTarget, Extras, PoolConfig, RetryPolicy, Scoring, Status, SubmitError, TaskId,
-    TaskRecord, TaskSpec,
+    Attempt, AttemptOutcome, DepTarget, Extras, Observer, PoolConfig, ReadyView, RetryPolicy,
+    Scoring, Status, SubmitError, TaskId, TaskRecord, TaskSpec,
 };
 pub use resources::ResourceConfig;
+pub use restore::StoredTask;
 pub use rng::{MersenneTwister, Random};
 pub use state::EventLevel;
 pub use vocab::{DepOn, UnknownDependency};

@@ -93,6 +93,24 @@ pub const TRANSITIONS: [u16; 12] = [
     0,
 ];
 
+/// The status changes restore makes (Python: `model.RESTORE_TRANSITIONS`): a live task is
+/// admitted again from `Blocked`, a retrying one stays retrying, a lost attempt's task may
+/// retry, one that cannot resume fails; an ended one stays as it ended.
+pub const RESTORE_TRANSITIONS: [u16; 12] = [
+    bits(&[Blocked, Failed]),
+    bits(&[Blocked, Failed]),
+    bits(&[Blocked, Failed]),
+    bits(&[Blocked, Retrying, Failed]),
+    bits(&[Retrying, Failed]),
+    bits(&[Succeeded]),
+    bits(&[Failed]),
+    bits(&[DeadLettered]),
+    bits(&[Cancelled]),
+    bits(&[Skipped]),
+    bits(&[Missed]),
+    bits(&[Shed]),
+];
+
 impl Status {
     /// Every status, by number.
     pub const ALL: [Status; 12] = [
@@ -123,6 +141,11 @@ impl Status {
     /// Whether the life-cycle table lets a task move from `self` to `new`.
     pub fn may_move_to(self, new: Status) -> bool {
         TRANSITIONS[self as usize] & (1 << new as u16) != 0
+    }
+
+    /// Whether the restore table lets a stored task move from `self` to `new`.
+    pub fn may_restore_to(self, new: Status) -> bool {
+        RESTORE_TRANSITIONS[self as usize] & (1 << new as u16) != 0
     }
 }
 
@@ -430,6 +453,63 @@ impl Outcome {
     }
 }
 
+/// How an attempt ended, as an observer is told (Python's `ATTEMPT_OUTCOMES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttemptOutcome {
+    /// Its executor succeeded.
+    Succeeded,
+    /// Its executor or worker reported a failure.
+    Failed,
+    /// It ran past the task's timeout.
+    TimedOut,
+    /// Its worker stopped heartbeating.
+    LeaseExpired,
+    /// Its task was cancelled while it ran.
+    Cancelled,
+    /// The driver shut down with it still running.
+    Abandoned,
+}
+
+impl AttemptOutcome {
+    /// How an ended attempt ended: its abort's reason, else whether its executor succeeded
+    /// (Python's `state.attempt_outcome`).
+    pub fn of(att: &Attempt, success: bool) -> Self {
+        match att.abort_reason {
+            Some(AbortReason::Timeout) => AttemptOutcome::TimedOut,
+            Some(AbortReason::Lease) => AttemptOutcome::LeaseExpired,
+            Some(AbortReason::Cancelled) => AttemptOutcome::Cancelled,
+            Some(AbortReason::Shutdown) => AttemptOutcome::Abandoned,
+            None if success => AttemptOutcome::Succeeded,
+            None => AttemptOutcome::Failed,
+        }
+    }
+
+    /// The Python name of the outcome.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::TimedOut => "timed_out",
+            AttemptOutcome::LeaseExpired => "lease_expired",
+            AttemptOutcome::Cancelled => "cancelled",
+            AttemptOutcome::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// What a driver may watch of attempts as they start and end (`Engine::observe`; Python's
+/// `model.Observer`, the server's histograms): called inside the engine call that starts or
+/// ends the attempt, so it must be quick. Times are seconds.
+pub trait Observer: Send {
+    /// The attempt started after waiting `wait` = its start - `TaskRecord::ready_at`, the
+    /// instant its task last became ready: its wait for a slot, not for its dependencies, its
+    /// start time or a backoff.
+    fn started(&mut self, att: &Attempt, wait: f64);
+
+    /// The attempt ended with `outcome` after `runtime` = its end - `Attempt::started_at`.
+    fn ended(&mut self, att: &Attempt, outcome: AttemptOutcome, runtime: f64);
+}
+
 /// An attempt that ended without ending its task (the task retried); times in seconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PastAttempt {
@@ -518,7 +598,8 @@ pub struct TaskRecord {
     pub id: TaskId,
     /// Its admission order (queue ties are broken by it).
     pub seq: u64,
-    /// Its pool's index in the engine's configuration order (`Engine::pools`).
+    /// Its pool's index in the engine's configuration order (`Engine::pools`); past them, a
+    /// pool no longer configured that restore met (`Engine::pool_name`).
     pub pool: usize,
     /// Its priority class.
     pub cls: u8,
@@ -872,6 +953,24 @@ pub struct PoolSnapshot {
     pub paused: bool,
     /// Tasks wait and the pool has no capacity at all to run them.
     pub unserved: bool,
+}
+
+/// The ready tasks of one pool per class and its retry and dead-letter counts, for a metrics
+/// scrape (`Engine::ready_view`; Python's `ReadyView`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadyView {
+    /// The pool's name.
+    pub pool: Arc<str>,
+    /// Tasks ready and waiting for a slot wherever they wait (the ready queue, a short
+    /// resource, a worker-group slot, a held slot of their fixed start), per class.
+    pub ready_by_class: [i64; 4],
+    /// The `ready_at` of the task first in line of each class (its queue's head, or a due
+    /// fixed start); tasks parked on a resource or a group slot are not looked at.
+    pub oldest_ready_at: [Option<f64>; 4],
+    /// Retries of its tasks, counted as `Totals::retries` is.
+    pub retries: u64,
+    /// Its tasks dead-lettered.
+    pub dead_lettered: u64,
 }
 
 /// The whole engine now (Python's `Snapshot`).

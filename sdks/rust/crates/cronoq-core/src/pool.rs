@@ -9,13 +9,14 @@ use std::sync::Arc;
 use crate::autoscale::{Autoscaler, Signals};
 use crate::groups::Groups;
 use crate::model::{
-    ConfigError, KindId, PoolConfig, PoolSnapshot, RetryPolicy, Scoring, Status, TaskId,
+    ConfigError, KindId, PoolConfig, PoolSnapshot, ReadyView, RetryPolicy, Scoring, Status, TaskId,
     TaskRecord, py_cmp, py_max, py_min,
 };
 use crate::pyrepr::python_shown;
 use crate::queue::ReadyQueues;
 use crate::stats::PoolStats;
 use crate::table::Tasks;
+use crate::vocab::NUM_CLASSES;
 
 /// Weight of the newest runtime in the learned expected duration of a (pool, kind).
 pub const EWMA_ALPHA: f64 = 0.2;
@@ -275,6 +276,41 @@ impl PoolState {
         self.cfg
             .max_pending
             .is_none_or(|cap| self.pending() + n <= i64::from(cap))
+    }
+
+    /// Ready tasks per class and the `ready_at` of the first in line (`ReadyView`).
+    pub fn ready_view(&mut self, tasks: &Tasks) -> ReadyView {
+        let mut ready = [0i64; NUM_CLASSES];
+        for (c, r) in ready.iter_mut().enumerate() {
+            *r = self.pending_by_class[c] - self.retrying_by_class[c] - self.unready_by_class[c];
+        }
+        let mut oldest: [Option<f64>; NUM_CLASSES] = [None; NUM_CLASSES];
+        for (c, q) in self.queues.classes.iter_mut().enumerate() {
+            if q.n() != 0
+                && let Some(head) = q.fifo_head(tasks)
+            {
+                oldest[c] = Some(tasks[&head.task].ready_at);
+            }
+        }
+        for e in self.due.iter() {
+            // fixed starts waiting for their held slot (few)
+            let Some(rec) = tasks.get(&e.task) else {
+                continue;
+            };
+            if rec.status == Status::Ready && rec.extra.as_ref().is_some_and(|x| x.due) {
+                let c = usize::from(rec.cls);
+                if oldest[c].is_none_or(|at| rec.ready_at < at) {
+                    oldest[c] = Some(rec.ready_at);
+                }
+            }
+        }
+        ReadyView {
+            pool: self.name.clone(),
+            ready_by_class: ready,
+            oldest_ready_at: oldest,
+            retries: self.retries,
+            dead_lettered: self.dead_lettered,
+        }
     }
 
     /// The pool now, with its quality metrics over the stats window.

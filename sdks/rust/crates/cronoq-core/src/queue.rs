@@ -73,7 +73,8 @@ impl ClassQueue {
         }
     }
 
-    fn fifo_head(&mut self, tasks: &Tasks) -> Option<QEntry> {
+    /// The task first in line (dead entries above it are dropped).
+    pub(crate) fn fifo_head(&mut self, tasks: &Tasks) -> Option<QEntry> {
         match self {
             ClassQueue::Fifo(q) => q.fifo_head(tasks),
             ClassQueue::Fair(q) => q.fifo_head(),

@@ -24,6 +24,9 @@ use crate::model::{RetryPolicy, Status, TaskId, TaskSpec};
 use crate::table::Tasks;
 use crate::vocab::{DepOn, OnMiss, Overlap};
 
+/// A template's resource amounts and labels, borrowed (`Recurring::names`).
+pub(crate) type Names<'a> = (Vec<(&'a str, u32)>, Vec<(&'a str, &'a str)>);
+
 /// `<key>@<UTC time of the occurrence>Z`, the time to the second (Python's `time.gmtime`
 /// floors it).
 pub fn occurrence_key(key: &str, t: f64) -> String {
@@ -59,6 +62,11 @@ pub struct Recurring {
     pub timeout: Option<f64>,
     /// Their retry policy (None: the pool's).
     pub retry: Option<RetryPolicy>,
+    /// Amounts of the engine's resources each takes while it runs, by name (empty: none; a
+    /// name given twice keeps its last amount).
+    pub resources: Vec<(String, u32)>,
+    /// Labels a worker group must carry to run them (empty: any slot).
+    pub labels: Vec<(String, String)>,
     /// What an occurrence does while an earlier one is live.
     pub overlap: Overlap,
     /// How late an occurrence may start (seconds).
@@ -89,6 +97,8 @@ impl Recurring {
             duration_hint: None,
             timeout: None,
             retry: None,
+            resources: Vec::new(),
+            labels: Vec::new(),
             overlap: Overlap::Skip,
             tolerance: 1.0,
             on_miss: OnMiss::RunLate,
@@ -120,13 +130,22 @@ impl Recurring {
         &self.recent
     }
 
+    /// The template's resources and labels as the slices an occurrence's `TaskSpec` borrows.
+    pub(crate) fn names(&self) -> Names<'_> {
+        let resources = self.resources.iter().map(|(n, a)| (n.as_str(), *a));
+        let labels = self.labels.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        (resources.collect(), labels.collect())
+    }
+
     /// The submit of the occurrence at `t` (its key, made by `occurrence_key`, is passed in),
-    /// with its dependency on the previous occurrence in the queue modes.
+    /// with its dependency on the previous occurrence in the queue modes and the template's
+    /// resources and labels (`names`).
     pub(crate) fn occurrence<'a>(
         &'a self,
         t: f64,
         key: Option<&'a str>,
         deps: &'a [(TaskRef<'a>, DepOn)],
+        names: &'a Names<'a>,
     ) -> TaskSpec<'a> {
         TaskSpec {
             pool: &self.pool,
@@ -142,8 +161,8 @@ impl Recurring {
             tolerance: self.tolerance,
             on_miss: self.on_miss,
             deps,
-            resources: &[],
-            labels: None,
+            resources: &names.0,
+            labels: Some(&names.1),
         }
     }
 

@@ -116,7 +116,7 @@ impl Schedules {
 /// Checks a schedule's template as a submit of it would be checked (unknown pool, class,
 /// tolerance), and its deadline.
 fn check<R: Random>(eng: &mut Engine<R>, sched: &Recurring) -> Result<(), SubmitError> {
-    eng.record(sched.occurrence(0.0, None, &[]))?;
+    eng.record(sched.occurrence(0.0, None, &[], &sched.names()))?;
     if let Some(d) = sched.deadline_in {
         check_seconds("deadline_in", d).map_err(|m| SubmitError::new("invalid", m))?;
     }
@@ -249,7 +249,8 @@ fn materialize<R: Random>(eng: &mut Engine<R>, id: ScheduleId, now: f64) {
     let got = match key.as_deref().and_then(|k| eng.st.keys.get(k)) {
         Some(&old) => Ok(old),
         None => {
-            let spec = sched.occurrence(t, key.as_deref(), &edges);
+            let names = sched.names();
+            let spec = sched.occurrence(t, key.as_deref(), &edges, &names);
             let mut rec = eng.record(spec).expect("a template checked when added");
             let extra = rec.extra.as_deref_mut().expect("a fixed start");
             extra.schedule = Some(sched.name.clone());

@@ -18,8 +18,8 @@ use crate::deps::Dependencies;
 use crate::engine::EngineOptions;
 use crate::fixed::{FixedStarts, drop_fixed};
 use crate::model::{
-    AbortReason, Attempt, ConfigError, HISTORY_MAX, Lease, Outcome, PastAttempt, PoolConfig,
-    Status, StatusEvent, SubmitError, TaskId, TaskRecord, Totals, py_repr,
+    AbortReason, Attempt, AttemptOutcome, ConfigError, HISTORY_MAX, Lease, Observer, Outcome,
+    PastAttempt, PoolConfig, Status, StatusEvent, SubmitError, TaskId, TaskRecord, Totals, py_repr,
 };
 use crate::parking::Parking;
 use crate::pool::PoolState;
@@ -28,6 +28,20 @@ use crate::schedules::Schedules;
 use crate::table::FastBuild;
 pub use crate::table::{Running, Tasks};
 use crate::timers::{Timer, Timers};
+
+/// The engine's observer, if any (a wrapper only so that `State` stays `Debug`).
+#[derive(Default)]
+pub(crate) struct Watcher(pub(crate) Option<Box<dyn Observer>>);
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Watcher(Some)"
+        } else {
+            "Watcher(None)"
+        })
+    }
+}
 
 /// Which status changes become events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -85,6 +99,9 @@ pub struct State<R> {
     pub fixed: FixedStarts,
     /// The recurring schedules (their timers fire here, their occurrences' starts read them).
     pub schedules: Schedules,
+    /// Told of every attempt's start and end (`Engine::observe`); None costs a test per
+    /// attempt start and end.
+    pub(crate) observer: Watcher,
     seq: u64,
     lease: Lease,
 }
@@ -141,6 +158,7 @@ impl<R: Random> State<R> {
             deps: Dependencies::default(),
             fixed: FixedStarts::default(),
             schedules: Schedules::default(),
+            observer: Watcher(None),
             seq: 0,
             lease: 0,
         })
@@ -162,6 +180,11 @@ impl<R: Random> State<R> {
         self.next_id += 1;
         self.seq += 1;
         rec.seq = self.seq;
+    }
+
+    /// Restore: later tasks are admitted after every stored one (`restore.rs`).
+    pub(crate) fn seq_at_least(&mut self, seq: u64) {
+        self.seq = self.seq.max(seq);
     }
 
     /// Take a new task in: indexed and counted; it becomes the parent of the tasks awaiting
@@ -305,6 +328,10 @@ impl<R: Random> State<R> {
             self.timers
                 .set(att.lease_expiry, Timer::Lease { lease: att.lease });
         }
+        if let Some(o) = &mut self.observer.0 {
+            let wait = now - self.tasks[&id].ready_at;
+            o.started(&att, wait);
+        }
         self.out.starts.push(att);
     }
 
@@ -340,13 +367,17 @@ impl<R: Random> State<R> {
         // Permits came back, or a slot did for a task that a resource could serve: the next
         // dispatch re-offers them (once for all the attempts that ended meanwhile).
         self.reoffer_if_resources();
+        if let Some(o) = &mut self.observer.0 {
+            o.ended(&att, AttemptOutcome::of(&att, success), runtime);
+        }
         (att, runtime)
     }
 
     /// The engine gives up on a running attempt; the driver is told in `aborts`.
     pub fn abort(&mut self, lease: Lease, now: f64, reason: AbortReason) -> Attempt {
-        let (mut att, _) = self.end_attempt(lease, now, false);
-        att.abort_reason = Some(reason);
+        let running = self.running.get_mut(&lease).expect("a running attempt");
+        running.abort_reason = Some(reason); // first: the observer is told of it
+        let (att, _) = self.end_attempt(lease, now, false);
         self.out.aborts.push(att.clone());
         att
     }

@@ -531,3 +531,41 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn occurrences_take_the_templates_resources_and_labels_and_an_unknown_one_is_a_conflict() {
+    let options = EngineOptions {
+        resources: vec![cronoq_core::ResourceConfig::semaphore("db", 1).unwrap()],
+        ..EngineOptions::default()
+    };
+    let pool = PoolConfig {
+        capacity: 2,
+        ..PoolConfig::new("p")
+    };
+    let mut eng = Engine::new(vec![pool], 0.0, options, MersenneTwister::new(0)).unwrap();
+    let mut sched = every("r", "*/5 * * * * *", Overlap::Allow);
+    sched.resources = vec![("db".into(), 2), ("db".into(), 1)]; // the last amount counts
+    sched.labels = vec![("zone".into(), "a".into())];
+    eng.add_recurring(sched, 0.0).unwrap();
+    eng.advance(5.0);
+    eng.dispatch(5.0);
+    let id = eng.schedule("r").unwrap().last().unwrap();
+    let rec = eng.lookup(TaskRef::Id(id)).unwrap();
+    let extra = rec.extra.as_deref().unwrap();
+    assert_eq!(extra.resources, [("db".into(), 1)]);
+    assert_eq!(
+        rec.labels.as_deref().unwrap(),
+        [("zone".into(), "a".into())]
+    );
+    let mut zero = every("z", "*/5 * * * * *", Overlap::Allow);
+    zero.resources = vec![("db".into(), 0)];
+    let refused = eng.add_recurring(zero, 5.0).unwrap_err();
+    assert_eq!(refused.code, "invalid");
+    let mut unknown = every("u", "*/5 * * * * *", Overlap::Allow);
+    unknown.resources = vec![("nope".into(), 1)];
+    eng.add_recurring(unknown, 5.0).unwrap();
+    eng.advance(10.0);
+    eng.dispatch(10.0);
+    assert_eq!(eng.totals().recurring_conflicts, 1);
+    assert!(eng.schedule("u").unwrap().last().is_none());
+}
