@@ -362,8 +362,8 @@ impl Default for Scoring {
 
 // --- pool configuration ------------------------------------------------------------------------
 
-/// What the core needs to know about a pool. Options of features not ported yet (resources and
-/// worker groups) are absent, not ignored.
+/// What the core needs to know about a pool (resources are the engine's, worker groups are
+/// declared on the engine with `set_group_capacity`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolConfig {
     /// The pool's name, unique in an engine.
