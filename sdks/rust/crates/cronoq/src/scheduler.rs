@@ -366,19 +366,31 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
         make: impl FnOnce(oneshot::Sender<T>) -> Command<P, O>,
     ) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
-        // `try_send` first: with room in the queue it skips the permit future of `send` (and
-        // it finds no room while earlier senders wait, so they keep their turn).
-        match self.inner.commands.try_send(make(tx)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(command)) => self
-                .inner
-                .commands
-                .send(command)
-                .await
-                .map_err(|_| Error::Shutdown)?,
-            Err(TrySendError::Closed(_)) => return Err(Error::Shutdown),
+        if let Some(command) = self.try_send(make(tx))? {
+            self.send(command).await?;
         }
         rx.await.map_err(|_| Error::Shutdown)
+    }
+
+    /// Sends a command at once if the queue has room (it finds none while earlier senders
+    /// wait, so they keep their turn); else gives it back, for [`send`](Self::send). Not
+    /// async, so a command sent at once is not moved into a future that holds it across an
+    /// await (a task's spec is large: each move is a copy).
+    fn try_send(&self, command: Command<P, O>) -> Result<Option<Command<P, O>>, Error> {
+        match self.inner.commands.try_send(command) {
+            Ok(()) => Ok(None),
+            Err(TrySendError::Full(command)) => Ok(Some(command)),
+            Err(TrySendError::Closed(_)) => Err(Error::Shutdown),
+        }
+    }
+
+    /// Sends a command once the queue has room.
+    async fn send(&self, command: Command<P, O>) -> Result<(), Error> {
+        self.inner
+            .commands
+            .send(command)
+            .await
+            .map_err(|_| Error::Shutdown)
     }
 
     /// The task resolved against the scheduler's clock and checked.
@@ -388,16 +400,31 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
         Ok(spec)
     }
 
-    async fn admit(&self, task: impl Into<Task<P>>, handle: bool) -> Result<Admitted<O>, Error> {
-        let spec = self.prepare(task)?;
-        self.call(|reply| {
-            Command::Submit(Submission::One {
+    /// Sends the task at once (when the caller's future is first polled) and returns what
+    /// awaits the answer: `call` inlined, so that the spec is moved through no future (each
+    /// move of a spec is a copy); a command the full queue gives back waits in a boxed future.
+    fn admit(
+        &self,
+        task: impl Into<Task<P>>,
+        handle: bool,
+    ) -> impl Future<Output = Result<Admitted<O>, Error>> + '_ {
+        let sent = self.prepare(task).and_then(|spec| {
+            let (reply, rx) = oneshot::channel();
+            let command = Command::Submit(Submission::One {
                 spec,
                 handle,
                 reply,
-            })
-        })
-        .await?
+            });
+            let waiting = self.try_send(command)?.map(|c| Box::pin(self.send(c)));
+            Ok((waiting, rx))
+        });
+        async move {
+            let (waiting, rx) = sent?;
+            if let Some(send) = waiting {
+                send.await?;
+            }
+            rx.await.map_err(|_| Error::Shutdown)?
+        }
     }
 
     /// Submits a task and returns its handle once the task is admitted.

@@ -86,8 +86,14 @@ impl<P> Clone for TaskSpec<P> {
 /// `"default"`, the kind and pool of most tasks: one shared string, so that a new task does not
 /// allocate its own.
 fn default_name() -> Arc<str> {
-    static NAME: OnceLock<Arc<str>> = OnceLock::new();
-    NAME.get_or_init(|| Arc::from("default")).clone()
+    DEFAULT_NAME.get_or_init(|| Arc::from("default")).clone()
+}
+
+static DEFAULT_NAME: OnceLock<Arc<str>> = OnceLock::new();
+
+/// Whether a name is the shared `"default"`, which needs no check for NUL characters.
+fn is_default(name: &Arc<str>) -> bool {
+    DEFAULT_NAME.get().is_some_and(|d| Arc::ptr_eq(d, name))
 }
 
 impl<P> TaskSpec<P> {
@@ -231,8 +237,9 @@ impl<P> TaskSpec<P> {
     /// the pool, the bounds).
     pub(crate) fn check(&self) -> Result<(), SubmitError> {
         let nul = |s: &str| s.contains('\0');
+        let name = |s: &Arc<str>| !is_default(s) && nul(s);
         let names = [Some(&self.kind), Some(&self.pool), self.key.as_ref()];
-        if names.into_iter().flatten().any(|s| nul(s)) || self.tenant.as_deref().is_some_and(nul) {
+        if names.into_iter().flatten().any(name) || self.tenant.as_deref().is_some_and(nul) {
             return Err(SubmitError::Invalid(
                 "kind, pool, key and tenant must not contain NUL characters",
             ));
