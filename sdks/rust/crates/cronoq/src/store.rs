@@ -4,8 +4,8 @@
 //!
 //! This version of the library runs with [`MemoryStore`] only: a store whose
 //! [`persists`](Store::persists) is true makes [`Builder::build`](crate::Builder::build) fail
-//! with [`Error::Config`](crate::Error::Config), because restoring an engine from a store's
-//! rows is not available yet.
+//! with [`Error::Config`](crate::Error::Config), because the driver does not write its changes
+//! ahead to a store or recover from one yet.
 
 use std::time::{Duration, SystemTime};
 
