@@ -153,6 +153,19 @@ impl<V> Window<V> {
         if self.slots.is_empty() && key >= self.base {
             self.base = key;
         }
+        if key >= self.base
+            && key - self.base > (self.slots.len() + SPREAD * self.len + SLACK) as u64
+        {
+            // A jump (the ids of a new leadership epoch, `epoch << 48 | n`): the window
+            // starts afresh at the key, the values held move aside.
+            let base = self.base;
+            for (i, slot) in std::mem::take(&mut self.slots).into_iter().enumerate() {
+                if let Some(v) = slot {
+                    self.stragglers.insert(base + i as u64, v);
+                }
+            }
+            self.base = key;
+        }
         let old = if key < self.base {
             self.stragglers.insert(key, value)
         } else {
@@ -266,6 +279,21 @@ mod tests {
                 assert_ne!(h(&base), h(&other), "length {len}, byte {i}");
             }
         }
+    }
+
+    #[test]
+    fn a_jump_in_keys_moves_the_window() {
+        let mut t: Window<TaskRecord> = Window::default();
+        let (old, new) = (1 << 48 | 1, 2 << 48 | 1);
+        t.insert(old, rec(old));
+        t.insert(old + 1, rec(old + 1));
+        t.insert(new, rec(new));
+        assert!(t.slots.len() <= SPREAD + SLACK, "window {}", t.slots.len());
+        assert_eq!(t.keys().collect::<Vec<_>>(), vec![old, old + 1, new]);
+        assert_eq!(t.get(&(old + 1)).map(|r| r.id), Some(old + 1));
+        assert_eq!(t.remove(&old).map(|r| r.id), Some(old));
+        t.insert(new + 1, rec(new + 1));
+        assert_eq!(t.len(), 3);
     }
 
     #[test]
