@@ -153,35 +153,36 @@ impl<V> Window<V> {
         if self.slots.is_empty() && key >= self.base {
             self.base = key;
         }
-        if key >= self.base
-            && key - self.base > (self.slots.len() + SPREAD * self.len + SLACK) as u64
-        {
-            // A jump (the ids of a new leadership epoch, `epoch << 48 | n`): the window
-            // starts afresh at the key, the values held move aside.
-            let base = self.base;
-            for (i, slot) in std::mem::take(&mut self.slots).into_iter().enumerate() {
-                if let Some(v) = slot {
-                    self.stragglers.insert(base + i as u64, v);
-                }
-            }
-            self.base = key;
-        }
         let old = if key < self.base {
             self.stragglers.insert(key, value)
+        } else if key - self.base == self.slots.len() as u64 {
+            self.slots.push_back(Some(value));
+            None
         } else {
-            let i = usize::try_from(key - self.base).expect("a window within memory");
-            if i == self.slots.len() {
-                self.slots.push_back(Some(value));
-                None
-            } else {
-                if i > self.slots.len() {
-                    self.slots.resize_with(i + 1, || None);
-                }
-                self.slots[i].replace(value)
+            if key - self.base > (self.slots.len() + SPREAD * self.len + SLACK) as u64 {
+                self.jump(key);
             }
+            let i = usize::try_from(key - self.base).expect("a window within memory");
+            if i >= self.slots.len() {
+                self.slots.resize_with(i + 1, || None);
+            }
+            self.slots[i].replace(value)
         };
         assert!(old.is_none(), "key {key} is held already");
         self.len += 1;
+    }
+
+    /// A key far past the window (the ids of a new leadership epoch, `epoch << 48 | n`): the
+    /// window starts afresh at it, the values held move aside.
+    #[cold]
+    fn jump(&mut self, key: u64) {
+        let base = self.base;
+        for (i, slot) in std::mem::take(&mut self.slots).into_iter().enumerate() {
+            if let Some(v) = slot {
+                self.stragglers.insert(base + i as u64, v);
+            }
+        }
+        self.base = key;
     }
 
     /// Drop the value under this key from the table; returns it.

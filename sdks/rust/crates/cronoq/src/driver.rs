@@ -458,11 +458,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             closed: false,
         };
         loop {
-            if let Some(e) = self.failed.clone() {
-                // Another instance may lead: nothing more runs here.
-                self.cut_off();
-                self.fail_parked();
-                return Err(Error::Store(e));
+            if let Some(e) = &self.failed {
+                return Err(self.fail(e.clone()));
             }
             if let Some(deadline) = self.stopping {
                 if self.running == 0 && self.wal.as_ref().is_none_or(Wal::idle) {
@@ -657,7 +654,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     /// empty take would also leave the engine a next outbox without room).
     fn apply(&mut self, now: f64) {
         if self.wal.is_some() {
-            self.hold(now);
+            self.hold();
             return;
         }
         loop {
@@ -685,7 +682,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     /// `apply` with a persistent store: aborts at once; the journal becomes the batch's
     /// mutations (with the outputs of the tasks that succeeded); starts, ends and events wait
     /// for the batch.
-    fn hold(&mut self, _now: f64) {
+    #[cold]
+    #[inline(never)]
+    fn hold(&mut self) {
         let out = self.engine.take();
         for att in &out.aborts {
             self.abort(att);
@@ -729,6 +728,14 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
     }
 
+    /// The store failed for good: nothing more runs here (another instance may lead).
+    #[cold]
+    fn fail(&mut self, e: StoreError) -> Error {
+        self.cut_off();
+        self.fail_parked();
+        Error::Store(e)
+    }
+
     /// The commit in flight ended: its effects are carried out, or the scheduler stops.
     fn committed(&mut self, result: Result<(), StoreError>, now: f64) {
         let Some(wal) = self.wal.as_mut() else { return };
@@ -768,15 +775,17 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// Answers a caller: at once, or with a store once the batch is durable.
+    #[inline(always)]
     fn answer(&mut self, reply: Reply<O>) {
         match &mut self.wal {
-            Some(wal) => wal.held.replies.push(reply),
             None => reply.send(),
+            Some(wal) => wal.held.replies.push(reply),
         }
     }
 
     /// Takes back what the store held: live tasks (one whose attempt was running counts it
     /// as lost: retried or dead-lettered) and ended ones (keys, statuses).
+    #[cold]
     fn restore(&mut self, tasks: Vec<RecoveredTask<P>>, terminal: Vec<RecoveredTerminal>) {
         let now = self.now();
         let first_pool = self.pools[0].name.clone();

@@ -59,6 +59,7 @@ pub(crate) enum Reply<O> {
 
 impl<O> Reply<O> {
     /// Answers the caller.
+    #[inline(always)]
     pub(crate) fn send(self) {
         match self {
             Reply::One(tx, r) => drop(tx.send(r)),
