@@ -1598,6 +1598,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// A task admitted: its live entry (and, with a store, its spec for the journal).
+    #[inline]
     fn insert_live(&mut self, id: u64, spec: TaskSpec<P>, pool: usize) {
         if let Some(wal) = &mut self.wal {
             wal.admitted(id, spec.clone());

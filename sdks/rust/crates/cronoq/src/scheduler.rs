@@ -205,8 +205,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         }
         let (exit_tx, exit_rx) = watch::channel(None);
         tokio::spawn(async move {
-            let result = match CatchUnwind(Box::pin(async { Driver::new(setup).run().await })).await
-            {
+            let result = match CatchUnwind(Box::pin(Driver::new(setup).run())).await {
                 Ok(exit) => exit,
                 Err(text) => Err(Error::Internal(format!("driver panicked: {text}"))),
             };
