@@ -72,11 +72,10 @@
 //! * SQLite is reached through `rusqlite` (bundled SQLite) on one thread of the store's own,
 //!   not through an `sqlx` pool: there is no `pool()` method and no `max_connections`
 //!   setting.
-//! * A task's dependencies, resources, fixed start and labels are not written (its row has
-//!   them NULL, as for a task without): a scheduler that recovers it runs it without them.
-//!   Written by a Python process, they are refused by [`Store::recover`] instead of being
-//!   dropped: a live task with any of them, recurring schedules, or paused pools make it fail
-//!   with [`StoreError::Other`] naming them. Ended tasks of any kind are read.
+//! * What this library cannot carry on is refused by [`Store::recover`] instead of being
+//!   dropped: recurring schedules or paused pools (written by Python processes) make it fail
+//!   with [`StoreError::Other`] naming them. Tasks' dependencies, resources, fixed starts and
+//!   labels are written and read back in the Python store's encoding.
 //! * Tags are written as the Python store's JSON object, in order: a key given twice reads
 //!   back here as both pairs, in a Python process as its last value. A retry policy's
 //!   multiplier below 1 (allowed here, not in Python) is written as it is, and a Python

@@ -89,6 +89,35 @@ async fn a_second_scheduler_recovers_what_the_first_wrote() {
     s2.shutdown(Duration::ZERO).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_task_still_waits_for_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cronoq.db");
+    let (s1, store1) = scheduler(&path).await;
+    let parent = s1
+        .enqueue(Task::new(Bytes::from("stuck")).key("parent"))
+        .await
+        .unwrap()
+        .id;
+    let child = s1
+        .enqueue(Task::new(Bytes::from("c")).after("parent"))
+        .await
+        .unwrap()
+        .id;
+    s1.shutdown(Duration::ZERO).await.unwrap();
+    store1.release_leadership().await;
+
+    let (s2, _store2) = scheduler(&path).await;
+    assert_eq!(s2.status(child).await.unwrap(), Some(TaskStatus::Blocked));
+    let h = s2.handle(child).await.unwrap().unwrap();
+    assert!(s2.cancel(parent).await.unwrap());
+    match h.await {
+        Err(cronoq::TaskFailure::Ended { status, .. }) => assert_eq!(status, TaskStatus::Skipped),
+        other => panic!("{other:?}"),
+    }
+    s2.shutdown(Duration::ZERO).await.unwrap();
+}
+
 /// Runs tests/python_scheduler.py and returns what it printed.
 fn python_scheduler(args: &[&str], db: &Path) -> Value {
     let dir = env!("CARGO_MANIFEST_DIR");

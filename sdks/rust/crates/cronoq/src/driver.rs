@@ -857,6 +857,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     // --- attempts ------------------------------------------------------------------------
 
     /// Starts an attempt's task; false when `execute` panicked (the attempt has failed).
+    /// (Inlined into `apply`, the hot path, although `release` calls it too.)
+    #[inline(always)]
     fn launch(&mut self, att: Attempt, now: f64) -> bool {
         let live = self.live.get(&att.task).expect("a started task is live");
         let pool = &self.pools[live.pool];
@@ -1000,6 +1002,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- ends and events -----------------------------------------------------------------
 
+    /// A task ended: its handles are resolved. (Inlined into `apply`, the hot path, although
+    /// `release` calls it too.)
+    #[inline(always)]
     fn finished(&mut self, rec: &TaskRecord) {
         let Some(mut live) = self.live.remove(&rec.id) else {
             return;
@@ -1313,7 +1318,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Ok((id, duplicate)) => {
                 if !duplicate {
                     let p = pool.expect("an admitted task's pool exists");
-                    self.insert_live(id, spec, p);
+                    self.journal_spec(id, &spec);
+                    self.live.insert(id, self.live_task(spec, p));
                 }
                 Admission::Decided(Ok(Submitted {
                     id: TaskId(id),
@@ -1411,7 +1417,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         for (spec, (id, duplicate)) in specs.into_iter().zip(admitted) {
             if !duplicate {
                 let p = self.pool_index[&spec.pool];
-                self.insert_live(id, spec, p);
+                self.journal_spec(id, &spec);
+                self.live.insert(id, self.live_task(spec, p));
             }
             handles.push((id, duplicate));
         }
@@ -1593,18 +1600,17 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .created(&self.engine, |id| live.contains_key(&id), time);
         for (id, spec) in created {
             let p = self.pool_index[&spec.pool];
-            self.insert_live(id, spec, p);
+            self.journal_spec(id, &spec);
+            self.live.insert(id, self.live_task(spec, p));
         }
     }
 
-    /// A task admitted: its live entry (and, with a store, its spec for the journal).
-    #[inline]
-    fn insert_live(&mut self, id: u64, spec: TaskSpec<P>, pool: usize) {
+    /// A task admitted: with a store, its spec is kept for the journal.
+    #[inline(always)]
+    fn journal_spec(&mut self, id: u64, spec: &TaskSpec<P>) {
         if let Some(wal) = &mut self.wal {
             wal.admitted(id, spec.clone());
         }
-        let live = self.live_task(spec, pool);
-        self.live.insert(id, live);
     }
 
     fn live_task(&self, spec: TaskSpec<P>, pool: usize) -> Live<P, O> {

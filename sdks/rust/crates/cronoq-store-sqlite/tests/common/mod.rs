@@ -91,6 +91,10 @@ pub fn assert_same_spec(got: &TaskSpec<Bytes>, want: &TaskSpec<Bytes>) {
     assert_eq!(got.retry, want.retry, "retry");
     assert_eq!(got.tags, want.tags, "tags");
     assert_eq!(got.tenant, want.tenant, "tenant");
+    assert_eq!(got.deps, want.deps, "deps");
+    assert_eq!(got.resources, want.resources, "resources");
+    assert_eq!(got.labels, want.labels, "labels");
+    assert_eq!(got.fixed_start, want.fixed_start, "fixed_start");
 }
 
 /// The Python that runs this repository's `src`: `$CRONOQ_PYTHON`, else the repository's
