@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cronoq::{
-    Error, Mutation, Pool, Recovered, RecoveredTask, RecoveredTerminal, RetryPolicy, Scheduler,
-    Store, StoreError, Task, TaskError, TaskFailure, TaskId, TaskSpec, TaskStatus, Time, TimeBase,
+    Error, Mutation, Pool, Recovered, RecoveredTask, RecoveredTerminal, Recurring, RetryPolicy,
+    Scheduler, Store, StoreError, Task, TaskError, TaskFailure, TaskId, TaskSpec, TaskStatus, Time,
+    TimeBase,
 };
 
 /// A task's row.
@@ -428,5 +429,23 @@ async fn cancellations_and_ends_are_written() {
     ));
     let commits = store.0.lock().unwrap().commits;
     assert!(commits >= 2, "{commits}");
+    s.shutdown(Duration::ZERO).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn occurrences_of_a_schedule_are_written_as_tasks() {
+    let store = Mem::new();
+    let s = build(&store, tens("default", 1)).await;
+    let tick = Recurring::new("tick", "* * * * * *", Task::new(5));
+    s.add_recurring(tick).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let st = store.0.lock().unwrap();
+    let ran = st
+        .rows
+        .values()
+        .filter(|r| *r.spec.payload == 5 && r.status == Some(TaskStatus::Succeeded))
+        .count();
+    assert!(ran >= 2, "{ran}");
+    drop(st);
     s.shutdown(Duration::ZERO).await.unwrap();
 }
