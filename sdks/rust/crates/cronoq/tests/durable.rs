@@ -439,13 +439,11 @@ async fn occurrences_of_a_schedule_are_written_as_tasks() {
     let tick = Recurring::new("tick", "* * * * * *", Task::new(5));
     s.add_recurring(tick).await.unwrap();
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    let st = store.0.lock().unwrap();
-    let ran = st
-        .rows
-        .values()
-        .filter(|r| *r.spec.payload == 5 && r.status == Some(TaskStatus::Succeeded))
-        .count();
+    let ran = {
+        let st = store.0.lock().unwrap();
+        let done = |r: &&Row| *r.spec.payload == 5 && r.status == Some(TaskStatus::Succeeded);
+        st.rows.values().filter(done).count()
+    };
     assert!(ran >= 2, "{ran}");
-    drop(st);
     s.shutdown(Duration::ZERO).await.unwrap();
 }
