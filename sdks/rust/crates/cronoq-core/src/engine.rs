@@ -328,7 +328,8 @@ impl<R: Random> Engine<R> {
         Ok(rec)
     }
 
-    /// The number of a kind, interned at its first use.
+    /// The number of a kind, interned at its first use (inlined: a submission's hot path).
+    #[inline(always)]
     pub(crate) fn kind_id(&mut self, name: &str) -> KindId {
         match self.kinds.get(name) {
             Some(&kind) => kind,

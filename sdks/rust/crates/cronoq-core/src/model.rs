@@ -746,9 +746,10 @@ impl TaskRecord {
         self.extra.get_or_insert_default()
     }
 
-    /// The record of a spec about to be admitted (id 0 until then).
+    /// The record of a spec about to be admitted (id 0 until then), unchecked: a driver also
+    /// builds the records of a store's tasks with it, for `Engine::restore`.
     #[inline]
-    pub(crate) fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
+    pub fn from_spec(spec: TaskSpec<'_>, pool: usize, kind: KindId) -> Self {
         TaskRecord {
             id: 0,
             seq: 0,

@@ -155,20 +155,34 @@ impl<V> Window<V> {
         }
         let old = if key < self.base {
             self.stragglers.insert(key, value)
+        } else if key - self.base == self.slots.len() as u64 {
+            self.slots.push_back(Some(value));
+            None
         } else {
-            let i = usize::try_from(key - self.base).expect("a window within memory");
-            if i == self.slots.len() {
-                self.slots.push_back(Some(value));
-                None
-            } else {
-                if i > self.slots.len() {
-                    self.slots.resize_with(i + 1, || None);
-                }
-                self.slots[i].replace(value)
+            if key - self.base > (self.slots.len() + SPREAD * self.len + SLACK) as u64 {
+                self.jump(key);
             }
+            let i = usize::try_from(key - self.base).expect("a window within memory");
+            if i >= self.slots.len() {
+                self.slots.resize_with(i + 1, || None);
+            }
+            self.slots[i].replace(value)
         };
         assert!(old.is_none(), "key {key} is held already");
         self.len += 1;
+    }
+
+    /// A key far past the window (the ids of a new leadership epoch, `epoch << 48 | n`): the
+    /// window starts afresh at it, the values held move aside.
+    #[cold]
+    fn jump(&mut self, key: u64) {
+        let base = self.base;
+        for (i, slot) in std::mem::take(&mut self.slots).into_iter().enumerate() {
+            if let Some(v) = slot {
+                self.stragglers.insert(base + i as u64, v);
+            }
+        }
+        self.base = key;
     }
 
     /// Drop the value under this key from the table; returns it.
@@ -266,6 +280,21 @@ mod tests {
                 assert_ne!(h(&base), h(&other), "length {len}, byte {i}");
             }
         }
+    }
+
+    #[test]
+    fn a_jump_in_keys_moves_the_window() {
+        let mut t: Window<TaskRecord> = Window::default();
+        let (old, new) = (1 << 48 | 1, 2 << 48 | 1);
+        t.insert(old, rec(old));
+        t.insert(old + 1, rec(old + 1));
+        t.insert(new, rec(new));
+        assert!(t.slots.len() <= SPREAD + SLACK, "window {}", t.slots.len());
+        assert_eq!(t.keys().collect::<Vec<_>>(), vec![old, old + 1, new]);
+        assert_eq!(t.get(&(old + 1)).map(|r| r.id), Some(old + 1));
+        assert_eq!(t.remove(&old).map(|r| r.id), Some(old));
+        t.insert(new + 1, rec(new + 1));
+        assert_eq!(t.len(), 3);
     }
 
     #[test]

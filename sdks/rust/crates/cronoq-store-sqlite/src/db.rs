@@ -7,11 +7,13 @@ use std::io::ErrorKind;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use cronoq::core::FixedStart;
 use cronoq::{
-    Mutation, Priority, Recovered, RecoveredTask, RecoveredTerminal, StoreError, TaskId,
-    TaskRecord, TaskRef, TaskSpec, TaskStatus, TimeBase,
+    MissPolicy, Mutation, Priority, Recovered, RecoveredTask, RecoveredTerminal, StoreError,
+    TaskId, TaskRecord, TaskRef, TaskSpec, TaskStatus, TimeBase,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior};
@@ -19,8 +21,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transac
 use crate::SqliteStoreConfig;
 use crate::lock::LockFile;
 use crate::rows::{
-    from_unix, nanos, now_ns, retry_from, retry_json, secs, signed, system_time, tags_from,
-    tags_json, to_unix, unsigned,
+    deps_from, deps_json, from_unix, miss_from, miss_name, nanos, now_ns, resources_from,
+    resources_json, retry_from, retry_json, secs, signed, system_time, tags_from, tags_json,
+    to_unix, unsigned,
 };
 use crate::schema::{
     APPLICATION, INSERT_TASK, MIGRATIONS, PRUNE, RENEW, SCHEMA_V1, SCHEMA_VERSION, TASK_COLUMNS,
@@ -529,6 +532,12 @@ fn apply(
                     spec.retry.as_ref().map(retry_json),
                     (!spec.tags.is_empty()).then(|| tags_json(&spec.tags)),
                     spec.tenant.as_deref(),
+                    spec.fixed_start.map(|f| to_unix(base, f.at)),
+                    spec.fixed_start.map(|f| f.tolerance.as_secs_f64()),
+                    spec.fixed_start.map(|f| miss_name(f.on_miss)),
+                    (!spec.deps.is_empty()).then(|| deps_json(&spec.deps)),
+                    (!spec.resources.is_empty()).then(|| resources_json(&spec.resources)),
+                    (!spec.labels.is_empty()).then(|| tags_json(&spec.labels)),
                 ])?;
             }
             Mutation::Status {
@@ -571,34 +580,11 @@ fn status_of(row: &Row<'_>) -> Result<TaskStatus, String> {
     TaskStatus::from_name(&name).ok_or_else(|| format!("unknown status {name:?}"))
 }
 
-/// A live row as a task to restore. Options this library's tasks do not have are refused
-/// rather than dropped: a task restored without its dependencies, resources or fixed start
-/// would run when it must not.
+/// A live row as a task to restore, with every option it was submitted with.
 fn live_task(row: &Row<'_>, id: TaskId, base: TimeBase) -> Result<RecoveredTask<Bytes>, String> {
     let get_err = |e: rusqlite::Error| format!("task {id}: {e}");
     let text = |name: &str| row.get::<_, Option<String>>(name).map_err(get_err);
-    let set =
-        |v: Option<String>| v.is_some_and(|v| !matches!(v.as_str(), "" | "null" | "{}" | "[]"));
-    for (column, what) in [
-        ("deps", "dependencies"),
-        ("resources", "resources"),
-        ("labels", "labels"),
-    ] {
-        if set(text(column)?) {
-            return Err(format!(
-                "task {id} has {what}, which this library's tasks cannot have"
-            ));
-        }
-    }
-    if row
-        .get::<_, Option<i64>>("fixed_start")
-        .map_err(get_err)?
-        .is_some()
-    {
-        return Err(format!(
-            "task {id} has a fixed start, which this library's tasks cannot have"
-        ));
-    }
+    let set = |v: Option<String>| v.filter(|v| !matches!(v.as_str(), "" | "null" | "{}" | "[]"));
     let payload: Option<Vec<u8>> = row.get("payload").map_err(get_err)?;
     let mut spec = TaskSpec::new(payload.map(Bytes::from).unwrap_or_default());
     spec.kind = Arc::from(row.get::<_, String>("kind").map_err(get_err)?);
@@ -624,6 +610,25 @@ fn live_task(row: &Row<'_>, id: TaskId, base: TimeBase) -> Result<RecoveredTask<
         .transpose()?
         .unwrap_or_default();
     spec.tenant = text("tenant")?.map(Arc::from);
+    if let Some(deps) = set(text("deps")?) {
+        spec.deps = deps_from(&deps)?;
+    }
+    if let Some(resources) = set(text("resources")?) {
+        spec.resources = resources_from(&resources)?.into_iter().collect();
+    }
+    if let Some(labels) = set(text("labels")?) {
+        spec.labels = tags_from(&labels)?;
+    }
+    if let Some(at) = row.get::<_, Option<i64>>("fixed_start").map_err(get_err)? {
+        let tolerance: Option<f64> = row.get("tolerance").map_err(get_err)?;
+        spec.fixed_start = Some(FixedStart {
+            at: from_unix(base, at),
+            tolerance: tolerance.map_or(Duration::from_secs(1), secs),
+            on_miss: text("on_miss")?
+                .as_deref()
+                .map_or(Ok(MissPolicy::RunLate), miss_from)?,
+        });
+    }
     Ok(RecoveredTask {
         id,
         seq: u64::try_from(row.get::<_, i64>("seq").map_err(get_err)?).unwrap_or(0),

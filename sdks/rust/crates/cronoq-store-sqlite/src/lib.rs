@@ -72,10 +72,10 @@
 //! * SQLite is reached through `rusqlite` (bundled SQLite) on one thread of the store's own,
 //!   not through an `sqlx` pool: there is no `pool()` method and no `max_connections`
 //!   setting.
-//! * What the Rust library's tasks cannot have is refused by [`Store::recover`] instead of
-//!   being dropped: a live task with dependencies, resources, a fixed start or labels,
-//!   recurring schedules, or paused pools (all written by Python processes) make it fail with
-//!   [`StoreError::Other`] naming them. Ended tasks of any kind are read.
+//! * What this library cannot carry on is refused by [`Store::recover`] instead of being
+//!   dropped: recurring schedules or paused pools (written by Python processes) make it fail
+//!   with [`StoreError::Other`] naming them. Tasks' dependencies, resources, fixed starts and
+//!   labels are written and read back in the Python store's encoding.
 //! * Tags are written as the Python store's JSON object, in order: a key given twice reads
 //!   back here as both pairs, in a Python process as its last value. A retry policy's
 //!   multiplier below 1 (allowed here, not in Python) is written as it is, and a Python

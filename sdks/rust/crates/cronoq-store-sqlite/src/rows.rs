@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cronoq::{RetryPolicy, Time, TimeBase};
+use cronoq::{Dep, EdgeCond, MissPolicy, RetryPolicy, TaskId, TaskRef, Time, TimeBase};
 use serde::de::{Deserializer, MapAccess, Visitor};
 
 /// Tags as a task spec holds them: pairs in order.
@@ -146,6 +146,98 @@ impl<'de> Visitor<'de> for Pairs {
             out.push((Arc::from(k), Arc::from(v)));
         }
         Ok(out)
+    }
+}
+
+/// Dependencies as the Python store writes them: `[[parent id or key, "success" | "complete" |
+/// "failure"], …]`.
+pub(crate) fn deps_json(deps: &[Dep]) -> String {
+    let edges: Vec<serde_json::Value> = deps
+        .iter()
+        .map(|d| {
+            let target = match &d.target {
+                TaskRef::Id(id) => serde_json::Value::from(id.0),
+                TaskRef::Key(key) => serde_json::Value::from(&**key),
+            };
+            let on = match d.cond {
+                EdgeCond::OnSuccess => "success",
+                EdgeCond::OnComplete => "complete",
+                EdgeCond::OnFailure => "failure",
+            };
+            serde_json::json!([target, on])
+        })
+        .collect();
+    serde_json::Value::from(edges).to_string()
+}
+
+/// [`deps_json`]'s inverse (conditions also as `on_success`, `on_complete`, `on_failure`).
+pub(crate) fn deps_from(text: &str) -> Result<Vec<Dep>, String> {
+    let bad = || format!("dependencies {text:?}: not [[id or key, condition], …]");
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|_| bad())?;
+    let edges = value.as_array().ok_or_else(bad)?;
+    edges
+        .iter()
+        .map(|edge| {
+            let [target, on] = edge.as_array().map(Vec::as_slice).ok_or_else(bad)? else {
+                return Err(bad());
+            };
+            let target = match target {
+                serde_json::Value::Number(n) => TaskRef::Id(TaskId(n.as_u64().ok_or_else(bad)?)),
+                serde_json::Value::String(key) => TaskRef::Key(Arc::from(key.as_str())),
+                _ => return Err(bad()),
+            };
+            let on = on.as_str().ok_or_else(bad)?;
+            let cond = match on.strip_prefix("on_").unwrap_or(on) {
+                "success" => EdgeCond::OnSuccess,
+                "complete" => EdgeCond::OnComplete,
+                "failure" => EdgeCond::OnFailure,
+                _ => return Err(bad()),
+            };
+            Ok(Dep { target, cond })
+        })
+        .collect()
+}
+
+/// Resources as the Python store writes them: `{name: amount, …}`, in order.
+pub(crate) fn resources_json(resources: &[(Arc<str>, u32)]) -> String {
+    let mut out = serde_json::Map::new();
+    for (name, amount) in resources {
+        out.insert(name.to_string(), serde_json::Value::from(*amount));
+    }
+    serde_json::Value::Object(out).to_string()
+}
+
+/// [`resources_json`]'s inverse.
+pub(crate) fn resources_from(text: &str) -> Result<Vec<(Arc<str>, u32)>, String> {
+    let bad = || format!("resources {text:?}: not {{name: amount, …}}");
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|_| bad())?;
+    value
+        .as_object()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|(name, amount)| {
+            let amount = amount.as_u64().and_then(|a| u32::try_from(a).ok());
+            Ok((Arc::from(name.as_str()), amount.ok_or_else(bad)?))
+        })
+        .collect()
+}
+
+/// A fixed start's policy for a late start, by the Python name.
+pub(crate) fn miss_name(policy: MissPolicy) -> &'static str {
+    match policy {
+        MissPolicy::RunLate => "run_late",
+        MissPolicy::Skip => "skip",
+        MissPolicy::Fail => "fail",
+    }
+}
+
+/// [`miss_name`]'s inverse.
+pub(crate) fn miss_from(name: &str) -> Result<MissPolicy, String> {
+    match name {
+        "run_late" => Ok(MissPolicy::RunLate),
+        "skip" => Ok(MissPolicy::Skip),
+        "fail" => Ok(MissPolicy::Fail),
+        _ => Err(format!("unknown on_miss {name:?}")),
     }
 }
 

@@ -86,12 +86,13 @@ pub(crate) const TASK_COLUMNS: &str = "id, seq, arrival, pool, kind, priority, k
     not_before, started, worker, attempts";
 
 /// An admitted task's row. It starts `blocked` at attempt 0, as every task does (a status
-/// change in the same batch moves it on); the options the Rust library does not have (fixed start, dependencies, resources, labels) and
-/// the remote-worker columns are NULL, as the Python store writes them for a task without.
+/// change in the same batch moves it on); the options a task does not have and the
+/// remote-worker columns are NULL, as the Python store writes them.
 pub(crate) const INSERT_TASK: &str = "INSERT INTO cronoq_tasks (id, seq, arrival, pool, kind, \
-    priority, key, payload, deadline, duration_hint, timeout, retry, tags, tenant, status, \
-    terminal, attempt, updated) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 'blocked', 0, 0, ?3)";
+    priority, key, payload, deadline, duration_hint, timeout, retry, tags, tenant, fixed_start, \
+    tolerance, on_miss, deps, resources, labels, status, terminal, attempt, updated) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+    ?19, ?20, 'blocked', 0, 0, ?3)";
 
 /// A live task's status change. `eligible` becomes the time it was queued when it becomes
 /// ready, `started` the time its attempt started when it runs; `not_before` (a retrying task's

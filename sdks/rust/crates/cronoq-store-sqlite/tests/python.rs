@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -19,24 +19,6 @@ use serde_json::Value;
 const BASE: TimeBase = TimeBase {
     unix_nanos_at_zero: 0,
 };
-
-fn python() -> PathBuf {
-    let python = std::env::var_os("CRONOQ_PYTHON").map_or_else(
-        || {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../../.venv/bin/python"
-            ))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "no Python for cronoq at {} (set CRONOQ_PYTHON)",
-        python.display()
-    );
-    python
-}
 
 /// Runs tests/python_store.py and returns what it printed.
 fn python_store(mode: &str, db: &Path) -> Value {

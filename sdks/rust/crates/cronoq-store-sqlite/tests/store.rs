@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::*;
-use cronoq::{Store, StoreError, StoreQueries, TaskId, TaskSpec, TaskStatus, Time, TimeBase};
+use cronoq::core::FixedStart;
+use cronoq::{
+    Dep, MissPolicy, Store, StoreError, StoreQueries, TaskId, TaskSpec, TaskStatus, Time, TimeBase,
+};
 use cronoq_store_sqlite::{SqliteStore, SqliteStoreConfig};
 
 const BASE: TimeBase = TimeBase {
@@ -454,6 +457,45 @@ async fn an_older_file_is_migrated() {
 }
 
 #[tokio::test]
+async fn dependencies_resources_fixed_starts_and_labels_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let epoch = lead(&store).await;
+    let start = FixedStart {
+        at: Time(T0 + 5_000_000_000),
+        tolerance: Duration::from_millis(2500),
+        on_miss: MissPolicy::Skip,
+    };
+    let spec = TaskSpec::new(Bytes::from_static(b"x"))
+        .dep(Dep::on_success(id(1, 1)))
+        .dep(Dep::on_failure("cleanup"))
+        .dep(Dep::on_complete("other"))
+        .resource("gpu", 2)
+        .resource("db", 1)
+        .label("zone", "eu")
+        .label("gpu", "a100")
+        .fixed_start(start);
+    let batch = [submitted(id(1, 2), 2, spec.clone())];
+    store.commit(epoch, BASE, &batch, &[]).await.unwrap();
+    let raw_deps: String = raw(&path)
+        .query_row("SELECT deps FROM cronoq_tasks", [], |r| r.get(0))
+        .unwrap();
+    // The Python store's encoding.
+    let want_deps = format!(
+        r#"[[{},"success"],["cleanup","failure"],["other","complete"]]"#,
+        id(1, 1).0
+    );
+    assert_eq!(raw_deps, want_deps);
+    let got = recover(&store).await.tasks.pop().unwrap();
+    let mut want = spec;
+    want.resources.sort();
+    let mut got_spec = got.spec;
+    got_spec.resources.sort();
+    assert_same_spec(&got_spec, &want);
+}
+
+#[tokio::test]
 async fn recover_refuses_what_the_library_cannot_carry_on() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
@@ -464,14 +506,9 @@ async fn recover_refuses_what_the_library_cannot_carry_on() {
     let db = raw(&path);
     for (change, undo, what) in [
         (
-            "UPDATE cronoq_tasks SET deps = '[[\"parent\",\"on_success\"]]'",
+            "UPDATE cronoq_tasks SET deps = '[[\"parent\",\"sometimes\"]]'",
             "UPDATE cronoq_tasks SET deps = NULL",
             "dependencies",
-        ),
-        (
-            "UPDATE cronoq_tasks SET fixed_start = 1",
-            "UPDATE cronoq_tasks SET fixed_start = NULL",
-            "fixed start",
         ),
         (
             "INSERT INTO cronoq_pools VALUES ('io', 1)",

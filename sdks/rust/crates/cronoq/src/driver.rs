@@ -52,18 +52,20 @@ use crate::admission::{SpecParts, name_error};
 use crate::bounds::{self, Room};
 use crate::config::{Bounds, PoolConfig};
 use crate::deps::UnknownDependency;
-use crate::error::{Error, SubmitError, TaskError, TaskFailure};
+use crate::error::{Error, StoreError, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
 use crate::recurring::{RecurringInfo, RecurringSpec, Schedules};
 use crate::scaling::{Answer, Scaling};
 use crate::snapshot::{PoolSnapshot, Snapshot};
+use crate::store::{RecoveredTask, RecoveredTerminal};
 use crate::task::TaskSpec;
 use crate::time::{Clock, Time};
 use crate::types::{
     LeaseId, PoolId, Priority, StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary,
 };
 use crate::unwind::{CatchUnwind, panic_message, panic_text};
+use crate::wal::{Held, Reply, Wal};
 
 /// What handles, attempts and scalers tell the driver, on one channel (one to poll, not
 /// several, per wake-up): cancellations, outcomes and scalers' answers. Heartbeats have a channel of their own, polled only
@@ -75,6 +77,8 @@ pub(crate) enum FromTasks<O> {
     Done(u64, u64, Result<Result<O, TaskError>, String>),
     /// A scaler's answer.
     Scaled(Answer),
+    /// The commit in flight is done (with a persistent store).
+    Committed(Result<(), StoreError>),
 }
 
 /// A successful admission: what the engine said, and a handle when one was asked for.
@@ -102,7 +106,7 @@ pub(crate) enum Command<P, O> {
     },
     Cancel {
         target: TaskRef,
-        reply: oneshot::Sender<bool>,
+        reply: oneshot::Sender<Result<bool, Error>>,
     },
     Status {
         target: TaskRef,
@@ -157,7 +161,7 @@ pub(crate) enum Submission<P, O> {
     Many {
         specs: Vec<(usize, TaskSpec<P>)>,
         results: Vec<Option<Result<Submitted, Error>>>,
-        reply: oneshot::Sender<Vec<Result<Submitted, Error>>>,
+        reply: oneshot::Sender<Result<Vec<Result<Submitted, Error>>, Error>>,
     },
     /// `submit_batch`: all or nothing.
     Batch {
@@ -188,7 +192,7 @@ enum Parked<P, O> {
 struct Group {
     results: Vec<Option<Result<Submitted, Error>>>,
     remaining: usize,
-    reply: oneshot::Sender<Vec<Result<Submitted, Error>>>,
+    reply: oneshot::Sender<Result<Vec<Result<Submitted, Error>>, Error>>,
 }
 
 /// A batch to park: the (pool, class) queue it waits in, and its tasks.
@@ -308,7 +312,12 @@ pub(crate) struct Setup<P, O> {
     pub(crate) drop_grace: Duration,
     pub(crate) scaling: Option<Scaling>,
     pub(crate) global_bounds: Bounds,
+    /// With a persistent store: its write-ahead, and what it held at start.
+    pub(crate) durable: Option<Durable<P, O>>,
 }
+
+/// A persistent store's write-ahead, and the live and ended tasks it held at start.
+pub(crate) type Durable<P, O> = (Wal<P, O>, Vec<RecoveredTask<P>>, Vec<RecoveredTerminal>);
 
 /// Messages taken per wake-up before a turn, at most.
 const BATCH: usize = 256;
@@ -354,6 +363,10 @@ pub(crate) struct Driver<P, O> {
     global_bounds: Bounds,
     /// Some per-class or global bound is set.
     bounded: bool,
+    /// With a persistent store: what waits for a commit.
+    wal: Option<Wal<P, O>>,
+    /// The store error that stopped the scheduler.
+    failed: Option<StoreError>,
 }
 
 /// The messages taken in one wake-up, in buffers kept from one to the next.
@@ -366,7 +379,7 @@ struct Inbox<P, O> {
 }
 
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
-    pub(crate) fn new(setup: Setup<P, O>) -> Self {
+    pub(crate) fn new(mut setup: Setup<P, O>) -> Self {
         let (to_driver, from_tasks) = mpsc::unbounded_channel();
         let (beat_tx, beats) = mpsc::unbounded_channel();
         let leases = setup.pools.iter().any(|p| p.config.lease_ttl.is_some());
@@ -381,7 +394,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .enumerate()
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
-        Driver {
+        let durable = setup.durable.take();
+        let mut driver = Driver {
             engine: setup.engine,
             clock: setup.clock,
             base: setup.base,
@@ -421,11 +435,18 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             last_now: Cell::new((0.0, setup.base)),
             bounded,
             global_bounds: setup.global_bounds,
+            wal: None,
+            failed: None,
+        };
+        if let Some((wal, tasks, terminal)) = durable {
+            driver.wal = Some(wal);
+            driver.restore(tasks, terminal);
         }
+        driver
     }
 
-    /// Runs until the scheduler has stopped.
-    pub(crate) async fn run(mut self) {
+    /// Runs until the scheduler has stopped; a store error if one stopped it.
+    pub(crate) async fn run(mut self) -> Result<(), Error> {
         // The one timer, moved only when the wake-up time changes (a new `Sleep` per wake-up
         // would be registered and dropped each time).
         let mut timer = pin!(tokio::time::sleep_until(Instant::now()));
@@ -437,8 +458,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             closed: false,
         };
         loop {
+            if let Some(e) = &self.failed {
+                return Err(self.fail(e.clone()));
+            }
             if let Some(deadline) = self.stopping {
-                if self.running == 0 {
+                if self.running == 0 && self.wal.as_ref().is_none_or(Wal::idle) {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -462,10 +486,14 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             let now = self.now();
             self.take_inbox(&mut inbox, now);
             self.turn(now);
+            if self.wal.is_some() {
+                self.flush(now);
+            }
         }
         // Dropping the driver drops the waiters' senders: their handles resolve to
         // `TaskFailure::Shutdown`; queued commands' callers get `Error::Shutdown`.
         self.fail_parked();
+        Ok(())
     }
 
     /// Moves what has arrived into `inbox`, up to `BATCH` messages a channel; ready when
@@ -524,6 +552,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                         scaling.answered(&mut self.engine, answer, now);
                     }
                 }
+                FromTasks::Committed(result) => self.committed(result, now),
             }
         }
         for beat in std::mem::take(&mut inbox.beats) {
@@ -624,6 +653,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     /// in `execute` leaves more (its failure), so the outbox is taken again only then (an
     /// empty take would also leave the engine a next outbox without room).
     fn apply(&mut self, now: f64) {
+        if self.wal.is_some() {
+            self.hold();
+            return;
+        }
         loop {
             let out = self.engine.take();
             let mut again = false;
@@ -646,6 +679,170 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         self.self_cancelled.clear();
     }
 
+    /// `apply` with a persistent store: aborts at once; the journal becomes the batch's
+    /// mutations (with the outputs of the tasks that succeeded); starts, ends and events wait
+    /// for the batch.
+    #[cold]
+    #[inline(never)]
+    fn hold(&mut self) {
+        let out = self.engine.take();
+        for att in &out.aborts {
+            self.abort(att);
+        }
+        let events: Vec<StatusEvent> = out.events.into_iter().map(|ev| self.event(ev)).collect();
+        self.self_cancelled.clear();
+        let journal = self.engine.take_journal();
+        let (base, last) = (self.base, self.last_now.get());
+        let time = move |secs: f64| {
+            if secs == last.0 {
+                last.1
+            } else {
+                base + Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO)
+            }
+        };
+        let live = &self.live;
+        let wal = self.wal.as_mut().expect("hold runs with a store");
+        if let Some(journal) = journal {
+            wal.journal(journal, time);
+        }
+        for rec in &out.finished {
+            if rec.status == Status::Succeeded
+                && let Some(output) = live.get(&rec.id).and_then(|l| l.output.clone())
+            {
+                wal.output(rec.id, output);
+            }
+        }
+        wal.held.starts.extend(out.starts);
+        wal.held.finished.extend(out.finished);
+        wal.held.events.extend(events);
+    }
+
+    /// Starts committing what was held, unless a commit is in flight (and carries out a
+    /// batch without mutations at once).
+    fn flush(&mut self, now: f64) {
+        while self.failed.is_none()
+            && let Some(held) = self.wal.as_mut().and_then(|wal| wal.flush(&self.to_driver))
+        {
+            self.release(held, now);
+            self.apply(now);
+        }
+    }
+
+    /// The store failed for good: nothing more runs here (another instance may lead).
+    #[cold]
+    fn fail(&mut self, e: StoreError) -> Error {
+        self.cut_off();
+        self.fail_parked();
+        Error::Store(e)
+    }
+
+    /// The commit in flight ended: its effects are carried out, or the scheduler stops.
+    fn committed(&mut self, result: Result<(), StoreError>, now: f64) {
+        let Some(wal) = self.wal.as_mut() else { return };
+        match result {
+            Ok(()) => {
+                if let Some(held) = wal.committed() {
+                    self.release(held, now);
+                    self.apply(now);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the store failed: the scheduler stops");
+                wal.fail(&e);
+                self.failed = Some(e);
+            }
+        }
+    }
+
+    /// Carries out a durable batch's effects: ends, replies, events, then starts (of the
+    /// attempts the engine still runs).
+    fn release(&mut self, held: Held<O>, now: f64) {
+        for rec in &held.finished {
+            self.finished(rec);
+        }
+        for reply in held.replies {
+            reply.send();
+        }
+        for ev in held.events {
+            // No receiver left: nobody to tell.
+            let _ = self.events.send(ev);
+        }
+        for att in held.starts {
+            if self.engine.attempt(att.lease).is_some() {
+                self.launch(att, now);
+            }
+        }
+    }
+
+    /// Answers a caller: at once, or with a store once the batch is durable.
+    #[inline(always)]
+    fn answer(&mut self, reply: Reply<O>) {
+        match &mut self.wal {
+            None => reply.send(),
+            Some(wal) => wal.held.replies.push(reply),
+        }
+    }
+
+    /// Takes back what the store held: live tasks (one whose attempt was running counts it
+    /// as lost: retried or dead-lettered) and ended ones (keys, statuses).
+    #[cold]
+    fn restore(&mut self, tasks: Vec<RecoveredTask<P>>, terminal: Vec<RecoveredTerminal>) {
+        let now = self.now();
+        let first_pool = self.pools[0].name.clone();
+        let no_kind: Arc<str> = Arc::from("");
+        let mut stored = Vec::with_capacity(tasks.len() + terminal.len());
+        for t in &tasks {
+            let parts = SpecParts::of(&t.spec);
+            let mut rec = TaskRecord::from_spec(self.core_spec(&t.spec, &parts), 0, 0);
+            let at = self.secs(t.arrival);
+            rec.id = t.id.0;
+            rec.seq = t.seq;
+            (rec.submitted_at, rec.eligible_at, rec.ready_at) = (at, at, at);
+            rec.attempt = t.attempt;
+            rec.status = if t.attempt > 0 {
+                Status::Running // lost with its holder
+            } else if t.spec.deps.is_empty() {
+                Status::Ready
+            } else {
+                Status::Blocked
+            };
+            stored.push(cronoq_core::StoredTask {
+                record: rec,
+                pool: t.spec.pool.clone(),
+                kind: t.spec.kind.clone(),
+            });
+        }
+        for t in terminal {
+            let spec = cronoq_core::TaskSpec {
+                key: t.key.as_deref(),
+                ..cronoq_core::TaskSpec::new(&first_pool)
+            };
+            let mut rec = TaskRecord::from_spec(spec, 0, 0);
+            let at = self.secs(t.at);
+            rec.id = t.id.0;
+            rec.status = t.status.to_core();
+            (rec.submitted_at, rec.finished_at) = (at, at);
+            stored.push(cronoq_core::StoredTask {
+                record: rec,
+                pool: first_pool.clone(),
+                kind: no_kind.clone(),
+            });
+        }
+        self.engine.restore(stored, now, &HashMap::new());
+        for t in tasks {
+            let live = self
+                .engine
+                .lookup(cronoq_core::TaskRef::Id(t.id.0))
+                .is_some_and(|r| !r.status.is_terminal());
+            if live {
+                let p = self.pool_index[&t.spec.pool];
+                let entry = self.live_task(t.spec, p);
+                self.live.insert(t.id.0, entry);
+            }
+        }
+        self.apply(now);
+    }
+
     fn update_event_level(&mut self) {
         let want = if self.events.receiver_count() > 0 {
             self.level
@@ -660,6 +857,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     // --- attempts ------------------------------------------------------------------------
 
     /// Starts an attempt's task; false when `execute` panicked (the attempt has failed).
+    /// (Inlined into `apply`, the hot path, although `release` calls it too.)
+    #[inline(always)]
     fn launch(&mut self, att: Attempt, now: f64) -> bool {
         let live = self.live.get(&att.task).expect("a started task is live");
         let pool = &self.pools[live.pool];
@@ -803,6 +1002,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     // --- ends and events -----------------------------------------------------------------
 
+    /// A task ended: its handles are resolved. (Inlined into `apply`, the hot path, although
+    /// `release` calls it too.)
+    #[inline(always)]
     fn finished(&mut self, rec: &TaskRecord) {
         let Some(mut live) = self.live.remove(&rec.id) else {
             return;
@@ -825,6 +1027,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     fn publish(&mut self, ev: cronoq_core::model::StatusEvent) {
+        // No receiver left: nobody to tell.
+        let _ = self.events.send(self.event(ev));
+    }
+
+    fn event(&self, ev: cronoq_core::model::StatusEvent) -> StatusEvent {
         let status = TaskStatus::from_core(ev.status);
         let message = if status == TaskStatus::Cancelled && self.self_cancelled.contains(&ev.id) {
             None // ended by its executor: no reason to give
@@ -832,7 +1039,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             ev.message
         };
         let pool = self.pool_index.get(&ev.pool).copied().unwrap_or_default();
-        let event = StatusEvent {
+        StatusEvent {
             id: TaskId(ev.id),
             pool: PoolId(u16::try_from(pool).unwrap_or(u16::MAX)),
             key: ev.key,
@@ -840,9 +1047,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             attempt: ev.attempt,
             at: self.time(ev.at),
             message,
-        };
-        // No receiver left: nobody to tell.
-        let _ = self.events.send(event);
+        }
     }
 
     /// A handle of a task the engine knows.
@@ -860,9 +1065,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .lookup(cronoq_core::TaskRef::Id(id))
             .expect("a known task");
         let outcome = if rec.status == Status::Succeeded {
-            match self.cache.outputs.get(&id) {
-                Some(output) => Ok(output.clone()),
-                None => Err(TaskFailure::OutputUnavailable { id: TaskId(id) }),
+            match (self.cache.outputs.get(&id), &self.wal) {
+                (Some(output), _) => Ok(output.clone()),
+                (None, Some(wal)) => return stored_output(wal, id, duplicate, control),
+                (None, None) => Err(TaskFailure::OutputUnavailable { id: TaskId(id) }),
             }
         } else {
             Err(ended(rec))
@@ -884,7 +1090,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 let cancelled = self.engine.cancel(target.to_core(), now);
                 // The attempt is given up before the caller hears back.
                 self.apply(now);
-                let _ = reply.send(cancelled);
+                self.answer(Reply::Cancel(reply, cancelled));
             }
             Command::Status { target, reply } => {
                 let status = self.engine.lookup(target.to_core()).map(|r| r.status);
@@ -1018,7 +1224,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     for (i, _) in specs {
                         results[i] = Some(Err(Error::Shutdown));
                     }
-                    let _ = reply.send(results.into_iter().flatten().collect());
+                    let _ = reply.send(Ok(results.into_iter().flatten().collect()));
                 }
                 Submission::Batch { reply, .. } => {
                     let _ = reply.send(Err(Error::Shutdown));
@@ -1075,9 +1281,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 }
             }
             Submission::Batch { specs, reply } => match self.admit_batch(specs, false, now) {
-                Ok(r) => {
-                    let _ = reply.send(r);
-                }
+                Ok(r) => self.answer(Reply::Batch(reply, r)),
                 Err((key, specs)) => self.park(key, Parked::Batch { specs, reply }),
             },
         }
@@ -1114,6 +1318,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Ok((id, duplicate)) => {
                 if !duplicate {
                     let p = pool.expect("an admitted task's pool exists");
+                    self.journal_spec(id, &spec);
                     self.live.insert(id, self.live_task(spec, p));
                 }
                 Admission::Decided(Ok(Submitted {
@@ -1212,6 +1417,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         for (spec, (id, duplicate)) in specs.into_iter().zip(admitted) {
             if !duplicate {
                 let p = self.pool_index[&spec.pool];
+                self.journal_spec(id, &spec);
                 self.live.insert(id, self.live_task(spec, p));
             }
             handles.push((id, duplicate));
@@ -1288,7 +1494,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     },
                     Parked::Batch { specs, reply } => match self.admit_batch(specs, true, now) {
                         Ok(r) => {
-                            let _ = reply.send(r);
+                            self.answer(Reply::Batch(reply, r));
                             None
                         }
                         Err((_, specs)) => Some(Parked::Batch { specs, reply }),
@@ -1342,7 +1548,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             handle: handle.then(|| self.make_handle(submitted.id.0, submitted.duplicate)),
             submitted,
         });
-        let _ = reply.send(answer);
+        self.answer(Reply::One(reply, answer));
     }
 
     fn decide_item(&mut self, group: u64, index: usize, r: Result<Submitted, Error>) {
@@ -1358,7 +1564,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
 
     fn settle_group(&mut self, group: u64) {
         if let Some(g) = self.groups.remove(&group) {
-            let _ = g.reply.send(g.results.into_iter().flatten().collect());
+            let results = g.results.into_iter().flatten().collect();
+            self.answer(Reply::Many(g.reply, results));
         }
     }
 
@@ -1393,7 +1600,16 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .created(&self.engine, |id| live.contains_key(&id), time);
         for (id, spec) in created {
             let p = self.pool_index[&spec.pool];
+            self.journal_spec(id, &spec);
             self.live.insert(id, self.live_task(spec, p));
+        }
+    }
+
+    /// A task admitted: with a store, its spec is kept for the journal.
+    #[inline(always)]
+    fn journal_spec(&mut self, id: u64, spec: &TaskSpec<P>) {
+        if let Some(wal) = &mut self.wal {
+            wal.admitted(id, spec.clone());
         }
     }
 
@@ -1491,6 +1707,26 @@ fn take<T>(
         }
     }
     buf.len() > before
+}
+
+/// A late handle of a task that succeeded before the output cache's memory: its output from
+/// the store.
+fn stored_output<P: Send + Sync + 'static, O: Send + Sync + 'static>(
+    wal: &Wal<P, O>,
+    id: u64,
+    duplicate: bool,
+    control: UnboundedSender<FromTasks<O>>,
+) -> TaskHandle<O> {
+    let (tx, rx) = oneshot::channel();
+    let store = wal.store().clone();
+    tokio::spawn(async move {
+        let outcome = match store.load_output(TaskId(id)).await {
+            Ok(Some(output)) => Ok(Arc::new(output)),
+            Ok(None) | Err(_) => Err(TaskFailure::OutputUnavailable { id: TaskId(id) }),
+        };
+        let _ = tx.send(outcome);
+    });
+    TaskHandle::waiting(TaskId(id), duplicate, rx, control)
 }
 
 /// How a task that did not succeed ended, for its handles.

@@ -79,6 +79,7 @@ mod task;
 mod time;
 mod types;
 mod unwind;
+mod wal;
 
 pub use blocking::{BlockingHandle, BlockingScheduler};
 pub use config::{

@@ -18,11 +18,12 @@ use crate::recurring::{Recurring, RecurringInfo};
 use crate::resources::{self, ResourceConfig};
 use crate::scaling::Scaling;
 use crate::snapshot::Snapshot;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, Recovered, Store, TimeBase};
 use crate::task::Task;
 use crate::time::{Clock, Time};
 use crate::types::{StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary};
 use crate::unwind::CatchUnwind;
+use crate::wal::Wal;
 
 /// How a scheduler's driver ended, once it has (`None` while it runs).
 type Exit = Option<Result<(), Error>>;
@@ -56,6 +57,7 @@ pub struct Builder<P, O> {
     events_capacity: usize,
     drop_grace: Duration,
     output_cache: usize,
+    max_store_outage: Duration,
     core: CoreConfig,
 }
 
@@ -69,6 +71,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Default for Builder<P, 
             events_capacity: 4096,
             drop_grace: Duration::from_secs(5),
             output_cache: 1024,
+            max_store_outage: Duration::from_secs(300),
             core: CoreConfig::default(),
         }
     }
@@ -100,8 +103,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         self
     }
 
-    /// Sets the store (default [`MemoryStore`]). Only stores that keep nothing themselves
-    /// (whose [`persists`](Store::persists) is false) are supported by this version.
+    /// Sets the store (default [`MemoryStore`]). With a store that persists, every change is
+    /// written ahead of its effects and the scheduler starts from what the store holds (see
+    /// [`Store`] and the crate's README, "Persistence").
     pub fn store(self, store: impl Store<P, O>) -> Self {
         self.store_arc(Arc::new(store))
     }
@@ -147,6 +151,14 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         self
     }
 
+    /// How long commits to a persistent store may keep failing with
+    /// [`StoreError::Unavailable`](crate::StoreError::Unavailable) before the scheduler stops
+    /// with that error (default 300 s).
+    pub fn max_store_outage(mut self, limit: Duration) -> Self {
+        self.max_store_outage = limit;
+        self
+    }
+
     /// Changes engine-wide settings (see [`CoreConfig`]).
     pub fn configure(mut self, f: impl FnOnce(&mut CoreConfig)) -> Self {
         f(&mut self.core);
@@ -156,14 +168,37 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// Starts the scheduler on the current tokio runtime, which must have its time driver
     /// enabled.
     ///
+    /// With a store that persists it first waits until this instance leads
+    /// ([`Store::acquire_leadership`]; ids then carry its epoch in their top 16 bits), reads
+    /// the store back ([`Store::recover`]) and takes its tasks back: live ones run again under
+    /// their ids (one whose attempt was running counts that attempt as used: it retries after
+    /// its backoff, or is dead-lettered when it has no attempts left), ended ones keep their
+    /// keys and statuses. If anything fails after leadership was acquired, it is released.
+    ///
     /// # Errors
     /// [`Error::Config`] when the configuration cannot work: no pool, a pool without executor,
     /// `min_workers > max_workers`, a NUL in a pool name, two pools with one name (checked in
     /// this order), invalid settings (autoscaling, retry policy, fairness weights, urgency,
     /// reservable fraction), a resource without permits, tokens or a finite positive rate, two
-    /// resources with one name, or a store that persists.
+    /// resources with one name; [`Error::Store`] when the store fails to lead or to recover.
     pub async fn build(self) -> Result<Scheduler<P, O>, Error> {
-        let (mut setup, parts) = self.prepare()?;
+        let store = self.store.clone();
+        let (mut setup, parts) = if store.persists() {
+            let epoch = store.acquire_leadership().await?;
+            let started = match store.recover(TimeBase::default()).await {
+                Ok(recovered) => self.prepare(Some((epoch, recovered))),
+                Err(e) => Err(Error::Store(e)),
+            };
+            match started {
+                Ok(started) => started,
+                Err(e) => {
+                    store.release_leadership().await;
+                    return Err(e);
+                }
+            }
+        } else {
+            self.prepare(None)?
+        };
         if let Some(scaling) = &mut setup.scaling {
             let now = setup.clock.now().diff_secs(setup.base);
             scaling.initial(&mut setup.engine, now).await;
@@ -171,7 +206,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         let (exit_tx, exit_rx) = watch::channel(None);
         tokio::spawn(async move {
             let result = match CatchUnwind(Box::pin(Driver::new(setup).run())).await {
-                Ok(()) => Ok(()),
+                Ok(exit) => exit,
                 Err(text) => Err(Error::Internal(format!("driver panicked: {text}"))),
             };
             // Every caller of shutdown() and stopped() reads it.
@@ -197,8 +232,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         BlockingScheduler::start(self)
     }
 
-    /// Checks the configuration and makes everything the driver and the handles need.
-    fn prepare(self) -> Result<Prepared<P, O>, Error> {
+    /// Checks the configuration and makes everything the driver and the handles need; with a
+    /// persistent store, from its epoch and what it held.
+    fn prepare(self, durable: Option<(u16, Recovered<P>)>) -> Result<Prepared<P, O>, Error> {
         let config = Error::Config;
         if self.pools.is_empty() {
             return Err(config("at least one pool is required".into()));
@@ -226,11 +262,6 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             {
                 return Err(config(format!("duplicate pool '{}'", p.config.name)));
             }
-        }
-        if self.store.persists() {
-            return Err(config(
-                "stores that persist are not supported by this version (use MemoryStore)".into(),
-            ));
         }
         let mut core_pools = Vec::with_capacity(self.pools.len());
         let mut runtimes = Vec::with_capacity(self.pools.len());
@@ -267,6 +298,16 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             elastic: scaling.is_none(),
             ..EngineOptions::default()
         };
+        // Ids of a leadership are `epoch << 48 | n` (as the Python store numbers them), past
+        // those the store holds.
+        let first_id = durable.as_ref().map_or(1, |(epoch, recovered)| {
+            (u64::from(*epoch) << 48 | 1).max(recovered.next_id)
+        });
+        let options = EngineOptions {
+            first_id,
+            journal: durable.is_some(),
+            ..options
+        };
         let rng = MersenneTwister::new(i128::from(self.core.seed));
         let engine = Engine::new(core_pools, now, options, rng).map_err(|e| config(e.0))?;
         let (commands_tx, commands_rx) = mpsc::channel(self.queue_capacity);
@@ -284,6 +325,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             drop_grace: self.drop_grace,
             scaling,
             global_bounds: self.core.global_bounds.clone(),
+            durable: durable.map(|(epoch, recovered)| {
+                let wal = Wal::new(self.store.clone(), epoch, self.max_store_outage);
+                (wal, recovered.tasks, recovered.terminal)
+            }),
         };
         let parts = Parts {
             commands: commands_tx,
@@ -480,7 +525,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
                 reply,
             })
         })
-        .await
+        .await?
     }
 
     /// Admits every task or none; handles in input order. A key an existing task holds gives
@@ -519,7 +564,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     /// [`Error::Shutdown`].
     pub async fn cancel(&self, target: impl Into<TaskRef>) -> Result<bool, Error> {
         let target = target.into();
-        self.call(|reply| Command::Cancel { target, reply }).await
+        self.call(|reply| Command::Cancel { target, reply }).await?
     }
 
     /// A live or recently ended task's status (`None` if it is unknown).

@@ -2,10 +2,18 @@
 //! everything in the scheduler's memory, and [`StoreQueries`], the lookups a server makes in a
 //! persistent store (such as `cronoq-store-sqlite`'s `SqliteStore`).
 //!
-//! This version of the library runs with [`MemoryStore`] only: a store whose
-//! [`persists`](Store::persists) is true makes [`Builder::build`](crate::Builder::build) fail
-//! with [`Error::Config`](crate::Error::Config), because the driver does not write its changes
-//! ahead to a store or recover from one yet.
+//! With a store whose [`persists`](Store::persists) is true, a scheduler writes ahead: each
+//! step's changes ([`Mutation`]s) are committed, in order and in the background, before their
+//! effects are seen (replies to submissions and cancellations, attempt starts, task ends and
+//! events); what gathers while a commit is in flight goes into the next one. At
+//! [`build`](crate::Builder::build) it waits for the leadership, reads the store back and
+//! carries on with its tasks (see [`Builder::build`](crate::Builder::build)). A commit failing
+//! with [`StoreError::Unavailable`] is retried with a backoff of 50 ms doubling up to 5 s for
+//! [`max_store_outage`](crate::Builder::max_store_outage); [`StoreError::Other`] is retried
+//! alike and stops the scheduler at the fifth failure in a row; [`StoreError::Fenced`] stops it
+//! at once (a panic in `commit` counts as `Other`). Callers waiting for a failed commit get
+//! [`Error::Store`](crate::Error::Store), later calls [`Error::Shutdown`](crate::Error::Shutdown),
+//! and [`shutdown`](crate::Scheduler::shutdown) returns the error.
 
 use std::time::{Duration, SystemTime};
 

@@ -6,11 +6,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use common::{Seen, gated, gated_scheduler, secs, settle};
 use cronoq::{
-    AutoscaleConfig, Error, MemoryStore, Mutation, Pool, Recovered, Scheduler, Store, StoreError,
-    Task, TaskError, TaskFailure, TaskId, TaskStatus, TimeBase,
+    AutoscaleConfig, Error, MemoryStore, Pool, Scheduler, Store, Task, TaskError, TaskFailure,
+    TaskId, TaskStatus,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -63,32 +62,8 @@ async fn build_refuses_what_cannot_work_in_order() {
     );
 }
 
-/// A store that claims to persist.
-struct Durable;
-
-#[async_trait]
-impl Store<u32, u32> for Durable {
-    async fn acquire_leadership(&self) -> Result<u16, StoreError> {
-        Ok(1)
-    }
-
-    async fn commit(
-        &self,
-        _epoch: u16,
-        _base: TimeBase,
-        _batch: &[Mutation<u32>],
-        _outputs: &[(TaskId, &u32)],
-    ) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable("down".into()))
-    }
-
-    async fn recover(&self, _base: TimeBase) -> Result<Recovered<u32>, StoreError> {
-        Ok(Recovered::default())
-    }
-}
-
 #[tokio::test]
-async fn the_memory_store_is_the_only_one_for_now() {
+async fn the_memory_store_keeps_nothing() {
     let s = Scheduler::<u32, u32>::builder()
         .pool(echo("default"))
         .store(MemoryStore)
@@ -96,12 +71,7 @@ async fn the_memory_store_is_the_only_one_for_now() {
         .await
         .unwrap();
     assert_eq!(*s.submit(Task::new(3)).await.unwrap().await.unwrap(), 3);
-    let err = config_error(Scheduler::builder().pool(echo("default")).store(Durable)).await;
-    assert!(
-        err.starts_with("stores that persist are not supported"),
-        "{err}"
-    );
-    assert!(Durable.persists() && !Store::<u32, u32>::persists(&MemoryStore));
+    assert!(!Store::<u32, u32>::persists(&MemoryStore));
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses part of it
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,4 +91,28 @@ pub fn assert_same_spec(got: &TaskSpec<Bytes>, want: &TaskSpec<Bytes>) {
     assert_eq!(got.retry, want.retry, "retry");
     assert_eq!(got.tags, want.tags, "tags");
     assert_eq!(got.tenant, want.tenant, "tenant");
+    assert_eq!(got.deps, want.deps, "deps");
+    assert_eq!(got.resources, want.resources, "resources");
+    assert_eq!(got.labels, want.labels, "labels");
+    assert_eq!(got.fixed_start, want.fixed_start, "fixed_start");
+}
+
+/// The Python that runs this repository's `src`: `$CRONOQ_PYTHON`, else the repository's
+/// `.venv`.
+pub fn python() -> PathBuf {
+    let python = std::env::var_os("CRONOQ_PYTHON").map_or_else(
+        || {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../../.venv/bin/python"
+            ))
+        },
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "no Python for cronoq at {} (set CRONOQ_PYTHON)",
+        python.display()
+    );
+    python
 }

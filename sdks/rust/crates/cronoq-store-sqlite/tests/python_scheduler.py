@@ -1,0 +1,76 @@
+"""The Python side of tests/scheduler.rs: a Python `cronoq.Scheduler` on a SQLite file that a
+Rust scheduler wrote or will take over.
+
+    python_scheduler.py write PATH        lead; a task that succeeds (key "py-done", b"abc"),
+                                          one that never ends (b"stuck") and one queued
+                                          behind it (key "py-queued", b"xyz"); stop with the
+                                          last two live; print their ids
+    python_scheduler.py run PATH KEY...   lead; await each key's task; print how it ended
+
+Executors return their payload reversed (b"stuck" never returns), as the Rust side's do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import cronoq
+
+
+class Raw:
+    """Payloads and outputs are bytes already."""
+
+    def encode(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+    def decode(self, data: bytes) -> Any:
+        return data
+
+
+async def execute(ctx: cronoq.TaskContext, payload: bytes) -> bytes:
+    if payload == b"stuck":
+        await asyncio.Event().wait()
+    return payload[::-1]
+
+
+def scheduler(path: str) -> cronoq.Scheduler:
+    store = cronoq.SqliteStore(path, lock_poll=0.05, retention=1e9)
+    pool = cronoq.Pool("default", execute, max=1, autoscale=False)
+    return cronoq.Scheduler([pool], store=store, codec=Raw(), shutdown_grace=0.0)
+
+
+async def write(path: str) -> dict[str, Any]:
+    sched = scheduler(path)
+    await sched.start()
+    done = await sched.submit(b"abc", key="py-done")
+    assert await done == b"cba"
+    stuck = await sched.submit(b"stuck")
+    while await sched.status(stuck.id) != "running":
+        await asyncio.sleep(0.01)
+    queued = await sched.submit(b"xyz", key="py-queued")
+    await sched.shutdown()
+    return {"done": done.id, "stuck": stuck.id, "queued": queued.id}
+
+
+async def run(path: str, keys: list[str]) -> dict[str, Any]:
+    sched = scheduler(path)
+    await sched.start()
+    out: dict[str, Any] = {}
+    for key in keys:
+        handle = await sched.handle(key)
+        assert handle is not None, key
+        try:
+            out[key] = {"id": handle.id, "output": (await handle).hex()}
+        except cronoq.TaskFailed as e:
+            out[key] = {"id": handle.id, "failed": str(e)}
+    await sched.shutdown()
+    return out
+
+
+if __name__ == "__main__":
+    mode, db, *rest = sys.argv[1:]
+    result = asyncio.run(write(db) if mode == "write" else run(db, rest))
+    print(json.dumps(result))
