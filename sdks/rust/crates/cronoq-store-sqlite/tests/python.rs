@@ -23,7 +23,7 @@ const BASE: TimeBase = TimeBase {
 /// Runs tests/python_store.py and returns what it printed.
 fn python_store(mode: &str, db: &Path) -> Value {
     let dir = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new(python())
+    let out = Command::new(python::python())
         .arg(format!("{dir}/tests/python_store.py"))
         .args([mode, db.to_str().unwrap()])
         .env("PYTHONPATH", format!("{dir}/../../../../src"))

@@ -121,7 +121,7 @@ async fn a_recovered_task_still_waits_for_its_parent() {
 /// Runs tests/python_scheduler.py and returns what it printed.
 fn python_scheduler(args: &[&str], db: &Path) -> Value {
     let dir = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new(common::python())
+    let out = Command::new(common::python::python())
         .arg(format!("{dir}/tests/python_scheduler.py"))
         .arg(args[0])
         .arg(db)

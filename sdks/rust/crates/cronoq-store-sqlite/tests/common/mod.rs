@@ -3,7 +3,6 @@
 
 #![allow(dead_code)] // each test file uses part of it
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,22 +96,5 @@ pub fn assert_same_spec(got: &TaskSpec<Bytes>, want: &TaskSpec<Bytes>) {
     assert_eq!(got.fixed_start, want.fixed_start, "fixed_start");
 }
 
-/// The Python that runs this repository's `src`: `$CRONOQ_PYTHON`, else the repository's
-/// `.venv`.
-pub fn python() -> PathBuf {
-    let python = std::env::var_os("CRONOQ_PYTHON").map_or_else(
-        || {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../../.venv/bin/python"
-            ))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "no Python for cronoq at {} (set CRONOQ_PYTHON)",
-        python.display()
-    );
-    python
-}
+#[path = "../../../../testing/python.rs"]
+pub mod python;

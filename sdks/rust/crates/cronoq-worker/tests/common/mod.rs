@@ -34,24 +34,9 @@ fn config(grpc_addr: &str) -> String {
            \n[[pools]]\nname = \"rust-heartbeat\"\nlease_ttl_s = 3\n"
 }
 
-/// The Python that runs cronoq-server: `$CRONOQ_PYTHON`, or the repository's `.venv`.
-fn python() -> PathBuf {
-    let python = std::env::var_os("CRONOQ_PYTHON").map_or_else(
-        || {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../../.venv/bin/python"
-            ))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "no Python for cronoq-server at {} (set CRONOQ_PYTHON)",
-        python.display()
-    );
-    python
-}
+#[path = "../../../../testing/python.rs"]
+mod python_path;
+pub use python_path::python;
 
 pub struct CronoqServer {
     child: Child,
