@@ -31,9 +31,19 @@ command -v chromium >/dev/null || apt-get install -y -q chromium \
 	|| apt-get install -y -q buildah podman mmdebstrap \
 	|| { apt-get update -q && apt-get install -y -q buildah podman mmdebstrap; }
 # The crates' stages (native/, the parity crate's lints, the Go, Rust and TypeScript SDKs) build
-# and test one after the other in the background while the Python suites run, which mostly wait
-# on their servers and child processes; their output follows the suites' below.
+# and test one after the other in the background while the test suite runs, which mostly waits
+# on its servers and child processes; the suites on grpcio follow them there. Their output
+# follows the test suite's below.
 crates() {
+	stage "builds the test suite needs later"
+	# The differential suite's module (under the lock its conftest takes, which then finds it
+	# built) and the Rust library bench's debug build, which tests/test_bench_smoke.py runs.
+	(
+		cd tests/parity/rust
+		mkdir -p target
+		flock target/.parity-build.lock cargo build --release --locked --quiet
+	)
+	(cd bench/rust-library && cargo build --locked --quiet)
 	stage "native/"
 	# The native transport's crate: formatting, lints and its own tests.
 	(
@@ -100,27 +110,39 @@ crates() {
 		npm test --silent
 	)
 }
-mkdir -p build
-crates > build/crates.log 2>&1 &
-crates_pid=$!
-# A failed Python suite does not stop the script before the crates' stages end and report.
+# A failed suite does not stop the script before the others end and report.
 failed=()
 suite() { "$@" || failed+=("$*"); }
+# The server suites again on grpcio, and the Python Worker's on its grpcio transport (the
+# default of both is the native one), after the crates' stages. What failed goes to a file.
+background() {
+	crates &
+	wait $! || failed+=("the crates' stages (exit $?)")
+	stage "the server suites on grpcio"
+	suite env CRONOQ_TRANSPORT=grpcio .venv/bin/pytest -q -p no:cacheprovider \
+		tests/integration/test_server_e2e.py tests/integration/test_server_process.py \
+		tests/integration/test_server_auth.py tests/integration/test_server_published.py \
+		tests/integration/test_worker.py
+	stage "the worker suites on grpcio"
+	suite env CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q -p no:cacheprovider \
+		tests/integration/test_worker.py tests/integration/test_worker_shards.py \
+		tests/integration/test_app_worker.py
+	if [ "${#failed[@]}" -ne 0 ]; then printf '%s\n' "${failed[@]}"; fi > build/background.failed
+}
+mkdir -p build
+rm -f build/background.failed
+background > build/background.log 2>&1 &
+background_pid=$!
 # The suite runs on the default transport, the native one, which must have been built (the
-# install skips an extension that fails to build); then the server suites again on grpcio.
+# install skips an extension that fails to build).
 stage "the test suite"
 suite env CRONOQ_REQUIRE_NATIVE=1 .venv/bin/pytest -q --durations=15
-stage "the server suites on grpcio"
-suite env CRONOQ_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_server_e2e.py \
-	tests/integration/test_server_process.py tests/integration/test_server_auth.py \
-	tests/integration/test_server_published.py tests/integration/test_worker.py
-# The Python Worker's suites again on its grpcio transport (the default above is its native one).
-stage "the worker suites on grpcio"
-suite env CRONOQ_WORKER_TRANSPORT=grpcio .venv/bin/pytest -q tests/integration/test_worker.py \
-	tests/integration/test_worker_shards.py tests/integration/test_app_worker.py
-stage "the crates (built and tested in the background since the test suite began)"
-wait "$crates_pid" || failed+=("the crates' stages (exit $?), in the output above")
-cat build/crates.log
+stage "the background stages (since the test suite began)"
+wait "$background_pid" || failed+=("the background stages (exit $?)")
+cat build/background.log
+mapfile -t background_failed < build/background.failed \
+	|| background_failed=("the background stages (they recorded no result)")
+failed+=("${background_failed[@]}")
 if [ "${#failed[@]}" -ne 0 ]; then
 	printf 'FAILED: %s\n' "${failed[@]}" >&2
 	exit 1
