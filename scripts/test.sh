@@ -37,13 +37,14 @@ command -v chromium >/dev/null || apt-get install -y -q chromium \
 crates() {
 	stage "builds the test suite needs later"
 	# The differential suite's module (under the lock its conftest takes, which then finds it
-	# built) and the Rust library bench's debug build, which tests/test_bench_smoke.py runs.
+	# built) and the Rust library bench's debug build (formatting checked), which
+	# tests/test_bench_smoke.py runs.
 	(
 		cd tests/parity/rust
 		mkdir -p target
 		flock target/.parity-build.lock cargo build --release --locked --quiet
 	)
-	(cd bench/rust-library && cargo build --locked --quiet)
+	(cd bench/rust-library && cargo fmt --check && cargo build --locked --quiet)
 	stage "native/"
 	# The native transport's crate: formatting, lints and its own tests.
 	(
