@@ -13,7 +13,7 @@ use bytes::Bytes;
 use cronoq::core::FixedStart;
 use cronoq::{
     MissPolicy, Mutation, Priority, Recovered, RecoveredTask, RecoveredTerminal, StoreError,
-    TaskId, TaskRecord, TaskRef, TaskSpec, TaskStatus, TimeBase,
+    TaskId, TaskRecord, TaskRef, TaskSpec, TaskStatus, TimeBase, core::RecoveredRecurring,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior};
@@ -21,13 +21,13 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, Transac
 use crate::SqliteStoreConfig;
 use crate::lock::LockFile;
 use crate::rows::{
-    deps_from, deps_json, from_unix, miss_from, miss_name, nanos, now_ns, resources_from,
-    resources_json, retry_from, retry_json, secs, signed, system_time, tags_from, tags_json,
-    to_unix, unsigned,
+    deps_from, deps_json, from_unix, miss_from, miss_name, nanos, now_ns, recurring_from,
+    recurring_json, resources_from, resources_json, retry_from, retry_json, secs, signed,
+    system_time, tags_from, tags_json, to_unix, unsigned,
 };
 use crate::schema::{
-    APPLICATION, INSERT_TASK, MIGRATIONS, PRUNE, RENEW, SCHEMA_V1, SCHEMA_VERSION, TASK_COLUMNS,
-    UPDATE_DONE, UPDATE_LIVE,
+    APPLICATION, INSERT_TASK, MIGRATIONS, PRUNE, RECURRING_NEXT, RENEW, SCHEMA_V1, SCHEMA_VERSION,
+    TASK_COLUMNS, UPDATE_DONE, UPDATE_LIVE, UPSERT_RECURRING,
 };
 
 /// An open store file and this handle's leadership of it.
@@ -313,12 +313,6 @@ impl Db {
                 .query_row(q, [], |r| r.get(0))
                 .map_err(|e| sql(path, e))
         };
-        if count("SELECT count(*) FROM cronoq_recurring")? > 0 {
-            return Err(fail(
-                path,
-                "it holds recurring schedules, which this library does not run".into(),
-            ));
-        }
         if count("SELECT count(*) FROM cronoq_pools WHERE paused = 1")? > 0 {
             return Err(fail(
                 path,
@@ -351,9 +345,46 @@ impl Db {
                 recovered.tasks.push(live_task(row, id, base).map_err(bad)?);
             }
         }
+        drop(rows);
+        drop(stmt);
+        recovered.recurring = self.schedules(base)?;
         let max_id: i64 = count("SELECT max_id FROM cronoq_leader WHERE id = 1")?;
         recovered.next_id = unsigned(max_id).saturating_add(1);
         Ok(recovered)
+    }
+
+    /// The stored schedules, each with its next and latest occurrences; one that cannot be
+    /// read fails the recovery, naming it.
+    fn schedules(&self, base: TimeBase) -> Result<Vec<RecoveredRecurring<Bytes>>, StoreError> {
+        let path = &self.path;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT name, spec, template_payload, next_unix_ns, last_task_id \
+                 FROM cronoq_recurring ORDER BY name",
+            )
+            .map_err(|e| sql(path, e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<Vec<u8>>>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                ))
+            })
+            .map_err(|e| sql(path, e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, spec, payload, next, last) = row.map_err(|e| sql(path, e))?;
+            out.push(RecoveredRecurring {
+                spec: recurring_from(name, &spec, payload).map_err(|e| fail(path, e))?,
+                next: next.map(|ns| from_unix(base, ns)),
+                last: last.map(|id| TaskId(unsigned(id))),
+            });
+        }
+        Ok(out)
     }
 
     /// The task with this id, or the newest with this key.
@@ -569,6 +600,26 @@ fn apply(
                         signed(id.0),
                     ])?;
                 }
+            }
+            Mutation::RecurringUpsert { spec } => {
+                tx.prepare_cached(UPSERT_RECURRING)?
+                    .execute(rusqlite::params![
+                        &*spec.name,
+                        recurring_json(spec),
+                        &spec.template.payload[..],
+                    ])?;
+            }
+            Mutation::RecurringRemove { name } => {
+                tx.prepare_cached("DELETE FROM cronoq_recurring WHERE name = ?1")?
+                    .execute([&**name])?;
+            }
+            Mutation::RecurringNext { name, next, last } => {
+                tx.prepare_cached(RECURRING_NEXT)?
+                    .execute(rusqlite::params![
+                        next.map(|t| to_unix(base, t)),
+                        last.map(|id| signed(id.0)),
+                        &**name,
+                    ])?;
             }
         }
     }

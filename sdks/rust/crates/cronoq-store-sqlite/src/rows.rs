@@ -6,7 +6,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cronoq::{Dep, EdgeCond, MissPolicy, RetryPolicy, TaskId, TaskRef, Time, TimeBase};
+use bytes::Bytes;
+use cronoq::{
+    Dep, EdgeCond, MissPolicy, OverlapPolicy, Priority, RecurringSpec, RetryPolicy, TaskId,
+    TaskRef, TaskSpec, Time, TimeBase,
+};
 use serde::de::{Deserializer, MapAccess, Visitor};
 
 /// Tags as a task spec holds them: pairs in order.
@@ -239,6 +243,160 @@ pub(crate) fn miss_from(name: &str) -> Result<MissPolicy, String> {
         "fail" => Ok(MissPolicy::Fail),
         _ => Err(format!("unknown on_miss {name:?}")),
     }
+}
+
+/// An overlap policy by the Python name.
+pub(crate) fn overlap_name(policy: OverlapPolicy) -> &'static str {
+    match policy {
+        OverlapPolicy::Skip => "skip",
+        OverlapPolicy::Allow => "allow",
+        OverlapPolicy::Queue => "queue",
+        OverlapPolicy::QueueOnSuccess => "queue_on_success",
+    }
+}
+
+/// [`overlap_name`]'s inverse.
+fn overlap_from(name: &str) -> Result<OverlapPolicy, String> {
+    match name {
+        "skip" => Ok(OverlapPolicy::Skip),
+        "allow" => Ok(OverlapPolicy::Allow),
+        "queue" => Ok(OverlapPolicy::Queue),
+        "queue_on_success" => Ok(OverlapPolicy::QueueOnSuccess),
+        _ => Err(format!("unknown overlap {name:?}")),
+    }
+}
+
+/// A schedule's definition as the Python store writes it in `cronoq_recurring.spec`: a JSON
+/// object with its members in the Python order, durations in float seconds, the retry policy
+/// as the text [`retry_json`] makes, resources, tags and labels as objects (`null` when
+/// none). The template's payload goes in its own column.
+pub(crate) fn recurring_json(spec: &RecurringSpec<Bytes>) -> String {
+    use serde_json::Value;
+    let t = &spec.template;
+    let text = |v: Option<&str>| v.map_or(Value::Null, Value::from);
+    let float = |d: Option<Duration>| d.map_or(Value::Null, |d| Value::from(d.as_secs_f64()));
+    let object = |pairs: &[(Arc<str>, Arc<str>)]| {
+        if pairs.is_empty() {
+            "null".to_string()
+        } else {
+            tags_json(pairs)
+        }
+    };
+    let resources = if t.resources.is_empty() {
+        "null".to_string()
+    } else {
+        resources_json(&t.resources)
+    };
+    let members: [(&str, String); 17] = [
+        ("cron", Value::from(&*spec.cron).to_string()),
+        ("tz", text(spec.tz.as_deref()).to_string()),
+        ("pool", Value::from(&*t.pool).to_string()),
+        ("priority", t.priority.index().to_string()),
+        ("kind", Value::from(&*t.kind).to_string()),
+        ("key", text(t.key.as_deref()).to_string()),
+        ("tenant", text(t.tenant.as_deref()).to_string()),
+        ("deadline_in", float(spec.deadline_after).to_string()),
+        ("duration_hint", float(t.duration_hint).to_string()),
+        ("timeout", float(t.timeout).to_string()),
+        (
+            "retry",
+            t.retry
+                .as_ref()
+                .map_or(Value::Null, |r| Value::from(retry_json(r)))
+                .to_string(),
+        ),
+        ("resources", resources),
+        ("tags", object(&t.tags)),
+        ("labels", object(&t.labels)),
+        (
+            "overlap",
+            Value::from(overlap_name(spec.overlap)).to_string(),
+        ),
+        (
+            "tolerance",
+            Value::from(spec.tolerance.as_secs_f64()).to_string(),
+        ),
+        ("on_miss", Value::from(miss_name(spec.on_miss)).to_string()),
+    ];
+    let mut out = String::from("{");
+    for (i, (name, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(name);
+        out.push_str("\":");
+        out.push_str(value);
+    }
+    out.push('}');
+    out
+}
+
+/// A stored schedule back ([`recurring_json`]'s inverse), with its template's payload (none
+/// reads as empty bytes).
+pub(crate) fn recurring_from(
+    name: String,
+    text: &str,
+    payload: Option<Vec<u8>>,
+) -> Result<RecurringSpec<Bytes>, String> {
+    use serde_json::Value;
+    use serde_json::value::RawValue;
+    let bad = |what: &str| format!("recurring schedule {name:?}: {what} in {text:?}");
+    // Each member as written: tags and labels keep their order.
+    let members: std::collections::HashMap<String, &RawValue> =
+        serde_json::from_str(text).map_err(|e| bad(&e.to_string()))?;
+    let raw = |m: &str| members.get(m).map(|v| v.get()).filter(|v| *v != "null");
+    let member = |m: &str| -> Option<Value> { raw(m).and_then(|v| serde_json::from_str(v).ok()) };
+    let string = |m: &str| -> Result<Option<Arc<str>>, String> {
+        member(m)
+            .map(|v| v.as_str().map(Arc::from).ok_or_else(|| bad(m)))
+            .transpose()
+    };
+    let float = |m: &str| -> Result<Option<Duration>, String> {
+        member(m)
+            .map(|v| v.as_f64().map(secs).ok_or_else(|| bad(m)))
+            .transpose()
+    };
+    let object = |m: &str| raw(m).map(str::to_string);
+    let mut template = TaskSpec::new(Bytes::from(payload.unwrap_or_default()));
+    template.pool = string("pool")?.ok_or_else(|| bad("no pool"))?;
+    template.kind = string("kind")?.unwrap_or_else(|| Arc::from("default"));
+    template.priority = match member("priority") {
+        None => Priority::Normal,
+        Some(p) => p
+            .as_u64()
+            .and_then(|p| usize::try_from(p).ok())
+            .and_then(Priority::from_index)
+            .ok_or_else(|| bad("priority"))?,
+    };
+    template.key = string("key")?;
+    template.tenant = string("tenant")?;
+    template.duration_hint = float("duration_hint")?;
+    template.timeout = float("timeout")?;
+    template.retry = string("retry")?.as_deref().map(retry_from).transpose()?;
+    if let Some(r) = object("resources") {
+        template.resources = resources_from(&r)?.into_iter().collect();
+    }
+    if let Some(t) = object("tags") {
+        template.tags = tags_from(&t)?;
+    }
+    if let Some(l) = object("labels") {
+        template.labels = tags_from(&l)?;
+    }
+    Ok(RecurringSpec {
+        cron: string("cron")?.ok_or_else(|| bad("no cron"))?,
+        tz: string("tz")?,
+        template,
+        deadline_after: float("deadline_in")?,
+        overlap: string("overlap")?
+            .as_deref()
+            .map_or(Ok(OverlapPolicy::Skip), overlap_from)?,
+        tolerance: float("tolerance")?.unwrap_or(Duration::from_secs(1)),
+        on_miss: string("on_miss")?
+            .as_deref()
+            .map_or(Ok(MissPolicy::RunLate), miss_from)?,
+        name: Arc::from(name),
+    })
 }
 
 #[cfg(test)]

@@ -327,7 +327,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             global_bounds: self.core.global_bounds.clone(),
             durable: durable.map(|(epoch, recovered)| {
                 let wal = Wal::new(self.store.clone(), epoch, self.max_store_outage);
-                (wal, recovered.tasks, recovered.terminal)
+                let r = recovered;
+                (wal, r.tasks, r.terminal, r.recurring)
             }),
         };
         let parts = Parts {
@@ -695,7 +696,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     pub async fn remove_recurring(&self, name: &str) -> Result<bool, Error> {
         let name = Arc::from(name);
         self.call(|reply| Command::RemoveRecurring { name, reply })
-            .await
+            .await?
     }
 
     /// The recurring schedules, by name, with their next occurrence and latest task.

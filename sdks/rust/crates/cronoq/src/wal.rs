@@ -54,7 +54,10 @@ pub(crate) enum Reply<O> {
         oneshot::Sender<Result<Vec<TaskHandle<O>>, Error>>,
         Result<Vec<TaskHandle<O>>, Error>,
     ),
+    /// A cancellation's answer, or a schedule removal's.
     Cancel(oneshot::Sender<Result<bool, Error>>, bool),
+    /// A schedule's addition.
+    Added(oneshot::Sender<Result<(), Error>>, Result<(), Error>),
 }
 
 impl<O> Reply<O> {
@@ -66,6 +69,7 @@ impl<O> Reply<O> {
             Reply::Many(tx, r) => drop(tx.send(Ok(r))),
             Reply::Batch(tx, r) => drop(tx.send(r)),
             Reply::Cancel(tx, r) => drop(tx.send(Ok(r))),
+            Reply::Added(tx, r) => drop(tx.send(r)),
         }
     }
 
@@ -77,6 +81,7 @@ impl<O> Reply<O> {
             Reply::Many(tx, _) => drop(tx.send(Err(err()))),
             Reply::Batch(tx, _) => drop(tx.send(Err(err()))),
             Reply::Cancel(tx, _) => drop(tx.send(Err(err()))),
+            Reply::Added(tx, _) => drop(tx.send(Err(err()))),
         }
     }
 }
@@ -146,6 +151,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Wal<P, O> {
         self.specs.insert(id, spec);
     }
 
+    /// A schedule added or removed: its mutation goes into the batch being gathered, ahead
+    /// of the journal of the step that made the change (which holds its next occurrence).
+    pub(crate) fn recurring(&mut self, mutation: Mutation<P>) {
+        self.mutations.push(mutation);
+    }
+
     /// The journal of an engine step becomes mutations of the batch being gathered.
     pub(crate) fn journal(&mut self, journal: Journal, time: impl Fn(f64) -> Time) {
         for rec in journal.added {
@@ -173,6 +184,13 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Wal<P, O> {
                 attempt: rec.attempt,
                 at: time(at),
                 message: rec.message.clone(),
+            });
+        }
+        for row in journal.schedules {
+            self.mutations.push(Mutation::RecurringNext {
+                name: row.name,
+                next: row.next_time.map(&time),
+                last: row.last.map(TaskId),
             });
         }
     }
