@@ -4,10 +4,11 @@
 //!
 //! With a store whose [`persists`](Store::persists) is true, a scheduler writes ahead: each
 //! step's changes ([`Mutation`]s) are committed, in order and in the background, before their
-//! effects are seen (replies to submissions and cancellations, attempt starts, task ends and
-//! events); what gathers while a commit is in flight goes into the next one. At
+//! effects are seen (replies to submissions, cancellations and schedule changes, attempt
+//! starts, task ends and events); what gathers while a commit is in flight goes into the next
+//! one. A schedule's move to its next occurrence is written with the occurrence it created. At
 //! [`build`](crate::Builder::build) it waits for the leadership, reads the store back and
-//! carries on with its tasks (see [`Builder::build`](crate::Builder::build)). A commit failing
+//! carries on with its tasks and schedules (see [`Builder::build`](crate::Builder::build)). A commit failing
 //! with [`StoreError::Unavailable`] is retried with a backoff of 50 ms doubling up to 5 s for
 //! [`max_store_outage`](crate::Builder::max_store_outage); [`StoreError::Other`] is retried
 //! alike and stops the scheduler at the fifth failure in a row; [`StoreError::Fenced`] stops it

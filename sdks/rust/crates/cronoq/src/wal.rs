@@ -2,8 +2,10 @@
 //!
 //! With a store whose `persists()` is true the engine keeps a journal. After each engine step
 //! the driver turns it into [`Mutation`]s (a `Submitted` for each admitted task, with the spec
-//! kept from its admission, and a `Status` for each task whose status changed) and holds the
-//! step's effects back: replies to submissions and cancellations, attempt starts (an attempt
+//! kept from its admission, a `Status` for each task whose status changed, a `RecurringNext`
+//! for each schedule that moved on; a schedule added or removed puts its `RecurringUpsert` or
+//! `RecurringRemove` ahead of them) and holds the step's effects back: replies to submissions,
+//! cancellations and schedule changes, attempt starts (an attempt
 //! starts only once its `Running` status is durable), task ends (handles) and events. One
 //! commit is in flight at a time, on a task of its own; what gathers meanwhile goes into the
 //! next one (group commit). When a commit is done its held effects are carried out, in the
