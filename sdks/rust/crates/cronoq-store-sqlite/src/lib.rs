@@ -470,7 +470,7 @@ impl SqliteStore {
     /// ```
     pub async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
         let generation = self.inner.generation.load(Ordering::Acquire);
-        let before = rows::now_ns().saturating_sub(rows::nanos(older_than));
+        let before = rows::now_ns().saturating_sub(cronoq::codec::dur_ns(older_than));
         let result = self.call(move |db| db.prune(before)).await;
         if matches!(result, Err(StoreError::Fenced)) {
             self.deposed(generation);

@@ -59,6 +59,8 @@
 mod admission;
 mod blocking;
 mod bounds;
+#[cfg(feature = "store-codec")]
+pub mod codec;
 mod config;
 mod deps;
 mod driver;
