@@ -10,24 +10,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cronoq::codec::{
+    deps_from, deps_json, dur_ns, fixed_cols, from_unix, labels_json, miss_from, ns_dur,
+    recurring_from, recurring_json, resources_from, resources_json, retry_from, retry_json, secs,
+    tags_from, tags_json, to_unix,
+};
 use cronoq::core::FixedStart;
 use cronoq::{
     MissPolicy, Mutation, Priority, Recovered, RecoveredTask, RecoveredTerminal, StoreError,
-    TaskId, TaskRecord, TaskRef, TaskSpec, TaskStatus, TimeBase,
+    TaskId, TaskRecord, TaskRef, TaskSpec, TaskStatus, TimeBase, core::RecoveredRecurring,
 };
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior};
 
 use crate::SqliteStoreConfig;
 use crate::lock::LockFile;
-use crate::rows::{
-    deps_from, deps_json, from_unix, miss_from, miss_name, nanos, now_ns, resources_from,
-    resources_json, retry_from, retry_json, secs, signed, system_time, tags_from, tags_json,
-    to_unix, unsigned,
-};
+use crate::rows::{now_ns, signed, system_time, unsigned};
 use crate::schema::{
-    APPLICATION, INSERT_TASK, MIGRATIONS, PRUNE, RENEW, SCHEMA_V1, SCHEMA_VERSION, TASK_COLUMNS,
-    UPDATE_DONE, UPDATE_LIVE,
+    APPLICATION, INSERT_TASK, MIGRATIONS, PRUNE, RECURRING_NEXT, RENEW, SCHEMA_V1, SCHEMA_VERSION,
+    TASK_COLUMNS, UPDATE_DONE, UPDATE_LIVE, UPSERT_RECURRING,
 };
 
 /// An open store file and this handle's leadership of it.
@@ -249,7 +250,7 @@ impl Db {
                 rusqlite::params![
                     epoch,
                     &*self.holder,
-                    now.saturating_add(nanos(self.config.lease_ttl)),
+                    now.saturating_add(dur_ns(self.config.lease_ttl)),
                     place,
                     std::process::id(),
                     locked.then_some(&*self.holder),
@@ -288,7 +289,7 @@ impl Db {
             .execute(
                 RENEW,
                 rusqlite::params![
-                    now_ns().saturating_add(nanos(self.config.lease_ttl)),
+                    now_ns().saturating_add(dur_ns(self.config.lease_ttl)),
                     signed(max_id),
                     locked.then_some(&*self.holder),
                     epoch,
@@ -313,12 +314,6 @@ impl Db {
                 .query_row(q, [], |r| r.get(0))
                 .map_err(|e| sql(path, e))
         };
-        if count("SELECT count(*) FROM cronoq_recurring")? > 0 {
-            return Err(fail(
-                path,
-                "it holds recurring schedules, which this library does not run".into(),
-            ));
-        }
         if count("SELECT count(*) FROM cronoq_pools WHERE paused = 1")? > 0 {
             return Err(fail(
                 path,
@@ -351,9 +346,47 @@ impl Db {
                 recovered.tasks.push(live_task(row, id, base).map_err(bad)?);
             }
         }
+        drop(rows);
+        drop(stmt);
+        recovered.recurring = self.schedules(base)?;
         let max_id: i64 = count("SELECT max_id FROM cronoq_leader WHERE id = 1")?;
         recovered.next_id = unsigned(max_id).saturating_add(1);
         Ok(recovered)
+    }
+
+    /// The stored schedules, each with its next and latest occurrences; one that cannot be
+    /// read fails the recovery, naming it.
+    fn schedules(&self, base: TimeBase) -> Result<Vec<RecoveredRecurring<Bytes>>, StoreError> {
+        let path = &self.path;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT name, spec, template_payload, next_unix_ns, last_task_id \
+                 FROM cronoq_recurring ORDER BY name",
+            )
+            .map_err(|e| sql(path, e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<Vec<u8>>>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                ))
+            })
+            .map_err(|e| sql(path, e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, spec, payload, next, last) = row.map_err(|e| sql(path, e))?;
+            out.push(RecoveredRecurring {
+                spec: recurring_from(base, name, &spec, payload.unwrap_or_default())
+                    .map_err(|e| fail(path, e))?,
+                next: next.map(|ns| from_unix(base, ns)),
+                last: last.map(|id| TaskId(unsigned(id))),
+            });
+        }
+        Ok(out)
     }
 
     /// The task with this id, or the newest with this key.
@@ -517,6 +550,7 @@ fn apply(
                 arrival,
                 spec,
             } => {
+                let (fixed_at, tolerance, on_miss) = fixed_cols(base, &spec.fixed_start);
                 tx.prepare_cached(INSERT_TASK)?.execute(rusqlite::params![
                     signed(id.0),
                     i64::try_from(*seq).unwrap_or(i64::MAX),
@@ -529,15 +563,15 @@ fn apply(
                     spec.deadline.map(|t| to_unix(base, t)),
                     spec.duration_hint.map(|d| d.as_secs_f64()),
                     spec.timeout.map(|d| d.as_secs_f64()),
-                    spec.retry.as_ref().map(retry_json),
+                    retry_json(&spec.retry),
                     (!spec.tags.is_empty()).then(|| tags_json(&spec.tags)),
                     spec.tenant.as_deref(),
-                    spec.fixed_start.map(|f| to_unix(base, f.at)),
-                    spec.fixed_start.map(|f| f.tolerance.as_secs_f64()),
-                    spec.fixed_start.map(|f| miss_name(f.on_miss)),
+                    fixed_at,
+                    tolerance.map(|ns| ns_dur(ns).as_secs_f64()),
+                    on_miss,
                     (!spec.deps.is_empty()).then(|| deps_json(&spec.deps)),
                     (!spec.resources.is_empty()).then(|| resources_json(&spec.resources)),
-                    (!spec.labels.is_empty()).then(|| tags_json(&spec.labels)),
+                    (!spec.labels.is_empty()).then(|| labels_json(&spec.labels)),
                 ])?;
             }
             Mutation::Status {
@@ -569,6 +603,26 @@ fn apply(
                         signed(id.0),
                     ])?;
                 }
+            }
+            Mutation::RecurringUpsert { spec } => {
+                tx.prepare_cached(UPSERT_RECURRING)?
+                    .execute(rusqlite::params![
+                        &*spec.name,
+                        recurring_json(base, spec),
+                        &spec.template.payload[..],
+                    ])?;
+            }
+            Mutation::RecurringRemove { name } => {
+                tx.prepare_cached("DELETE FROM cronoq_recurring WHERE name = ?1")?
+                    .execute([&**name])?;
+            }
+            Mutation::RecurringNext { name, next, last } => {
+                tx.prepare_cached(RECURRING_NEXT)?
+                    .execute(rusqlite::params![
+                        next.map(|t| to_unix(base, t)),
+                        last.map(|id| signed(id.0)),
+                        &**name,
+                    ])?;
             }
         }
     }
@@ -603,7 +657,7 @@ fn live_task(row: &Row<'_>, id: TaskId, base: TimeBase) -> Result<RecoveredTask<
         .get::<_, Option<f64>>("timeout")
         .map_err(get_err)?
         .map(secs);
-    spec.retry = text("retry")?.as_deref().map(retry_from).transpose()?;
+    spec.retry = retry_from(text("retry")?.as_deref())?;
     spec.tags = text("tags")?
         .as_deref()
         .map(tags_from)
@@ -626,7 +680,7 @@ fn live_task(row: &Row<'_>, id: TaskId, base: TimeBase) -> Result<RecoveredTask<
             tolerance: tolerance.map_or(Duration::from_secs(1), secs),
             on_miss: text("on_miss")?
                 .as_deref()
-                .map_or(Ok(MissPolicy::RunLate), miss_from)?,
+                .map_or(MissPolicy::RunLate, miss_from),
         });
     }
     Ok(RecoveredTask {

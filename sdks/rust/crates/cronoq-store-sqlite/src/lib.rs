@@ -73,9 +73,13 @@
 //!   not through an `sqlx` pool: there is no `pool()` method and no `max_connections`
 //!   setting.
 //! * What this library cannot carry on is refused by [`Store::recover`] instead of being
-//!   dropped: recurring schedules or paused pools (written by Python processes) make it fail
-//!   with [`StoreError::Other`] naming them. Tasks' dependencies, resources, fixed starts and
-//!   labels are written and read back in the Python store's encoding.
+//!   dropped: paused pools (written by Python processes), or a schedule whose stored
+//!   definition cannot be read, make it fail with [`StoreError::Other`] naming them. Tasks'
+//!   dependencies, resources, fixed starts and labels, and recurring schedules (with their
+//!   template's payload, next occurrence and latest occurrence), are written and read back in
+//!   the Python store's encoding.
+//! * A removed schedule's cancelled occurrences keep their keys in the file
+//!   ([`Mutation::Status`] carries no key; the Python store clears them).
 //! * Tags are written as the Python store's JSON object, in order: a key given twice reads
 //!   back here as both pairs, in a Python process as its last value. A retry policy's
 //!   multiplier below 1 (allowed here, not in Python) is written as it is, and a Python
@@ -466,7 +470,7 @@ impl SqliteStore {
     /// ```
     pub async fn prune(&self, older_than: Duration) -> Result<u64, StoreError> {
         let generation = self.inner.generation.load(Ordering::Acquire);
-        let before = rows::now_ns().saturating_sub(rows::nanos(older_than));
+        let before = rows::now_ns().saturating_sub(cronoq::codec::dur_ns(older_than));
         let result = self.call(move |db| db.prune(before)).await;
         if matches!(result, Err(StoreError::Fenced)) {
             self.deposed(generation);

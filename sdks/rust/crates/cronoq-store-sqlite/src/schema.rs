@@ -108,6 +108,17 @@ pub(crate) const UPDATE_LIVE: &str = "UPDATE cronoq_tasks SET status = ?1, attem
 pub(crate) const UPDATE_DONE: &str = "UPDATE cronoq_tasks SET terminal = 1, status = ?1, \
     attempt = ?2, updated = ?3, message = ?4, output = ?5 WHERE id = ?6 AND terminal = 0";
 
+/// A schedule added or replaced (the Python store's `_UPSERT_RECURRING`): its next and latest
+/// occurrences follow in the same batch.
+pub(crate) const UPSERT_RECURRING: &str = "INSERT INTO cronoq_recurring \
+    (name, spec, template_payload, next_unix_ns, last_task_id) VALUES (?1, ?2, ?3, NULL, NULL) \
+    ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, \
+    template_payload = excluded.template_payload, next_unix_ns = NULL, last_task_id = NULL";
+
+/// A schedule moved on.
+pub(crate) const RECURRING_NEXT: &str =
+    "UPDATE cronoq_recurring SET next_unix_ns = ?1, last_task_id = ?2 WHERE name = ?3";
+
 /// Terminal rows that ended before a time, except parents of blocked tasks (the Python
 /// store's `_PRUNE`).
 pub(crate) const PRUNE: &str = "

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use cronoq::{Store, TaskSpec, TaskStatus, Time, TimeBase};
+use cronoq::{
+    MissPolicy, Mutation, OverlapPolicy, RecurringSpec, Store, TaskSpec, TaskStatus, Time, TimeBase,
+};
 use cronoq_store_sqlite::SqliteStore;
 use serde_json::Value;
 
@@ -247,6 +249,16 @@ async fn rust_recovers_what_python_wrote() {
             "cancelled"
         ]
     );
+    // The schedule, every field, with its next and latest occurrences.
+    let [sched] = &got.recurring[..] else {
+        panic!("{:?}", got.recurring)
+    };
+    let py_sched = &py["schedules"][0];
+    assert_python_read_schedule(py_sched, &sched.spec);
+    assert_eq!(&sched.spec.template.payload[..], b"sched");
+    assert_eq!(sched.next, py_sched["next"].as_u64().map(Time));
+    assert_eq!(sched.last.map(|id| id.0), py_sched["last"].as_u64());
+    assert_eq!(sched.spec.overlap, OverlapPolicy::Queue);
     let output = Store::<Bytes, Bytes>::load_output(&store, got.terminal[0].id)
         .await
         .unwrap();
@@ -262,4 +274,139 @@ async fn rust_recovers_what_python_wrote() {
     .unwrap()
     .unwrap();
     assert_eq!(epoch, 3);
+}
+
+/// A schedule with every option a template may have.
+fn full_schedule() -> RecurringSpec<Bytes> {
+    let mut template = full_spec(b"sched").resource("db", 2).label("zone", "eu");
+    template.deadline = None; // (a template's deadline is relative: `deadline_after`)
+    RecurringSpec {
+        name: "nightly".into(),
+        cron: "0 2 * * *".into(),
+        tz: Some("Europe/Berlin".into()),
+        template,
+        deadline_after: Some(Duration::from_secs(60)),
+        overlap: OverlapPolicy::QueueOnSuccess,
+        tolerance: Duration::from_millis(2500),
+        on_miss: MissPolicy::Skip,
+    }
+}
+
+/// Asserts that Python read the schedule `py` as `spec` is.
+fn assert_python_read_schedule(py: &Value, spec: &RecurringSpec<Bytes>) {
+    let t = &spec.template;
+    assert_eq!(py["name"], *spec.name);
+    assert_eq!(py["cron"], *spec.cron);
+    assert_eq!(text(&py["tz"]), spec.tz.as_deref());
+    assert_eq!(secs(&py["deadline_in"]), spec.deadline_after);
+    assert_eq!(py["overlap"], overlap(spec.overlap));
+    assert_eq!(secs(&py["tolerance"]), Some(spec.tolerance));
+    assert_eq!(py["on_miss"], miss(spec.on_miss));
+    let resources: BTreeMap<String, u64> =
+        py["resources"].as_object().map_or_else(BTreeMap::new, |m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect()
+        });
+    let want: BTreeMap<String, u64> = t
+        .resources
+        .iter()
+        .map(|(k, v)| (k.to_string(), u64::from(*v)))
+        .collect();
+    assert_eq!(resources, want, "resources");
+    let labels: BTreeMap<String, String> = t
+        .labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(tags(&py["labels"]), labels, "labels");
+    // The template's other fields, read as a task's are.
+    let mut task = py.clone();
+    task["id"] = py["name"].clone();
+    task["deadline"] = Value::Null;
+    task["problem"] = Value::Null;
+    assert_python_read(&task, t);
+}
+
+fn overlap(p: OverlapPolicy) -> &'static str {
+    match p {
+        OverlapPolicy::Skip => "skip",
+        OverlapPolicy::Allow => "allow",
+        OverlapPolicy::Queue => "queue",
+        OverlapPolicy::QueueOnSuccess => "queue_on_success",
+    }
+}
+
+fn miss(p: MissPolicy) -> &'static str {
+    match p {
+        MissPolicy::RunLate => "run_late",
+        MissPolicy::Skip => "skip",
+        MissPolicy::Fail => "fail",
+    }
+}
+
+#[tokio::test]
+async fn python_reads_the_schedules_rust_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cronoq.db");
+    let store = SqliteStore::open_with(&path, fast()).await.unwrap();
+    let epoch = Store::<Bytes, Bytes>::acquire_leadership(&store)
+        .await
+        .unwrap();
+    let plain = RecurringSpec {
+        name: "plain".into(),
+        cron: "* * * * *".into(),
+        tz: None,
+        template: TaskSpec::new(Bytes::new()),
+        deadline_after: None,
+        overlap: OverlapPolicy::Skip,
+        tolerance: Duration::from_secs(1),
+        on_miss: MissPolicy::RunLate,
+    };
+    let full = full_schedule();
+    let last = id(epoch, 7);
+    let batch = [
+        Mutation::RecurringUpsert { spec: full.clone() },
+        Mutation::RecurringNext {
+            name: full.name.clone(),
+            next: Some(Time(T0 + 3_600_000_000_000)),
+            last: Some(last),
+        },
+        Mutation::RecurringUpsert {
+            spec: plain.clone(),
+        },
+        Mutation::RecurringNext {
+            name: plain.name.clone(),
+            next: None,
+            last: None,
+        },
+        // Added, then removed: not kept.
+        Mutation::RecurringUpsert {
+            spec: RecurringSpec {
+                name: "gone".into(),
+                ..plain.clone()
+            },
+        },
+        Mutation::RecurringRemove {
+            name: "gone".into(),
+        },
+    ];
+    store.commit(epoch, BASE, &batch, &[]).await.unwrap();
+    store.release_leadership().await;
+
+    let py = python_store("read", &path);
+    let schedules = py["schedules"].as_array().unwrap();
+    assert_eq!(schedules.len(), 2);
+    for (py, spec) in schedules.iter().zip([&full, &plain]) {
+        assert_python_read_schedule(py, spec);
+        assert_eq!(
+            py["spec"], py["rewritten"],
+            "the Python store's own encoding"
+        );
+    }
+    assert_eq!(schedules[0]["payload"], hex(b"sched"));
+    assert_eq!(schedules[0]["next"], T0 + 3_600_000_000_000);
+    assert_eq!(schedules[0]["last"], last.0);
+    assert!(schedules[1]["next"].is_null() && schedules[1]["last"].is_null());
+    assert_eq!(schedules[1]["payload"], "");
 }

@@ -6,6 +6,14 @@ Rust scheduler wrote or will take over.
                                           behind it (key "py-queued", b"xyz"); stop with the
                                           last two live; print their ids
     python_scheduler.py run PATH KEY...   lead; await each key's task; print how it ended
+    python_scheduler.py recurring PATH    lead; add the schedule "py-tick" (every second, key
+                                          "py-tick", b"tick", overlap allow); stop once an
+                                          occurrence ran and the latest created is not started;
+                                          print the keys run and that pending occurrence
+    python_scheduler.py resume PATH NAME ID
+                                          lead; wait until task ID (an occurrence of schedule
+                                          NAME that a Rust scheduler left) and the one after it
+                                          ran; print the keys run and the schedule's state
 
 Executors return their payload reversed (b"stuck" never returns), as the Rust side's do.
 """
@@ -30,7 +38,11 @@ class Raw:
         return data
 
 
+RAN: list[list[Any]] = []  # [task id, key] of each attempt, in order
+
+
 async def execute(ctx: cronoq.TaskContext, payload: bytes) -> bytes:
+    RAN.append([ctx.id, ctx.key])
     if payload == b"stuck":
         await asyncio.Event().wait()
     return payload[::-1]
@@ -70,7 +82,41 @@ async def run(path: str, keys: list[str]) -> dict[str, Any]:
     return out
 
 
+async def recurring(path: str) -> dict[str, Any]:
+    sched = scheduler(path)
+    await sched.start()
+    await sched.add_recurring(
+        "py-tick", "* * * * * *", b"tick", key="py-tick", overlap="allow", pool="default"
+    )
+    engine = sched.serving()
+    while True:
+        await asyncio.sleep(0.05)
+        last = engine.recurring["py-tick"].last
+        if RAN and last is not None and await sched.status(last.id) == "scheduled":
+            break
+    await sched.shutdown()
+    return {"ran": RAN, "pending": {"id": last.id, "key": last.key}}
+
+
+async def resume(path: str, name: str, task_id: int) -> dict[str, Any]:
+    sched = scheduler(path)
+    await sched.start()
+    engine = sched.serving()
+    while not any(i == task_id for i, _ in RAN) or RAN[-1][0] == task_id:
+        await asyncio.sleep(0.05)
+    state = engine.recurring[name]
+    status = await sched.status(task_id)
+    await sched.shutdown()
+    return {"ran": RAN, "status": status, "cron": state.cron, "key": state.key}
+
+
 if __name__ == "__main__":
     mode, db, *rest = sys.argv[1:]
-    result = asyncio.run(write(db) if mode == "write" else run(db, rest))
+    modes = {
+        "write": lambda: write(db),
+        "run": lambda: run(db, rest),
+        "recurring": lambda: recurring(db),
+        "resume": lambda: resume(db, rest[0], int(rest[1])),
+    }
+    result = asyncio.run(modes[mode]())
     print(json.dumps(result))

@@ -4,7 +4,11 @@ shares.
     python_store.py read PATH   load the file, print every task as the Python store reads it,
                                 then lead (printing the epoch) and release
     python_store.py write PATH  lead, write tasks of every status through rows.insert_row and
-                                rows.update_row (two batches), release, then print as `read`
+                                rows.update_row (two batches) and a schedule with every
+                                option through rows.schedule_row, release, then print as `read`
+
+Schedules are printed as the Python scheduler reads them back (`_durable._schedule`), with the
+stored definition and the one the Python store would write for what it read.
 
 The printed JSON is what tests/python.rs compares, field by field, with what the Rust store
 wrote or reads.
@@ -29,7 +33,8 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.store.base import COLUMN, Batch, first_id
-from cronoq.store.rows import insert_row, record_from_row, update_row
+from cronoq._durable import _schedule
+from cronoq.store.rows import insert_row, record_from_row, schedule_row, update_row
 from cronoq.store.sqlite import SqliteStore
 
 T0 = 1_700_000_000.0  # Unix seconds
@@ -81,7 +86,40 @@ async def dump(store: SqliteStore) -> dict[str, Any]:
                 "problem": problem,
             }
         )
-    return {"max_id": stored.max_id, "tasks": tasks}
+    schedules = []
+    for name, spec, payload, next_ns, last_id in stored.schedules:
+        sched = _schedule(name, spec, payload, Raw())
+        r = sched.retry
+        schedules.append(
+            {
+                "name": sched.name,
+                "spec": spec,
+                "rewritten": schedule_row(sched, payload)[1],
+                "cron": sched.cron,
+                "tz": sched.tz_name,
+                "pool": sched.pool,
+                "priority": sched.cls,
+                "kind": sched.kind,
+                "key": sched.key,
+                "tenant": sched.tenant,
+                "deadline_in": sched.deadline_in,
+                "duration_hint": sched.duration_hint,
+                "timeout": sched.timeout,
+                "retry": None
+                if r is None
+                else [r.max_attempts, r.initial_backoff, r.multiplier, r.max_backoff, r.jitter],
+                "resources": sched.resources,
+                "tags": sched.tags,
+                "labels": sched.labels,
+                "overlap": sched.overlap,
+                "tolerance": sched.tolerance,
+                "on_miss": sched.on_miss,
+                "payload": _hex(sched.payload),
+                "next": next_ns,
+                "last": last_id,
+            }
+        )
+    return {"max_id": stored.max_id, "tasks": tasks, "schedules": schedules}
 
 
 def task(tid: int, seq: int, status: int, attempt: int, **spec: Any) -> TaskRecord:
@@ -118,10 +156,32 @@ async def write(store: SqliteStore) -> None:
     dead = task(base + 4, 5, RUNNING, 3)
     gone = task(base + 5, 6, READY, 0, key="gone")
     now = T0 + 10
+    spec = {
+        "cron": "0 2 * * *",
+        "tz": "Europe/Berlin",
+        "pool": "io",
+        "priority": 1,
+        "kind": "report",
+        "key": "nightly",
+        "tenant": "acme",
+        "deadline_in": 60.0,
+        "duration_hint": 1.5,
+        "timeout": 2.25,
+        "retry": "[5,0.25,1.5,30.0,false]",
+        "resources": {"db": 1},
+        "tags": {"team": "data", "region": "eu"},
+        "labels": {"zone": "eu"},
+        "overlap": "queue",
+        "tolerance": 3.0,
+        "on_miss": "skip",
+    }
+    sched = _schedule("nightly", json.dumps(spec), b"sched", Raw())
+    sched.next_time, sched.last = T0 + 3600, full
     first = Batch(
         inserts=[
             insert_row(r, r.payload, None, now) for r in (full, running, retrying, done, dead, gone)
         ],
+        schedules=[schedule_row(sched, b"sched")],
         max_id=base + 5,
     )
     await store.commit_nowait(first)

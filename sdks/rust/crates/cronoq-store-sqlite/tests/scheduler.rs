@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use bytes::Bytes;
-use cronoq::{Pool, Scheduler, Task, TaskContext, TaskError, TaskStatus};
+use cronoq::{OverlapPolicy, Pool, Recurring, Scheduler, Task, TaskContext, TaskError, TaskStatus};
 use cronoq_store_sqlite::{SqliteStore, SqliteStoreConfig};
 
 /// Payload "stuck" never ends; others come back reversed.
@@ -194,4 +194,120 @@ async fn a_rust_scheduler_runs_what_a_python_one_left() {
     };
     assert_eq!(row.status, Some(TaskStatus::Running));
     s.shutdown(Duration::ZERO).await.unwrap();
+}
+
+/// The (task id, key) of each attempt, in order.
+type Runs = Arc<std::sync::Mutex<Vec<(u64, String)>>>;
+
+/// A scheduler whose executor records each attempt, on a store that keeps ended tasks.
+async fn recording(path: &Path, runs: &Runs) -> (Scheduler<Bytes, Bytes>, SqliteStore) {
+    let config = SqliteStoreConfig {
+        retention: Duration::MAX,
+        ..SqliteStoreConfig::default()
+    };
+    let store = SqliteStore::open_with(path, config).await.unwrap();
+    let runs = runs.clone();
+    let pool = Pool::fixed("default", 1).executor_fn(move |ctx: TaskContext, p: Arc<Bytes>| {
+        let key = ctx.key.as_deref().unwrap_or_default().to_string();
+        runs.lock().unwrap().push((ctx.id.0, key));
+        async move { Ok::<_, TaskError>((*p).clone()) }
+    });
+    let s = Scheduler::builder()
+        .pool(pool)
+        .store(store.clone())
+        .build()
+        .await
+        .unwrap();
+    (s, store)
+}
+
+/// The keys run by Python (`[[id, key], …]`).
+fn python_runs(py: &Value) -> Vec<(u64, String)> {
+    py["ran"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_u64().unwrap(), r[1].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// Every key of both runs once, and `pending` ran once, under `key`.
+fn assert_each_once(mut all: Vec<(u64, String)>, pending: u64, key: &str) {
+    let mine: Vec<_> = all.iter().filter(|(id, _)| *id == pending).collect();
+    assert_eq!(mine, [&(pending, key.to_string())], "{all:?}");
+    let n = all.len();
+    all.sort_by(|a, b| a.1.cmp(&b.1));
+    all.dedup_by(|a, b| a.1 == b.1);
+    assert_eq!(all.len(), n, "an occurrence ran twice: {all:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_scheduler_resumes_a_python_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cronoq.db");
+    let py = python_scheduler(&["recurring"], &path);
+    let pending = py["pending"]["id"].as_u64().unwrap();
+    let key = py["pending"]["key"].as_str().unwrap().to_string();
+    let runs: Runs = Arc::default();
+    let (s, _store) = recording(&path, &runs).await;
+    let info = s.list_recurring().await.unwrap();
+    assert_eq!((&*info[0].name, &*info[0].cron), ("py-tick", "* * * * * *"));
+    assert_eq!(info[0].last_task, Some(cronoq::TaskId(pending)));
+    // The pending occurrence runs, then one this scheduler created.
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let runs = runs.lock().unwrap();
+        if runs.iter().any(|(id, _)| *id == pending) && runs.last().unwrap().0 != pending {
+            break;
+        }
+    }
+    s.shutdown(Duration::ZERO).await.unwrap();
+    let mut all = python_runs(&py);
+    all.extend(runs.lock().unwrap().iter().cloned());
+    assert!(
+        all.iter().all(|(_, k)| k.starts_with("py-tick@")),
+        "{all:?}"
+    );
+    assert_each_once(all, pending, &key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_scheduler_resumes_a_rust_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cronoq.db");
+    let runs: Runs = Arc::default();
+    let (s, store) = recording(&path, &runs).await;
+    let tick = Recurring::new(
+        "rs-tick",
+        "* * * * * *",
+        Task::new(Bytes::from("tick")).key("rs-tick"),
+    )
+    .overlap(OverlapPolicy::Allow);
+    s.add_recurring(tick).await.unwrap();
+    let pending = loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let last = s.list_recurring().await.unwrap()[0].last_task;
+        if let Some(id) = last.filter(|_| !runs.lock().unwrap().is_empty())
+            && s.status(id).await.unwrap() == Some(TaskStatus::Scheduled)
+        {
+            break id;
+        }
+    };
+    s.shutdown(Duration::ZERO).await.unwrap();
+    store.release_leadership().await;
+    let key = store.get_task(&pending.into()).await.unwrap().unwrap().key;
+
+    let py = python_scheduler(&["resume", "rs-tick", &pending.0.to_string()], &path);
+    assert_eq!(
+        (&py["cron"], &py["key"]),
+        (&Value::from("* * * * * *"), &Value::from("rs-tick"))
+    );
+    assert_eq!(py["status"], "succeeded");
+    let mut all = runs.lock().unwrap().clone();
+    all.extend(python_runs(&py));
+    assert!(
+        all.iter().all(|(_, k)| k.starts_with("rs-tick@")),
+        "{all:?}"
+    );
+    assert_each_once(all, pending.0, &key.unwrap());
 }

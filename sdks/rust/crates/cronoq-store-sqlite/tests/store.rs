@@ -518,7 +518,7 @@ async fn recover_refuses_what_the_library_cannot_carry_on() {
         (
             "INSERT INTO cronoq_recurring (name, spec) VALUES ('n', '{}')",
             "DELETE FROM cronoq_recurring",
-            "recurring schedules",
+            "recurring schedule \"n\": no pool",
         ),
     ] {
         db.execute(change, []).unwrap();

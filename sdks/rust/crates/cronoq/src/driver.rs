@@ -55,10 +55,10 @@ use crate::deps::UnknownDependency;
 use crate::error::{Error, StoreError, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Executor, Tags, TaskContext};
 use crate::handle::{Outcome, TaskHandle};
-use crate::recurring::{RecurringInfo, RecurringSpec, Schedules};
+use crate::recurring::{self, RecurringInfo, RecurringSpec, Schedules};
 use crate::scaling::{Answer, Scaling};
 use crate::snapshot::{PoolSnapshot, Snapshot};
-use crate::store::{RecoveredTask, RecoveredTerminal};
+use crate::store::{Mutation, RecoveredRecurring, RecoveredTask, RecoveredTerminal};
 use crate::task::TaskSpec;
 use crate::time::{Clock, Time};
 use crate::types::{
@@ -130,7 +130,7 @@ pub(crate) enum Command<P, O> {
     },
     RemoveRecurring {
         name: Arc<str>,
-        reply: oneshot::Sender<bool>,
+        reply: oneshot::Sender<Result<bool, Error>>,
     },
     ListRecurring {
         reply: oneshot::Sender<Vec<RecurringInfo>>,
@@ -316,8 +316,14 @@ pub(crate) struct Setup<P, O> {
     pub(crate) durable: Option<Durable<P, O>>,
 }
 
-/// A persistent store's write-ahead, and the live and ended tasks it held at start.
-pub(crate) type Durable<P, O> = (Wal<P, O>, Vec<RecoveredTask<P>>, Vec<RecoveredTerminal>);
+/// A persistent store's write-ahead, and the live and ended tasks and the schedules it held
+/// at start.
+pub(crate) type Durable<P, O> = (
+    Wal<P, O>,
+    Vec<RecoveredTask<P>>,
+    Vec<RecoveredTerminal>,
+    Vec<RecoveredRecurring<P>>,
+);
 
 /// Messages taken per wake-up before a turn, at most.
 const BATCH: usize = 256;
@@ -438,9 +444,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             wal: None,
             failed: None,
         };
-        if let Some((wal, tasks, terminal)) = durable {
+        if let Some((wal, tasks, terminal, recurring)) = durable {
             driver.wal = Some(wal);
-            driver.restore(tasks, terminal);
+            driver.restore(tasks, terminal, recurring);
         }
         driver
     }
@@ -784,9 +790,15 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     }
 
     /// Takes back what the store held: live tasks (one whose attempt was running counts it
-    /// as lost: retried or dead-lettered) and ended ones (keys, statuses).
+    /// as lost: retried or dead-lettered), ended ones (keys, statuses) and schedules (those
+    /// the configuration no longer supports are dropped, from the store too).
     #[cold]
-    fn restore(&mut self, tasks: Vec<RecoveredTask<P>>, terminal: Vec<RecoveredTerminal>) {
+    fn restore(
+        &mut self,
+        tasks: Vec<RecoveredTask<P>>,
+        terminal: Vec<RecoveredTerminal>,
+        recurring: Vec<RecoveredRecurring<P>>,
+    ) {
         let now = self.now();
         let first_pool = self.pools[0].name.clone();
         let no_kind: Arc<str> = Arc::from("");
@@ -806,6 +818,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             } else {
                 Status::Blocked
             };
+            recurring::mark_occurrence(&mut rec, &t.spec);
             stored.push(cronoq_core::StoredTask {
                 record: rec,
                 pool: t.spec.pool.clone(),
@@ -829,6 +842,16 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             });
         }
         self.engine.restore(stored, now, &HashMap::new());
+        let base = self.base;
+        let secs = move |t: Time| t.diff_secs(base);
+        let dropped = self
+            .schedules
+            .resume(&mut self.engine, recurring, secs, now);
+        if let Some(wal) = &mut self.wal {
+            for name in dropped {
+                wal.recurring(Mutation::RecurringRemove { name });
+            }
+        }
         for t in tasks {
             let live = self
                 .engine
@@ -1113,7 +1136,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     live_tasks: usize::try_from(s.live_tasks).unwrap_or(usize::MAX),
                     running: s.running,
                     pending: usize::try_from(s.pending.max(0)).unwrap_or(usize::MAX),
-                    totals: s.totals,
+                    totals: self.schedules.totals(s.totals),
                 });
             }
             Command::SetCapacity {
@@ -1135,16 +1158,26 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     Err(Error::Shutdown)
                 } else {
                     let now = self.now();
-                    self.schedules.add(&mut self.engine, spec, now)
+                    let copy = self.wal.is_some().then(|| spec.clone());
+                    let answer = self.schedules.add(&mut self.engine, spec, now);
+                    if let (Ok(()), Some(wal), Some(spec)) = (&answer, &mut self.wal, copy) {
+                        wal.recurring(Mutation::RecurringUpsert { spec });
+                    }
+                    // With a store, its next occurrence goes into the same batch.
+                    self.apply(now);
+                    answer
                 };
-                let _ = reply.send(answer);
+                self.answer(Reply::Added(reply, answer));
             }
             Command::RemoveRecurring { name, reply } => {
                 let now = self.now();
                 let removed = self.schedules.remove(&mut self.engine, &name, now);
+                if let (true, Some(wal)) = (removed, &mut self.wal) {
+                    wal.recurring(Mutation::RecurringRemove { name });
+                }
                 // Its occurrences not started yet end before the caller hears back.
                 self.apply(now);
-                let _ = reply.send(removed);
+                self.answer(Reply::Cancel(reply, removed));
             }
             Command::ListRecurring { reply } => {
                 let base = self.base;

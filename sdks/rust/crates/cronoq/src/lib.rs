@@ -59,6 +59,8 @@
 mod admission;
 mod blocking;
 mod bounds;
+#[cfg(feature = "store-codec")]
+pub mod codec;
 mod config;
 mod deps;
 mod driver;
@@ -116,6 +118,7 @@ pub mod core {
     pub use crate::config::CoreConfig;
     pub use crate::executor::Tags;
     pub use crate::fixed::FixedStart;
+    pub use crate::store::RecoveredRecurring;
     pub use crate::{
         AutoscaleConfig, Bounds, Dep, EdgeCond, Fairness, GroupSnapshot, Labels, LeaseId,
         MissPolicy, Mutation, OverflowPolicy, OverlapPolicy, PoolConfig, PoolId, PoolSnapshot,

@@ -13,13 +13,19 @@ use std::time::Duration;
 
 use cronoq_core::Engine;
 use cronoq_core::cron::{parse_cron, zone};
+use cronoq_core::model::{DepTarget, Totals};
 use cronoq_core::vocab::Overlap;
 
+use crate::deps::{Dep, EdgeCond};
 use crate::error::Error;
-use crate::fixed::{DEFAULT_TOLERANCE, MissPolicy};
+use crate::fixed::{DEFAULT_TOLERANCE, FixedStart, MissPolicy};
+use crate::store::RecoveredRecurring;
 use crate::task::{Task, TaskSpec, When};
 use crate::time::Time;
-use crate::types::TaskId;
+use crate::types::{TaskId, TaskRef};
+
+/// The tag that names the schedule an occurrence belongs to.
+pub(crate) const RECURRING_TAG: &str = "cronoq.recurring";
 
 /// What an occurrence does while an earlier occurrence of its schedule is still live.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -201,9 +207,6 @@ impl<P> Recurring<P> {
                 "recurring templates cannot set a dependency (use OverlapPolicy::Queue to chain occurrences)",
             );
         }
-        if !t.spec().resources.is_empty() || !t.spec().labels.is_empty() {
-            return config("recurring templates cannot set resources or labels in this version");
-        }
         t.spec().check().map_err(|e| Error::Config(e.to_string()))?;
         let (tolerance, on_miss) = t.fixed_options();
         let mut spec = self.spec;
@@ -234,16 +237,72 @@ pub struct RecurringInfo {
     pub last_task: Option<TaskId>,
 }
 
+/// A stored task that is an occurrence of a schedule (its tag names it) becomes one again in
+/// the engine, for the schedule to take it back when it resumes.
+pub(crate) fn mark_occurrence<P>(rec: &mut cronoq_core::TaskRecord, spec: &TaskSpec<P>) {
+    if let Some((_, name)) = spec.tags.iter().find(|(k, _)| &**k == RECURRING_TAG) {
+        rec.extra.get_or_insert_with(Box::default).schedule = Some(name.clone());
+    }
+}
+
+/// The engine's form of a schedule, or why its expression or time zone is refused.
+fn to_core(spec: &RecurringSpec<impl Sized>) -> Result<cronoq_core::recurring::Recurring, Error> {
+    let cron = parse_cron(&spec.cron)
+        .map_err(|e| Error::Config(format!("invalid cron '{}': {}", spec.cron, e.message())))?;
+    let tz = zone(spec.tz.as_deref()).map_err(|_| {
+        Error::Config(format!(
+            "unknown time zone '{}'",
+            spec.tz.as_deref().unwrap_or("")
+        ))
+    })?;
+    let t = &spec.template;
+    let mut core = cronoq_core::recurring::Recurring::new(&spec.name, cron, tz, &t.pool);
+    core.cls = t.priority as u8;
+    core.kind = t.kind.to_string();
+    core.key = t.key.as_deref().map(str::to_string);
+    core.tenant = t.tenant.as_deref().map(str::to_string);
+    core.deadline_in = spec.deadline_after.map(|d| d.as_secs_f64());
+    core.duration_hint = t.duration_hint.map(|d| d.as_secs_f64());
+    core.timeout = t.timeout.map(|d| d.as_secs_f64());
+    core.retry = t.retry.map(|r| r.to_core());
+    core.resources = t
+        .resources
+        .iter()
+        .map(|(n, a)| (n.to_string(), *a))
+        .collect();
+    core.labels = t
+        .labels
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    core.overlap = spec.overlap.to_core();
+    core.tolerance = spec.tolerance.as_secs_f64();
+    core.on_miss = spec.on_miss.to_core();
+    Ok(core)
+}
+
+/// The engine's refusal of a schedule's template.
+fn template_error(spec: &RecurringSpec<impl Sized>, e: cronoq_core::SubmitError) -> Error {
+    let why = match e.code {
+        "unknown_pool" => format!("unknown pool '{}'", spec.template.pool),
+        _ => e.message,
+    };
+    Error::Config(format!("invalid template: {why}"))
+}
+
 /// The driver's schedules: each one's spec, for the payload of the occurrences the engine
 /// creates.
 pub(crate) struct Schedules<P> {
     specs: BTreeMap<Arc<str>, RecurringSpec<P>>,
+    /// Stored schedules dropped at start (`recurring_invalid`).
+    invalid: u64,
 }
 
 impl<P> Schedules<P> {
     pub(crate) fn new() -> Self {
         Schedules {
             specs: BTreeMap::new(),
+            invalid: 0,
         }
     }
 
@@ -254,36 +313,52 @@ impl<P> Schedules<P> {
         spec: RecurringSpec<P>,
         now: f64,
     ) -> Result<(), Error> {
-        let cron = parse_cron(&spec.cron)
-            .map_err(|e| Error::Config(format!("invalid cron '{}': {}", spec.cron, e.message())))?;
-        let tz = zone(spec.tz.as_deref()).map_err(|_| {
-            Error::Config(format!(
-                "unknown time zone '{}'",
-                spec.tz.as_deref().unwrap_or("")
-            ))
-        })?;
-        let t = &spec.template;
-        let mut core = cronoq_core::recurring::Recurring::new(&spec.name, cron, tz, &t.pool);
-        core.cls = t.priority as u8;
-        core.kind = t.kind.to_string();
-        core.key = t.key.as_deref().map(str::to_string);
-        core.tenant = t.tenant.as_deref().map(str::to_string);
-        core.deadline_in = spec.deadline_after.map(|d| d.as_secs_f64());
-        core.duration_hint = t.duration_hint.map(|d| d.as_secs_f64());
-        core.timeout = t.timeout.map(|d| d.as_secs_f64());
-        core.retry = t.retry.map(|r| r.to_core());
-        core.overlap = spec.overlap.to_core();
-        core.tolerance = spec.tolerance.as_secs_f64();
-        core.on_miss = spec.on_miss.to_core();
-        engine.add_recurring(core, now).map_err(|e| {
-            let why = match e.code {
-                "unknown_pool" => format!("unknown pool '{}'", t.pool),
-                _ => e.message,
-            };
-            Error::Config(format!("invalid template: {why}"))
-        })?;
+        let core = to_core(&spec)?;
+        engine
+            .add_recurring(core, now)
+            .map_err(|e| template_error(&spec, e))?;
         self.specs.insert(spec.name.clone(), spec);
         Ok(())
+    }
+
+    /// Takes back the schedules a store kept (after the store's tasks): each with its next
+    /// occurrence and its latest, its stored occurrences its own. Those the configuration no
+    /// longer supports (a pool or resource gone, say) are dropped, logged and counted in
+    /// `recurring_invalid`; their names are returned, for the store to forget them.
+    pub(crate) fn resume(
+        &mut self,
+        engine: &mut Engine,
+        stored: Vec<RecoveredRecurring<P>>,
+        secs: impl Fn(Time) -> f64,
+        now: f64,
+    ) -> Vec<Arc<str>> {
+        let mut dropped = Vec::new();
+        for s in stored {
+            let spec = s.spec;
+            let resumed = to_core(&spec).and_then(|core| {
+                let next = s.next.map(&secs);
+                engine
+                    .resume_recurring(core, next, s.last.map(|id| id.0), now)
+                    .map_err(|e| template_error(&spec, e))
+            });
+            match resumed {
+                Ok(()) => {
+                    self.specs.insert(spec.name.clone(), spec);
+                }
+                Err(e) => {
+                    tracing::warn!(schedule = %spec.name, error = %e, "a stored recurring schedule is dropped");
+                    self.invalid += 1;
+                    dropped.push(spec.name);
+                }
+            }
+        }
+        dropped
+    }
+
+    /// The engine's totals with the schedules dropped at start.
+    pub(crate) fn totals(&self, mut totals: Totals) -> Totals {
+        totals.recurring_invalid += self.invalid;
+        totals
     }
 
     /// Removes a schedule (its occurrences not started yet are cancelled); false if none has
@@ -337,7 +412,31 @@ impl<P> Schedules<P> {
                 let mut task = s.template.clone();
                 task.key = rec.key.clone();
                 task.deadline = rec.deadline.map(&time);
-                task.tags.push(("cronoq.recurring".into(), s.name.clone()));
+                task.tags.push((RECURRING_TAG.into(), s.name.clone()));
+                // As the engine holds it, so that a store gives it back as it was: at its
+                // time, and after the previous occurrence in the queue modes.
+                if let Some(extra) = rec.extra.as_deref() {
+                    task.fixed_start = extra.start_at.map(|at| FixedStart {
+                        at: time(at),
+                        tolerance: s.tolerance,
+                        on_miss: s.on_miss,
+                    });
+                    task.deps = extra
+                        .deps
+                        .iter()
+                        .map(|(target, _)| {
+                            let target = match target {
+                                DepTarget::Id(id) => TaskRef::Id(TaskId(*id)),
+                                DepTarget::Key(key) => TaskRef::Key(key.clone()),
+                            };
+                            let cond = match s.overlap {
+                                OverlapPolicy::QueueOnSuccess => EdgeCond::OnSuccess,
+                                _ => EdgeCond::OnComplete,
+                            };
+                            Dep { target, cond }
+                        })
+                        .collect();
+                }
                 out.push((id, task));
             }
         }

@@ -173,7 +173,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// the store back ([`Store::recover`]) and takes its tasks back: live ones run again under
     /// their ids (one whose attempt was running counts that attempt as used: it retries after
     /// its backoff, or is dead-lettered when it has no attempts left), ended ones keep their
-    /// keys and statuses. If anything fails after leadership was acquired, it is released.
+    /// keys and statuses; recurring schedules resume with their next occurrence (one the
+    /// configuration no longer supports, such as a pool or resource gone, is dropped, deleted
+    /// from the store and counted in `recurring_invalid`). If anything fails after leadership
+    /// was acquired, it is released.
     ///
     /// # Errors
     /// [`Error::Config`] when the configuration cannot work: no pool, a pool without executor,
@@ -327,7 +330,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             global_bounds: self.core.global_bounds.clone(),
             durable: durable.map(|(epoch, recovered)| {
                 let wal = Wal::new(self.store.clone(), epoch, self.max_store_outage);
-                (wal, recovered.tasks, recovered.terminal)
+                let r = recovered;
+                (wal, r.tasks, r.terminal, r.recurring)
             }),
         };
         let parts = Parts {
@@ -674,13 +678,15 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     }
 
     /// Adds a recurring schedule, or replaces the one with its name (whose occurrences not
-    /// started yet are cancelled).
+    /// started yet are cancelled). With a store that persists, it returns once the schedule
+    /// and its next occurrence are written: the next leader resumes it.
     ///
     /// # Errors
-    /// [`Error::Config`] for a template with an absolute deadline, a fixed start, a dependency,
-    /// resources or labels, one that a submit would refuse (`invalid task: …`, `invalid
-    /// template: unknown pool 'x'`), a NUL in the name, an invalid cron expression (`invalid
-    /// cron '<expr>': …`) or an unknown time zone; [`Error::Shutdown`].
+    /// [`Error::Config`] for a template with an absolute deadline, a fixed start or a
+    /// dependency, one that a submit would refuse (`invalid task: …`, `invalid template:
+    /// unknown pool 'x'`, an unknown resource), a NUL in the name, an invalid cron expression
+    /// (`invalid cron '<expr>': …`) or an unknown time zone; [`Error::Store`] when the store
+    /// failed; [`Error::Shutdown`].
     pub async fn add_recurring(&self, recurring: Recurring<P>) -> Result<(), Error> {
         let spec = recurring.into_spec()?;
         self.call(|reply| Command::AddRecurring { spec, reply })
@@ -688,14 +694,15 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     }
 
     /// Removes a recurring schedule: `true` if there was one with this name. Its occurrences
-    /// not started yet are cancelled.
+    /// not started yet are cancelled. With a store that persists, it returns once the removal
+    /// is written.
     ///
     /// # Errors
-    /// [`Error::Shutdown`].
+    /// [`Error::Store`] when the store failed; [`Error::Shutdown`].
     pub async fn remove_recurring(&self, name: &str) -> Result<bool, Error> {
         let name = Arc::from(name);
         self.call(|reply| Command::RemoveRecurring { name, reply })
-            .await
+            .await?
     }
 
     /// The recurring schedules, by name, with their next occurrence and latest task.

@@ -4,10 +4,11 @@
 //!
 //! With a store whose [`persists`](Store::persists) is true, a scheduler writes ahead: each
 //! step's changes ([`Mutation`]s) are committed, in order and in the background, before their
-//! effects are seen (replies to submissions and cancellations, attempt starts, task ends and
-//! events); what gathers while a commit is in flight goes into the next one. At
+//! effects are seen (replies to submissions, cancellations and schedule changes, attempt
+//! starts, task ends and events); what gathers while a commit is in flight goes into the next
+//! one. A schedule's move to its next occurrence is written with the occurrence it created. At
 //! [`build`](crate::Builder::build) it waits for the leadership, reads the store back and
-//! carries on with its tasks (see [`Builder::build`](crate::Builder::build)). A commit failing
+//! carries on with its tasks and schedules (see [`Builder::build`](crate::Builder::build)). A commit failing
 //! with [`StoreError::Unavailable`] is retried with a backoff of 50 ms doubling up to 5 s for
 //! [`max_store_outage`](crate::Builder::max_store_outage); [`StoreError::Other`] is retried
 //! alike and stops the scheduler at the fifth failure in a row; [`StoreError::Fenced`] stops it
@@ -20,6 +21,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 
 use crate::error::StoreError;
+use crate::recurring::RecurringSpec;
 use crate::task::TaskSpec;
 use crate::time::Time;
 use crate::types::{Priority, TaskId, TaskRef, TaskStatus};
@@ -62,6 +64,27 @@ pub enum Mutation<P> {
         /// The message of the change.
         message: Option<std::sync::Arc<str>>,
     },
+    /// A recurring schedule was added, or replaced the one with its name; its next occurrence
+    /// follows in a [`RecurringNext`](Mutation::RecurringNext) of the same batch.
+    RecurringUpsert {
+        /// The schedule.
+        spec: RecurringSpec<P>,
+    },
+    /// A recurring schedule was removed (or dropped at start, when the configuration no
+    /// longer supports it).
+    RecurringRemove {
+        /// Its name.
+        name: std::sync::Arc<str>,
+    },
+    /// A recurring schedule moved on: written in the batch of the occurrence it created.
+    RecurringNext {
+        /// Its name.
+        name: std::sync::Arc<str>,
+        /// Its next occurrence (`None`: its expression names no later time).
+        next: Option<Time>,
+        /// The latest occurrence it created.
+        last: Option<TaskId>,
+    },
 }
 
 /// A live task read back from a store.
@@ -92,6 +115,18 @@ pub struct RecoveredTerminal {
     pub at: Time,
 }
 
+/// A recurring schedule read back from a store: it resumes with its next occurrence, so
+/// that none is created twice or lost across a restart.
+#[derive(Clone, Debug)]
+pub struct RecoveredRecurring<P> {
+    /// The schedule.
+    pub spec: RecurringSpec<P>,
+    /// Its next occurrence (created at once if its time passed meanwhile).
+    pub next: Option<Time>,
+    /// The latest occurrence it created.
+    pub last: Option<TaskId>,
+}
+
 /// What a store holds, read back at start.
 #[derive(Clone, Debug)]
 pub struct Recovered<P> {
@@ -99,6 +134,8 @@ pub struct Recovered<P> {
     pub tasks: Vec<RecoveredTask<P>>,
     /// Recently ended tasks.
     pub terminal: Vec<RecoveredTerminal>,
+    /// Recurring schedules.
+    pub recurring: Vec<RecoveredRecurring<P>>,
     /// The next task id's counter.
     pub next_id: u64,
 }
@@ -109,6 +146,7 @@ impl<P> Default for Recovered<P> {
         Recovered {
             tasks: Vec::new(),
             terminal: Vec::new(),
+            recurring: Vec::new(),
             next_id: 0,
         }
     }

@@ -2,8 +2,10 @@
 //!
 //! With a store whose `persists()` is true the engine keeps a journal. After each engine step
 //! the driver turns it into [`Mutation`]s (a `Submitted` for each admitted task, with the spec
-//! kept from its admission, and a `Status` for each task whose status changed) and holds the
-//! step's effects back: replies to submissions and cancellations, attempt starts (an attempt
+//! kept from its admission, a `Status` for each task whose status changed, a `RecurringNext`
+//! for each schedule that moved on; a schedule added or removed puts its `RecurringUpsert` or
+//! `RecurringRemove` ahead of them) and holds the step's effects back: replies to submissions,
+//! cancellations and schedule changes, attempt starts (an attempt
 //! starts only once its `Running` status is durable), task ends (handles) and events. One
 //! commit is in flight at a time, on a task of its own; what gathers meanwhile goes into the
 //! next one (group commit). When a commit is done its held effects are carried out, in the
@@ -54,7 +56,10 @@ pub(crate) enum Reply<O> {
         oneshot::Sender<Result<Vec<TaskHandle<O>>, Error>>,
         Result<Vec<TaskHandle<O>>, Error>,
     ),
+    /// A cancellation's answer, or a schedule removal's.
     Cancel(oneshot::Sender<Result<bool, Error>>, bool),
+    /// A schedule's addition.
+    Added(oneshot::Sender<Result<(), Error>>, Result<(), Error>),
 }
 
 impl<O> Reply<O> {
@@ -66,6 +71,7 @@ impl<O> Reply<O> {
             Reply::Many(tx, r) => drop(tx.send(Ok(r))),
             Reply::Batch(tx, r) => drop(tx.send(r)),
             Reply::Cancel(tx, r) => drop(tx.send(Ok(r))),
+            Reply::Added(tx, r) => drop(tx.send(r)),
         }
     }
 
@@ -77,6 +83,7 @@ impl<O> Reply<O> {
             Reply::Many(tx, _) => drop(tx.send(Err(err()))),
             Reply::Batch(tx, _) => drop(tx.send(Err(err()))),
             Reply::Cancel(tx, _) => drop(tx.send(Err(err()))),
+            Reply::Added(tx, _) => drop(tx.send(Err(err()))),
         }
     }
 }
@@ -146,6 +153,12 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Wal<P, O> {
         self.specs.insert(id, spec);
     }
 
+    /// A schedule added or removed: its mutation goes into the batch being gathered, ahead
+    /// of the journal of the step that made the change (which holds its next occurrence).
+    pub(crate) fn recurring(&mut self, mutation: Mutation<P>) {
+        self.mutations.push(mutation);
+    }
+
     /// The journal of an engine step becomes mutations of the batch being gathered.
     pub(crate) fn journal(&mut self, journal: Journal, time: impl Fn(f64) -> Time) {
         for rec in journal.added {
@@ -173,6 +186,13 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Wal<P, O> {
                 attempt: rec.attempt,
                 at: time(at),
                 message: rec.message.clone(),
+            });
+        }
+        for row in journal.schedules {
+            self.mutations.push(Mutation::RecurringNext {
+                name: row.name,
+                next: row.next_time.map(&time),
+                last: row.last.map(TaskId),
             });
         }
     }

@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use cronoq::core::RecoveredRecurring;
 use cronoq::{
-    Error, Mutation, Pool, Recovered, RecoveredTask, RecoveredTerminal, Recurring, RetryPolicy,
-    Scheduler, Store, StoreError, Task, TaskError, TaskFailure, TaskId, TaskSpec, TaskStatus, Time,
-    TimeBase,
+    Error, Mutation, OverlapPolicy, Pool, Recovered, RecoveredTask, RecoveredTerminal, Recurring,
+    RecurringSpec, RetryPolicy, Scheduler, Store, StoreError, Task, TaskContext, TaskError,
+    TaskFailure, TaskId, TaskSpec, TaskStatus, Time, TimeBase,
 };
 
 /// A task's row.
@@ -35,9 +36,14 @@ enum Failing {
     Panic,
 }
 
+/// A schedule's row: spec, next occurrence, latest occurrence.
+type Schedule = (RecurringSpec<u32>, Option<Time>, Option<TaskId>);
+
 struct State {
     epoch: u16,
     rows: BTreeMap<u64, Row>,
+    /// Schedules by name.
+    schedules: BTreeMap<Arc<str>, Schedule>,
     max_id: u64,
     commits: usize,
     failing: Failing,
@@ -54,6 +60,7 @@ impl Mem {
         Mem(Arc::new(Mutex::new(State {
             epoch: 0,
             rows: BTreeMap::new(),
+            schedules: BTreeMap::new(),
             max_id: 0,
             commits: 0,
             failing: Failing::No,
@@ -146,6 +153,17 @@ impl Store<u32, u32> for Mem {
                         row.output = outputs.iter().find(|(o, _)| o == id).map(|(_, o)| **o);
                     }
                 }
+                Mutation::RecurringUpsert { spec } => {
+                    st.schedules
+                        .insert(spec.name.clone(), (spec.clone(), None, None));
+                }
+                Mutation::RecurringRemove { name } => {
+                    st.schedules.remove(name);
+                }
+                Mutation::RecurringNext { name, next, last } => {
+                    let row = st.schedules.get_mut(name).expect("upserted before");
+                    (row.1, row.2) = (*next, *last);
+                }
             }
         }
         Ok(())
@@ -174,6 +192,15 @@ impl Store<u32, u32> for Mem {
                 }),
             }
         }
+        out.recurring = st
+            .schedules
+            .values()
+            .map(|(spec, next, last)| RecoveredRecurring {
+                spec: spec.clone(),
+                next: *next,
+                last: *last,
+            })
+            .collect();
         out.next_id = st.max_id + 1;
         Ok(out)
     }
@@ -446,4 +473,158 @@ async fn occurrences_of_a_schedule_are_written_as_tasks() {
     };
     assert!(ran >= 2, "{ran}");
     s.shutdown(Duration::ZERO).await.unwrap();
+}
+
+/// A pool whose executor records each attempt's task and key, and returns its payload.
+fn recording(name: &str, seen: &Arc<Mutex<Vec<(TaskId, String)>>>) -> Pool<u32, u32> {
+    let seen = seen.clone();
+    Pool::fixed(name, 1).executor_fn(move |ctx: TaskContext, n: Arc<u32>| {
+        let key = ctx.key.as_deref().unwrap_or_default().to_string();
+        seen.lock().unwrap().push((ctx.id, key));
+        async move { Ok::<_, TaskError>(*n) }
+    })
+}
+
+/// A scheduler with a schedule every ten seconds (key "t") stopped once an occurrence ran and
+/// the next one was created (2 s ahead of its time) but not started: that one's id and key.
+async fn stopped_with_an_occurrence_pending(
+    store: &Mem,
+    seen: &Arc<Mutex<Vec<(TaskId, String)>>>,
+) -> (TaskId, String) {
+    let s1 = build(store, recording("default", seen)).await;
+    let every_ten = Recurring::new("tick", "*/10 * * * * *", Task::new(5).key("t"))
+        .overlap(OverlapPolicy::Allow);
+    s1.add_recurring(every_ten).await.unwrap();
+    // Written before the reply: the schedule and its next occurrence.
+    let next = s1.list_recurring().await.unwrap()[0].next;
+    {
+        let st = store.0.lock().unwrap();
+        let (spec, stored_next, _) = &st.schedules[&Arc::from("tick")];
+        assert_eq!((&*spec.cron, *stored_next), ("*/10 * * * * *", next));
+    }
+    let pending = loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let info = s1.list_recurring().await.unwrap();
+        let last = info[0].last_task;
+        if let Some(id) = last.filter(|_| !seen.lock().unwrap().is_empty())
+            && s1.status(id).await.unwrap() == Some(TaskStatus::Scheduled)
+        {
+            break id;
+        }
+    };
+    s1.shutdown(Duration::ZERO).await.unwrap();
+    assert_eq!(store.row(pending), Some((Some(TaskStatus::Scheduled), 0)));
+    let st = store.0.lock().unwrap();
+    let row = &st.rows[&pending.0];
+    assert!(row.spec.fixed_start.is_some(), "written with its start");
+    (pending, row.spec.key.as_deref().unwrap().to_string())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_schedule_resumes_without_creating_an_occurrence_twice() {
+    let store = Mem::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (pending, key) = stopped_with_an_occurrence_pending(&store, &seen).await;
+    let before = seen.lock().unwrap().len();
+    let s2 = build(&store, recording("default", &seen)).await;
+    let info = s2.list_recurring().await.unwrap();
+    assert_eq!(
+        info[0].last_task,
+        Some(pending),
+        "it resumes with its latest occurrence"
+    );
+    assert_eq!(
+        s2.status(pending).await.unwrap(),
+        Some(TaskStatus::Scheduled),
+        "it waits for its time"
+    );
+    // (Its clock read the wall clock again, which the paused test clock did not move: the
+    // pending occurrence's time is as far ahead as the first scheduler ran.)
+    let runs = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let runs = seen.lock().unwrap().clone();
+        if runs.len() >= before + 3 {
+            break runs;
+        }
+    };
+    let pending_runs: Vec<_> = runs.iter().filter(|(_, k)| *k == key).collect();
+    assert_eq!(
+        pending_runs,
+        [&(pending, key.clone())],
+        "the occurrence created before the restart ran once, under its key"
+    );
+    let mut keys: Vec<_> = runs.iter().map(|(_, k)| k.clone()).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), runs.len(), "no occurrence twice: {runs:?}");
+    s2.shutdown(Duration::ZERO).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_schedule_owns_its_stored_occurrences() {
+    let store = Mem::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (pending, _) = stopped_with_an_occurrence_pending(&store, &seen).await;
+    let s2 = build(&store, recording("default", &seen)).await;
+    assert!(s2.remove_recurring("tick").await.unwrap());
+    assert_eq!(
+        s2.status(pending).await.unwrap(),
+        Some(TaskStatus::Cancelled),
+        "removing the schedule cancels its occurrence not started"
+    );
+    s2.shutdown(Duration::ZERO).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_schedule_the_configuration_no_longer_supports_is_dropped_and_counted() {
+    let store = Mem::new();
+    let s1 = Scheduler::builder()
+        .pool(tens("default", 1))
+        .pool(tens("other", 1))
+        .store(store.clone())
+        .build()
+        .await
+        .unwrap();
+    let gone = Recurring::new("gone", "0 0 * * * *", Task::new(1).pool("other"));
+    s1.add_recurring(gone).await.unwrap();
+    let kept = Recurring::new("kept", "0 0 * * * *", Task::new(1));
+    s1.add_recurring(kept).await.unwrap();
+    assert!(s1.remove_recurring("kept").await.unwrap());
+    assert!(
+        !store.0.lock().unwrap().schedules.contains_key("kept"),
+        "a removal is written before the reply"
+    );
+    s1.add_recurring(Recurring::new("kept", "0 0 * * * *", Task::new(1)))
+        .await
+        .unwrap();
+    s1.shutdown(Duration::ZERO).await.unwrap();
+
+    let s2 = build(&store, tens("default", 1)).await;
+    let names: Vec<_> = s2.list_recurring().await.unwrap();
+    assert_eq!(names.len(), 1);
+    assert_eq!(&*names[0].name, "kept");
+    assert_eq!(s2.snapshot().await.unwrap().totals.recurring_invalid, 1);
+    // It is dropped from the store too, with the first batch written.
+    s2.submit(Task::new(2)).await.unwrap().await.unwrap();
+    let names: Vec<Arc<str>> = store.0.lock().unwrap().schedules.keys().cloned().collect();
+    assert_eq!(names, [Arc::from("kept")]);
+    s2.shutdown(Duration::ZERO).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn adding_a_schedule_waits_for_its_commit() {
+    let store = Mem::new();
+    let s = build(&store, tens("default", 1)).await;
+    store.0.lock().unwrap().epoch += 1; // another instance leads
+    let added = s
+        .add_recurring(Recurring::new("r", "0 0 * * * *", Task::new(1)))
+        .await;
+    assert!(
+        matches!(added, Err(Error::Store(StoreError::Fenced))),
+        "{added:?}"
+    );
+    assert!(matches!(
+        s.remove_recurring("r").await,
+        Err(Error::Shutdown)
+    ));
 }

@@ -703,6 +703,40 @@ async fn schedules_are_checked_when_added() {
     assert_eq!(next, cronoq::Time(4_070_908_800_000_000_000));
 }
 
+#[tokio::test(start_paused = true)]
+async fn occurrences_hold_the_templates_resource_and_run_on_its_labelled_group() {
+    let (exec, mut gate) = gated();
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(Pool::fixed("default", 2).executor(exec))
+        .resource(ResourceConfig::semaphore("db", 1))
+        .build()
+        .await
+        .unwrap();
+    s.set_group_capacity("default", &[("zone", "eu")], 1)
+        .await
+        .unwrap();
+    let template = Task::new(7).resource("db", 1).label("zone", "eu");
+    let tick = Recurring::new("tick", "* * * * * *", template).overlap(OverlapPolicy::Allow);
+    s.add_recurring(tick).await.unwrap();
+    let ctx = gate.next().await;
+    assert_eq!(ctx.tag("cronoq.recurring"), Some("tick"));
+    let group: Vec<(&str, &str)> = ctx.group.iter().map(|(k, v)| (&**k, &**v)).collect();
+    assert_eq!(group, [("zone", "eu")], "on the labelled group");
+    // While it runs it holds the one unit of "db": a task needing it waits, and so does the
+    // next occurrence (the labelled group is busy too, but an unlabelled slot is free).
+    let waiting = s.submit(Task::new(1).resource("db", 1)).await.unwrap();
+    tokio::time::sleep(secs(3)).await;
+    assert_eq!(
+        s.status(waiting.id()).await.unwrap(),
+        Some(TaskStatus::Ready)
+    );
+    s.remove_recurring("tick").await.unwrap();
+    gate.open(1);
+    assert_eq!(gate.next().await.id, waiting.id(), "the unit is back");
+    gate.open(1);
+    waiting.await.unwrap();
+}
+
 fn low_bound(n: usize) -> Bounds {
     let mut b = Bounds::default();
     b.max_pending_per_class[Priority::Low.index()] = Some(n);
