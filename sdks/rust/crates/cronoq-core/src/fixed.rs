@@ -6,10 +6,10 @@
 //! *scheduled*: a slot is held for it from `start - lead` (lead: the tolerance or the learned
 //! mean runtime, whichever is longer, and at most the pool's `max_hold`), and at the start time
 //! it becomes *due*: ready, ahead of the ready queues, started by the next dispatch on the slot
-//! held for it. If it has not
-//! started by start + tolerance, `on_miss` decides: `run_late` keeps it due, `skip` ends it
-//! missed, `fail` ends it failed. A recurring occurrence with overlap skip is skipped at its
-//! start time while an earlier occurrence of its schedule is still live.
+//! held for it. If it has not started by start + tolerance, `on_miss` decides: `run_late` keeps
+//! it due, `skip` ends it missed, `fail` ends it failed. A recurring occurrence with overlap
+//! skip is skipped at its start time while an earlier occurrence of its schedule is still
+//! live.
 //!
 //! Python's `FixedStarts` component is here the primitives below on `State`, which owns the
 //! tables (the pools' reservations, holds, due heaps and misses) and fires the timers; the

@@ -2,10 +2,12 @@
 //! FIFO heap and a deadline heap.
 //!
 //! Within a class every task ages at the same rate (classes may differ: `Scoring::aging_rates`),
-//! so the oldest eligible task always has the highest aging term and the FIFO order never needs re-sorting as time passes (linear aging
-//! folds into the static key `(eligible_at, seq)`). Deadline urgency depends on
-//! `latest_start`, so tasks with a deadline also sit in a second heap keyed by it. Choosing the
-//! next task compares at most two heads per class: O(classes + log n) per decision. The score
+//! so the oldest eligible task always has the highest aging term and the FIFO order never needs
+//! re-sorting as time passes (linear aging folds into the static key `(eligible_at, seq)`).
+//! Classes are compared by scoring each one's heads at `now` with its own rate and cap.
+//! Deadline urgency depends on `latest_start`, so tasks with a deadline also sit in a second
+//! heap keyed by it. Choosing the next task compares at most two heads per class:
+//! O(classes + log n) per decision. The score
 //! arithmetic is Python's, operation for operation, so ties and near-ties fall the same way.
 //! With fair share, a class's queue is a `fair::FairClassQueue` instead (tenants take turns
 //! within each class; classes stay strict).

@@ -292,6 +292,8 @@ impl Fairness {
 /// c.bounds = Bounds { max_pending: Some(1000), ..Bounds::default() };
 /// c.overflow = OverflowPolicy::Reject;
 /// c.lease_ttl = Some(Duration::from_secs(30));
+/// assert_eq!(c.max_hold, Duration::from_secs(300));
+/// c.max_hold = Duration::from_secs(30); // fixed starts hold a worker at most 30 s early
 /// assert_eq!((c.min_workers, c.initial_workers, c.max_workers), (4, 4, 4));
 /// ```
 #[derive(Clone, Debug)]
@@ -463,6 +465,7 @@ impl UrgencyConfig {
 /// let builder = Scheduler::<u32, u32>::builder().configure(|c| {
 ///     c.retention = Duration::from_secs(600);
 ///     c.retention_max = 10_000;
+///     c.metrics_window = Duration::from_secs(300); // snapshots' metrics of the last 5 minutes
 /// });
 /// ```
 #[derive(Clone, Debug, PartialEq)]
