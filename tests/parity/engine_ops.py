@@ -205,8 +205,16 @@ def _scoring() -> st.SearchStrategy[tuple[Any, ...]]:
         default.urgency_max,
         default.overdue_rate,
         default.overdue_cap,
+        None,
+        None,
     )
     f = st.floats
+    # Per-class aging (Scoring.aging_rates / age_caps), either or both: fast aging with high
+    # caps lets a lower class overtake a higher one, at a rate the higher one may lack.
+    per_class = st.tuples(
+        st.one_of(st.none(), st.tuples(*(st.sampled_from((0.0, 2.0, 50.0, 1000.0)),) * 4)),
+        st.one_of(st.none(), st.tuples(*(st.sampled_from((0.0, 800.0, 5000.0, 20000.0)),) * 4)),
+    )
     drawn = st.tuples(
         st.tuples(*(f(0.0, 20000.0) for _ in range(4))),
         f(0.0, 10.0),
@@ -215,8 +223,15 @@ def _scoring() -> st.SearchStrategy[tuple[Any, ...]]:
         f(0.0, 10000.0),
         f(0.0, 50.0),
         f(0.0, 5000.0),
+        st.none(),
+        st.none(),
     )
-    return st.one_of(st.just(plain), drawn)
+    return st.one_of(
+        st.just(plain),
+        drawn,
+        per_class.map(lambda ages: (*plain[:7], *ages)),
+        st.tuples(drawn, per_class).map(lambda t: (*t[0][:7], *t[1])),
+    )
 
 
 def _autoscale(rnd: random.Random) -> tuple[Any, ...]:
@@ -242,7 +257,8 @@ def _autoscale(rnd: random.Random) -> tuple[Any, ...]:
 
 def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
     """A pool's (min, max, autoscale, fair_share, tenant weights as (tenant, weight) pairs,
-    unknown_dependency, await_timeout, reservable fraction), expanded from one drawn seed:
+    unknown_dependency, await_timeout, reservable fraction, max_hold, metrics_window), expanded
+    from one drawn seed:
     drawing each through hypothesis doubles a sequence's cost. `focus` ("autoscale", "fair")
     gives every pool that feature; "deps" makes every pool await unknown keys; "fixed" leaves
     room for more reservations."""
@@ -258,6 +274,9 @@ def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
     unknown = "await" if focus == "deps" or rnd.random() < 0.5 else "reject"
     timeout = rnd.choice((None, None, -1.0, 0.0, 0.5, 3.0, 30.0))
     fraction = rnd.choice((0.0, 0.25, 0.5, 1.0))
+    # A held slot's lead is at most max_hold; metrics over windows of a second or a few.
+    max_hold = rnd.choice((None, None, 0.0, 0.25, 1.0, 3.0))
+    window = rnd.choice((60.0, 60.0, 0.5, 1.0, 2.5, 10.0))
     return (
         lo,
         hi,
@@ -267,13 +286,15 @@ def _extras(seed: int, focus: str | None) -> tuple[Any, ...]:
         unknown,
         timeout,
         fraction,
+        max_hold,
+        window,
     )
 
 
 def _pool(i: int, focus: str | None) -> st.SearchStrategy[tuple[Any, ...]]:
     """(name, capacity, ttl, retry, duration, max_pending, overflow, cost, min, max,
     autoscale, fair_share, tenant weights, unknown_dependency, await_timeout, reservable
-    fraction): the last eight from `_extras`."""
+    fraction, max_hold, metrics_window): the last ten from `_extras`."""
     return st.tuples(
         st.just(f"p{i}"),
         st.integers(0, 4),
@@ -690,10 +711,12 @@ def make_engine(config: Config, recorder: Recorder, first_id: int = 1) -> Engine
             unknown_dependency=p[13],
             await_timeout=p[14],
             reservable_fraction=p[15],
+            max_hold=p[16],
+            metrics_window=p[17],
         )
         for p in pools
     ]
-    scoring = Scoring(tuple(sc[0]), *sc[1:])
+    scoring = Scoring(tuple(sc[0]), *sc[1:7], *(None if a is None else tuple(a) for a in sc[7:]))
     return Engine(
         cfgs,
         0.0,

@@ -69,13 +69,20 @@ def test_dependencies_decide_the_same(
 
 
 def _config(
-    *, elastic: bool = True, resources: Sequence[tuple[object, ...]] = (), **pool: object
+    *,
+    elastic: bool = True,
+    resources: Sequence[tuple[object, ...]] = (),
+    aging_rates: tuple[float, ...] | None = None,
+    age_caps: tuple[float, ...] | None = None,
+    **pool: object,
 ) -> Config:
     base = {"name": "p0", "capacity": 1, "ttl": None, "retry": None, "duration": 1.0}
     base |= {"max_pending": None, "overflow": "wait", "cost": 0.5, "min": 1, "max": 10}
     base |= {"autoscale": None, "fair_share": False, "weights": []}
-    base |= {"unknown_dependency": "reject", "await_timeout": None, "fraction": 0.5} | pool
+    base |= {"unknown_dependency": "reject", "await_timeout": None, "fraction": 0.5}
+    base |= {"max_hold": None, "metrics_window": 60.0} | pool
     scoring = ((10000.0, 1000.0, 100.0, 10.0), 2.0, 800.0, 5.0, 5000.0, 10.0, 4000.0)
+    scoring += (aging_rates, age_caps)
     return (7, scoring, 2, 60.0, 100, [tuple(base.values())], elastic, list(resources), True)
 
 
@@ -125,6 +132,38 @@ def test_overflow_sheds_and_aging_and_deadlines_order_the_queue(core_py: ModuleT
         ("snapshot", 9.5),
     ]
     check(core_py, _config(max_pending=3, overflow="shed_lowest"), ops)
+
+
+def test_max_hold_per_class_aging_and_the_metrics_window(core_py: ModuleType) -> None:
+    """The settings the generator draws only sometimes, each where it decides: a hold capped
+    at 1 s ahead of its start (its tolerance would make it 5 s), LOW aging at 1000 points a
+    second up to 5000 (past a fresh HIGH after 2 s), a 2.5 s metrics window."""
+    ops: list[Op] = [
+        ("set_capacity", 0.0, "p0", 0),
+        ("submit", 0.0, *_spec(3)),
+        ("submit", 2.0, *_spec(1)),
+        ("submit", 2.0, *_spec(2)),
+        ("submit", 2.0, *_spec(2, start=(10.0, 5.0, "run_late"))),
+        ("set_capacity", 2.0, "p0", 2),
+        ("dispatch", 2.0),
+        ("snapshot", 2.5),
+        ("complete", 3.0, 0),
+        ("complete", 3.0, 0),
+        ("advance", 6.0),
+        ("snapshot", 6.0),
+        ("advance", 9.0),
+        ("advance", 10.0),
+        ("dispatch", 10.0),
+        ("snapshot", 10.0),
+    ]
+    config = _config(
+        capacity=2,
+        max_hold=1.0,
+        metrics_window=2.5,
+        aging_rates=(2.0, 2.0, 2.0, 1000.0),
+        age_caps=(800.0, 800.0, 800.0, 5000.0),
+    )
+    check(core_py, config, ops)
 
 
 # AutoscaleSettings field by field (engine_ops._autoscale): 1 s interval, a 2 s drain time, a

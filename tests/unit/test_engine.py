@@ -30,14 +30,16 @@ from cronoq.core.model import (
     TOTALS_KEYS as MODEL_TOTALS_KEYS,
 )
 from cronoq.core.model import (
+    PoolConfig,
     Priority,
     RetryPolicy,
+    Scoring,
     StatusEvent,
     TaskRecord,
     gc_untrack,
 )
 from cronoq.errors import SubmitError
-from helpers.engine import Driver, make_engine
+from helpers.engine import Driver, engine_of, make_engine
 from helpers.facts import TOTALS_KEYS
 
 CRIT = int(Priority.CRITICAL)
@@ -160,6 +162,49 @@ def test_bounded_aging_never_passes_two_classes_up(old_cls: int, fresh_cls: int)
     eng.complete(blocker, t)
     order, _ = run_sequentially(sim, t, 2)
     assert order == [fresh.id, old.id]
+
+
+@pytest.mark.parametrize(
+    ("scoring", "order"),
+    [
+        (Scoring(), ["high", "normal", "low"]),  # LOW gained 4 points
+        (
+            Scoring(aging_rates=(2.0, 2.0, 2.0, 1000.0), age_caps=(800.0,) * 3 + (5000.0,)),
+            ["low", "high", "normal"],
+        ),  # LOW: 10 + 2000 > HIGH's 1000
+        (Scoring(age_caps=(800.0, 800.0, 0.0, 800.0)), ["high", "normal", "low"]),
+    ],
+)
+def test_a_class_that_ages_faster_overtakes_higher_ones(scoring: Scoring, order: list[str]) -> None:
+    """LOW waited 2 s; HIGH and NORMAL are fresh. Per-class aging (Scoring.aging_rates and
+    age_caps) lets LOW alone age fast and far, past a class that a common cap keeps it below."""
+    eng = engine_of(PoolConfig("p", capacity=1), scoring=scoring)
+    sim = Driver(eng, catch_up=False)
+    submit(eng, 0.0)
+    blocker = sim.start_one(0.0)
+    low = submit(eng, 0.0, cls=LOW)
+    high = submit(eng, 2.0, cls=HIGH)
+    normal = submit(eng, 2.0, cls=NORMAL)
+    eng.complete(blocker, 2.0)
+    got, _ = run_sequentially(sim, 2.0, 3)
+    names = {low.id: "low", high.id: "high", normal.id: "normal"}
+    assert [names[i] for i in got] == order
+
+
+def test_per_class_caps_order_an_old_normal_below_a_capped_one() -> None:
+    """NORMAL's cap of 0 keeps a NORMAL task that waited 10 s at 100, where a common cap would
+    take it to 900; LOW's cap of 95 takes a LOW task to 105, past it."""
+    scoring = Scoring(aging_rate=100.0, age_caps=(800.0, 800.0, 0.0, 95.0))
+    eng = engine_of(PoolConfig("p", capacity=1), scoring=scoring)
+    sim = Driver(eng, catch_up=False)
+    submit(eng, 0.0)
+    blocker = sim.start_one(0.0)
+    normal = submit(eng, 0.0, cls=NORMAL)
+    low = submit(eng, 0.5, cls=LOW)
+    eng.complete(blocker, 10.0)
+    got, _ = run_sequentially(sim, 10.0, 2)
+    assert got == [low.id, normal.id]
+    assert scoring.ages() == [(100.0, 800.0), (100.0, 800.0), (100.0, 0.0), (100.0, 95.0)]
 
 
 def _urgency_order(slack: float, hint: float | None = 2.0) -> list[str]:
@@ -1189,6 +1234,19 @@ def test_window_forgets_old_dispatches() -> None:
     assert p.succeeded == 0
     assert p.utilization == 0.0
     assert p.worker_seconds == pytest.approx(200.0)  # since start, not windowed
+
+
+def test_a_shorter_metrics_window_forgets_sooner() -> None:
+    """PoolConfig.metrics_window: the snapshot's window; 5 s forgets a dispatch 10 s old."""
+    eng = make_engine(1, metrics_window=5.0)
+    sim = Driver(eng, catch_up=False)
+    submit(eng, 0.0)
+    eng.complete(sim.start_one(0.0), 1.0)
+    p = eng.snapshot(4.5).pools[0]
+    assert (p.window, p.dispatched, p.succeeded) == (5.0, 1, 1)
+    p = eng.snapshot(10.0).pools[0]
+    assert (p.dispatched, p.succeeded, p.utilization) == (0, 0, 0.0)
+    assert make_engine(1).snapshot(0.0).pools[0].window == 60.0
 
 
 def test_window_forgets_old_dispatches_of_an_idle_zero_capacity_pool() -> None:

@@ -246,6 +246,20 @@ def test_hold_begins_at_start_minus_lead(
     assert (a.status_name, b.status_name) == ("running", "ready")
 
 
+@pytest.mark.parametrize(("max_hold", "lead"), [(None, 5.0), (2.0, 2.0), (5.0, 5.0), (30.0, 5.0)])
+def test_max_hold_caps_the_lead(max_hold: float | None, lead: float) -> None:
+    """PoolConfig.max_hold: a 5 s tolerance holds from 5 s ahead, or from max_hold ahead."""
+    eng = make_engine(2, max_hold=max_hold)
+    run = Driver(eng)
+    start = 20.0
+    run.submit(1.0, fixed(start, 5.0))
+    before = start - lead - 0.001
+    run.run_until(before)
+    assert snap(eng, before).held == 0
+    run.run_until(start - lead)
+    assert snap(eng, start - lead).held == 1
+
+
 def test_held_is_min_of_holds_and_free_slots() -> None:
     eng = make_engine(3, max=10)
     run = Driver(eng)

@@ -4,11 +4,12 @@ held slot, and what happens when the start is missed.
 A fixed-start task reserves [start - tolerance, start + expected duration + tolerance) when it
 is admitted; at most `reservation_limit` reservations of a pool may overlap. Once its
 dependencies are met it is *scheduled*: a slot is held for it from `start - lead` (lead: the
-tolerance or the learned mean runtime, whichever is longer), and at the start time it becomes
-*due*: ready, ahead of the ready queues, started by the next dispatch on the slot held for it.
-If it has not started by start + tolerance, `on_miss` decides: `run_late` keeps it due, `skip`
-ends it missed, `fail` ends it failed. A recurring occurrence with overlap="skip" is skipped
-at its start time while an earlier occurrence is still live.
+tolerance or the learned mean runtime, whichever is longer, and at most the pool's `max_hold`),
+and at the start time it becomes *due*: ready, ahead of the ready queues, started by the next
+dispatch on the slot held for it. If it has not started by start + tolerance, `on_miss`
+decides: `run_late` keeps it due, `skip` ends it missed, `fail` ends it failed. A recurring
+occurrence with overlap="skip" is skipped at its start time while an earlier occurrence is
+still live.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class FixedStarts:
         else:
             st.move(rec, SCHEDULED, now, None)
             lead = max(extra.tolerance, pool.service_time())
+            if pool.cfg.max_hold is not None:
+                lead = min(lead, pool.cfg.max_hold)
             st.timers.set(start - lead, self._hold, rec)
             st.timers.set(start, self._start, rec)
 

@@ -230,6 +230,10 @@ class Scoring:
     `urgency_max` at slack 0, and past the latest start grows by `overdue_rate` per second up to
     `overdue_cap` more. The cap keeps an overdue LOW task (10 + 800 + 5000 + 4000 = 9810) below
     a fresh CRITICAL one (10000).
+
+    `aging_rates` / `age_caps`, when set, give each class (critical first) its own aging rate /
+    cap in place of `aging_rate` / `age_cap`. Within a class every task still ages alike, which
+    is what keeps each class's FIFO order valid as time passes (see queue.py).
     """
 
     base: tuple[float, float, float, float] = (10000.0, 1000.0, 100.0, 10.0)
@@ -239,6 +243,14 @@ class Scoring:
     urgency_max: float = 5000.0
     overdue_rate: float = 10.0
     overdue_cap: float = 4000.0
+    aging_rates: tuple[float, float, float, float] | None = None
+    age_caps: tuple[float, float, float, float] | None = None
+
+    def ages(self) -> list[tuple[float, float]]:
+        """Each class's (aging rate, age cap), critical first."""
+        rates = self.aging_rates or (self.aging_rate,) * NUM_CLASSES
+        caps = self.age_caps or (self.age_cap,) * NUM_CLASSES
+        return list(zip(rates, caps, strict=True))
 
 
 # --- pool configuration (core view) ------------------------------------------------------------
@@ -264,6 +276,10 @@ class PoolConfig:
     tenant_weights: dict[str, float] = field(default_factory=dict)
     cost_per_worker_second: float = 0.0
     autoscale: AutoscaleSettings | None = None
+    # Fixed starts: a slot is held at most this long before the start (None: no cap).
+    max_hold: float | None = None
+    # The window (seconds) of the snapshot's quality metrics.
+    metrics_window: float = 60.0
 
 
 # --- tasks and attempts ------------------------------------------------------------------------

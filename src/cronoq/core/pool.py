@@ -63,7 +63,7 @@ class PoolState:
         self.busy = 0
         self.queues = ReadyQueues(sc, cfg.tenant_weights if cfg.fair_share else None)
         self.pending_by_class = [0, 0, 0, 0]
-        self.stats = PoolStats(now, cfg.capacity)
+        self.stats = PoolStats(now, cfg.capacity, cfg.metrics_window)
         self.retry = cfg.retry
         self.lease_ttl = cfg.lease_ttl
         self.durations: dict[str, float] = {}

@@ -1,10 +1,12 @@
 """Ready queues of one pool: one per priority class, each with a FIFO heap and a deadline heap.
 
-Why this shape: within a class every task ages at the same rate, so the oldest eligible task
-always has the highest aging term and the FIFO order never needs re-sorting as time passes
-(linear aging folds into the static key `(eligible_at, seq)`). Deadline urgency depends on
-`latest_start`, so tasks with a deadline also sit in a second heap keyed by it. Choosing the next
-task compares at most two heads per class: O(classes + log n) per decision.
+Why this shape: within a class every task ages at the same rate (classes may differ:
+Scoring.aging_rates), so the oldest eligible task always has the highest aging term and the FIFO
+order never needs re-sorting as time passes (linear aging folds into the static key
+`(eligible_at, seq)`). Classes are compared by scoring each one's heads at `now` with its own
+rate and cap. Deadline urgency depends on `latest_start`, so tasks with a deadline also sit in a
+second heap keyed by it. Choosing the next task compares at most two heads per class:
+O(classes + log n) per decision.
 
 Heap entries are removed lazily: each push stamps the task with a new generation number and an
 entry is live only while its generation matches the task's (a dispatched, cancelled or re-queued
@@ -91,11 +93,14 @@ class ReadyQueues:
         self.sc = sc
         # Whether the last pop_best took from the most important non-empty class.
         self.adherent = True
+        # Each class's (aging rate, age cap): classes may age differently, tasks of one class
+        # alike, so comparing classes means scoring each class's heads at `now` with its own.
+        self._age = sc.ages()
         # Highest score a class can reach without / with deadline urgency.
         self._bound = [
-            (b + sc.age_cap, b + sc.age_cap + sc.urgency_max + sc.overdue_cap) for b in sc.base
+            (b + cap, b + cap + sc.urgency_max + sc.overdue_cap)
+            for b, (_, cap) in zip(sc.base, self._age, strict=True)
         ]
-        self._age = (sc.aging_rate, sc.age_cap)
 
     def push(self, rec: TaskRecord) -> None:
         self.classes[rec.cls].push(rec)
@@ -121,7 +126,7 @@ class ReadyQueues:
                     return rec
                 break
         base = self.sc.base
-        rate, cap = self._age
+        ages = self._age
         best: TaskRecord | None = None
         best_score = -1.0
         best_dl = 0.0
@@ -136,6 +141,7 @@ class ReadyQueues:
                 continue
             head = q.fifo_head()
             assert head is not None
+            rate, cap = ages[c]
             age = rate * (now - head.eligible_at)
             s = base[c] + (age if age < cap else cap)
             ls = head.latest_start

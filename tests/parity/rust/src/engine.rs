@@ -298,6 +298,8 @@ pub(crate) fn engine(
         urgency_max: item(sc, 4)?,
         overdue_rate: item(sc, 5)?,
         overdue_cap: item(sc, 6)?,
+        aging_rates: item(sc, 7)?,
+        age_caps: item(sc, 8)?,
     };
     let event_level = match item::<u8>(config, 2)? {
         0 => EventLevel::None,
@@ -327,6 +329,8 @@ pub(crate) fn engine(
             .ok_or_else(|| PyValueError::new_err(format!("unknown policy {unknown}")))?;
         cfg.await_timeout = item(p, 14)?;
         cfg.reservable_fraction = item(p, 15)?;
+        cfg.max_hold = item(p, 16)?;
+        cfg.metrics_window = item(p, 17)?;
         pools.push(cfg);
     }
     let options = EngineOptions {

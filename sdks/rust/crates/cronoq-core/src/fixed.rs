@@ -4,18 +4,19 @@
 //! A fixed-start task reserves [start - tolerance, start + expected duration + tolerance) when
 //! it is admitted; at most `reservation_limit` reservations of a pool may overlap. It is then
 //! *scheduled*: a slot is held for it from `start - lead` (lead: the tolerance or the learned
-//! mean runtime, whichever is longer), and at the start time it becomes *due*: ready, ahead of
-//! the ready queues, started by the next dispatch on the slot held for it. If it has not
-//! started by start + tolerance, `on_miss` decides: `run_late` keeps it due, `skip` ends it
-//! missed, `fail` ends it failed. A recurring occurrence with overlap skip is skipped at its
-//! start time while an earlier occurrence of its schedule is still live.
+//! mean runtime, whichever is longer, and at most the pool's `max_hold`), and at the start time
+//! it becomes *due*: ready, ahead of the ready queues, started by the next dispatch on the slot
+//! held for it. If it has not started by start + tolerance, `on_miss` decides: `run_late` keeps
+//! it due, `skip` ends it missed, `fail` ends it failed. A recurring occurrence with overlap
+//! skip is skipped at its start time while an earlier occurrence of its schedule is still
+//! live.
 //!
 //! Python's `FixedStarts` component is here the primitives below on `State`, which owns the
 //! tables (the pools' reservations, holds, due heaps and misses) and fires the timers; the
 //! batch being checked is `FixedStarts`.
 
 use crate::groups::Pick;
-use crate::model::{Extras, Status, SubmitError, TaskId, TaskRecord, py_max};
+use crate::model::{Extras, Status, SubmitError, TaskId, TaskRecord, py_max, py_min};
 use crate::pool::{DueEntry, PoolState, peak_overlap};
 use crate::rng::Random;
 use crate::state::State;
@@ -92,7 +93,11 @@ impl<R: Random> State<R> {
         } else {
             let tolerance = extra.tolerance;
             self.move_to(id, Status::Scheduled, now, None);
-            let lead = py_max(tolerance, self.pools[self.tasks[&id].pool].service_time());
+            let pool = &self.pools[self.tasks[&id].pool];
+            let mut lead = py_max(tolerance, pool.service_time());
+            if let Some(max_hold) = pool.cfg.max_hold {
+                lead = py_min(lead, max_hold);
+            }
             self.timers.set(start - lead, Timer::Hold { task: id });
             self.timers.set(start, Timer::Start { task: id });
         }

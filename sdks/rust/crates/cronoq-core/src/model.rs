@@ -328,6 +328,10 @@ pub fn py_max(a: f64, b: f64) -> f64 {
 /// `urgency_max` at slack 0, and past the latest start grows by `overdue_rate` per second up to
 /// `overdue_cap` more. The defaults keep an overdue LOW task (10 + 800 + 5000 + 4000) below a
 /// fresh CRITICAL one (10000).
+///
+/// `aging_rates` / `age_caps`, when set, give each class (critical first) its own aging rate /
+/// cap in place of `aging_rate` / `age_cap`. Within a class every task still ages alike, which
+/// keeps each class's FIFO order valid as time passes (see `queue`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scoring {
     /// Base score per class, critical first.
@@ -344,6 +348,19 @@ pub struct Scoring {
     pub overdue_rate: f64,
     /// Most urgency being overdue adds.
     pub overdue_cap: f64,
+    /// Per-class aging rates, critical first (`None`: `aging_rate` for every class).
+    pub aging_rates: Option<[f64; 4]>,
+    /// Per-class age caps, critical first (`None`: `age_cap` for every class).
+    pub age_caps: Option<[f64; 4]>,
+}
+
+impl Scoring {
+    /// Each class's (aging rate, age cap), critical first (Python's `Scoring.ages`).
+    pub fn ages(&self) -> [(f64, f64); 4] {
+        let rates = self.aging_rates.unwrap_or([self.aging_rate; 4]);
+        let caps = self.age_caps.unwrap_or([self.age_cap; 4]);
+        std::array::from_fn(|c| (rates[c], caps[c]))
+    }
 }
 
 impl Default for Scoring {
@@ -356,6 +373,8 @@ impl Default for Scoring {
             urgency_max: 5000.0,
             overdue_rate: 10.0,
             overdue_cap: 4000.0,
+            aging_rates: None,
+            age_caps: None,
         }
     }
 }
@@ -400,6 +419,10 @@ pub struct PoolConfig {
     /// The share of `max` that fixed-start reservations may take at one instant (0 to 1; at
     /// least one reservation is always allowed).
     pub reservable_fraction: f64,
+    /// Fixed starts: a slot is held at most this many seconds before the start (None: no cap).
+    pub max_hold: Option<f64>,
+    /// The window (seconds, finite) of the snapshot's quality metrics.
+    pub metrics_window: f64,
 }
 
 impl PoolConfig {
@@ -422,6 +445,8 @@ impl PoolConfig {
             unknown_dependency: UnknownDependency::Reject,
             await_timeout: None,
             reservable_fraction: 0.5,
+            max_hold: None,
+            metrics_window: 60.0,
         }
     }
 }

@@ -164,7 +164,7 @@ impl PoolState {
             retries: 0,
             dead_lettered: 0,
             paused: false,
-            stats: PoolStats::new(now, i64::from(cfg.capacity)),
+            stats: PoolStats::with_window(now, i64::from(cfg.capacity), cfg.metrics_window),
             scaler,
             arrivals: 0,
             reservations: BTreeMap::new(),

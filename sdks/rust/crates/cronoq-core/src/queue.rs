@@ -1,11 +1,13 @@
 //! Ready queues of one pool (Python: `cronoq.core.queue`): one per priority class, each with a
 //! FIFO heap and a deadline heap.
 //!
-//! Within a class every task ages at the same rate, so the oldest eligible task always has the
-//! highest aging term and the FIFO order never needs re-sorting as time passes (linear aging
-//! folds into the static key `(eligible_at, seq)`). Deadline urgency depends on
-//! `latest_start`, so tasks with a deadline also sit in a second heap keyed by it. Choosing the
-//! next task compares at most two heads per class: O(classes + log n) per decision. The score
+//! Within a class every task ages at the same rate (classes may differ: `Scoring::aging_rates`),
+//! so the oldest eligible task always has the highest aging term and the FIFO order never needs
+//! re-sorting as time passes (linear aging folds into the static key `(eligible_at, seq)`).
+//! Classes are compared by scoring each one's heads at `now` with its own rate and cap.
+//! Deadline urgency depends on `latest_start`, so tasks with a deadline also sit in a second
+//! heap keyed by it. Choosing the next task compares at most two heads per class:
+//! O(classes + log n) per decision. The score
 //! arithmetic is Python's, operation for operation, so ties and near-ties fall the same way.
 //! With fair share, a class's queue is a `fair::FairClassQueue` instead (tenants take turns
 //! within each class; classes stay strict).
@@ -210,17 +212,19 @@ pub struct ReadyQueues {
     /// Whether the last `pop_best` took from the most important non-empty class.
     pub adherent: bool,
     bound: [(f64, f64); NUM_CLASSES],
+    /// Each class's (aging rate, age cap): classes may age differently, the tasks of one class
+    /// alike, so comparing classes scores each class's heads at `now` with its own.
+    age: [(f64, f64); NUM_CLASSES],
 }
 
 impl ReadyQueues {
     /// Empty queues scored by `sc`; with `fair_weights`, tenants take turns within each class
     /// (refused: a weight that is not finite and > 0).
     pub fn new(sc: Scoring, fair_weights: Option<&[(String, f64)]>) -> Result<Self, ConfigError> {
-        let bound = sc.base.map(|b| {
-            (
-                b + sc.age_cap,
-                b + sc.age_cap + sc.urgency_max + sc.overdue_cap,
-            )
+        let age = sc.ages();
+        let bound = std::array::from_fn(|c| {
+            let (b, cap) = (sc.base[c], age[c].1);
+            (b + cap, b + cap + sc.urgency_max + sc.overdue_cap)
         });
         let classes = match fair_weights {
             None => std::array::from_fn(|_| ClassQueue::Fifo(FifoQueue::default())),
@@ -235,6 +239,7 @@ impl ReadyQueues {
             sc,
             adherent: true,
             bound,
+            age,
         })
     }
 
@@ -271,7 +276,6 @@ impl ReadyQueues {
             return Some(id);
         }
         let sc = &self.sc;
-        let (rate, cap) = (sc.aging_rate, sc.age_cap);
         let mut best: Option<Cand> = None;
         let mut best_score = -1.0;
         let mut best_dl = 0.0;
@@ -304,6 +308,7 @@ impl ReadyQueues {
                 seq: e.seq,
                 latest_start: ls,
             };
+            let (rate, cap) = self.age[c];
             let age = rate * (now - head.eligible_at);
             let mut s = sc.base[c] + if age < cap { age } else { cap };
             if let Some(ls) = ls {

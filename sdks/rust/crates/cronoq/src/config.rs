@@ -292,6 +292,8 @@ impl Fairness {
 /// c.bounds = Bounds { max_pending: Some(1000), ..Bounds::default() };
 /// c.overflow = OverflowPolicy::Reject;
 /// c.lease_ttl = Some(Duration::from_secs(30));
+/// assert_eq!(c.max_hold, Duration::from_secs(300));
+/// c.max_hold = Duration::from_secs(30); // fixed starts hold a worker at most 30 s early
 /// assert_eq!((c.min_workers, c.initial_workers, c.max_workers), (4, 4, 4));
 /// ```
 #[derive(Clone, Debug)]
@@ -315,6 +317,11 @@ pub struct PoolConfig {
     /// The expected duration of a kind of task before one of them has succeeded (deadline
     /// urgency and autoscaling use it).
     pub default_duration: Duration,
+    /// The earliest a worker is held for a fixed-start task before its start. The engine holds
+    /// a slot from the start's tolerance or the kind's learned runtime before it, whichever is
+    /// longer, so that the task finds a worker at its time; this caps how long that worker
+    /// idles.
+    pub max_hold: Duration,
     /// Attempts must heartbeat ([`TaskContext::heartbeat`](crate::TaskContext::heartbeat))
     /// within this time or they are given up and retried (`None`: no lease).
     pub lease_ttl: Option<Duration>,
@@ -340,6 +347,7 @@ impl PoolConfig {
             bounds: Bounds::default(),
             overflow: OverflowPolicy::Wait,
             default_duration: Duration::from_secs(1),
+            max_hold: Duration::from_secs(300),
             lease_ttl: None,
             fairness: None,
             reservable_fraction: 0.5,
@@ -383,6 +391,7 @@ impl PoolConfig {
             lease_ttl: self.lease_ttl.map(|d| d.as_secs_f64()),
             retry: self.retry.to_core(),
             default_duration: self.default_duration.as_secs_f64(),
+            max_hold: Some(self.max_hold.as_secs_f64()),
             max_pending,
             overflow: self.overflow.to_core(),
             cost_per_worker_second: self
@@ -456,6 +465,7 @@ impl UrgencyConfig {
 /// let builder = Scheduler::<u32, u32>::builder().configure(|c| {
 ///     c.retention = Duration::from_secs(600);
 ///     c.retention_max = 10_000;
+///     c.metrics_window = Duration::from_secs(300); // snapshots' metrics of the last 5 minutes
 /// });
 /// ```
 #[derive(Clone, Debug, PartialEq)]
@@ -475,12 +485,19 @@ pub struct CoreConfig {
     pub retention: Duration,
     /// The most ended tasks kept known.
     pub retention_max: usize,
+    /// The window of a snapshot's quality metrics
+    /// ([`PoolSnapshot::window`](crate::PoolSnapshot::window)): dispatches, attempts ended,
+    /// retries, waits and utilization of the last this-long. Counted per whole second (a window
+    /// of 2.5 s covers the current second and the two before it); more than zero and at most a
+    /// day.
+    pub metrics_window: Duration,
     /// The seed of the retry jitter's random numbers.
     pub seed: u64,
 }
 
 impl Default for CoreConfig {
-    /// One hour and at most a million ended tasks; the default urgency curve.
+    /// One hour and at most a million ended tasks; metrics over 60 s; the default urgency
+    /// curve.
     fn default() -> Self {
         CoreConfig {
             resources: Vec::new(),
@@ -489,8 +506,23 @@ impl Default for CoreConfig {
             urgency: UrgencyConfig::default(),
             retention: Duration::from_secs(3600),
             retention_max: 1_000_000,
+            metrics_window: Duration::from_secs(60),
             seed: 0x5eed_c0de,
         }
+    }
+}
+
+impl CoreConfig {
+    /// The longest `metrics_window`: the engine keeps one slot of counters per second of it.
+    pub(crate) const MAX_METRICS_WINDOW: Duration = Duration::from_secs(86_400);
+
+    /// The metrics window in the engine's seconds, or why it cannot work (checked at `build`).
+    pub(crate) fn metrics_window_secs(&self) -> Result<f64, String> {
+        let w = self.metrics_window;
+        if w.is_zero() || w > Self::MAX_METRICS_WINDOW {
+            return Err("metrics_window must be > 0 and at most one day".into());
+        }
+        Ok(w.as_secs_f64())
     }
 }
 
@@ -507,6 +539,7 @@ mod tests {
         );
         let core = c.to_core().unwrap();
         assert_eq!((core.capacity, core.min, core.max), (1, 1, 10));
+        assert_eq!(core.max_hold, Some(300.0));
         assert!(core.autoscale.is_some());
         let over = PoolConfig::new("p").workers(1, 50, 3).to_core().unwrap();
         assert_eq!(over.capacity, 3, "initial is clamped to max");
@@ -541,6 +574,20 @@ mod tests {
             ..UrgencyConfig::default()
         };
         assert!(u.to_core().is_err());
+        let mut core = CoreConfig::default();
+        assert_eq!(core.metrics_window_secs(), Ok(60.0));
+        core.metrics_window = CoreConfig::MAX_METRICS_WINDOW;
+        assert_eq!(core.metrics_window_secs(), Ok(86_400.0));
+        for bad in [
+            Duration::ZERO,
+            CoreConfig::MAX_METRICS_WINDOW + Duration::from_nanos(1),
+        ] {
+            core.metrics_window = bad;
+            assert_eq!(
+                core.metrics_window_secs().unwrap_err(),
+                "metrics_window must be > 0 and at most one day"
+            );
+        }
     }
 
     #[test]

@@ -3,12 +3,13 @@
 use cronoq_core::model::Scoring;
 
 /// How the four classes score when a worker picks the next task: a class's base score, plus
-/// the waiting time times the aging rate, up to the aging cap (plus deadline urgency, see
-/// [`UrgencyConfig`](crate::UrgencyConfig)). Arrays are indexed by
+/// the waiting time times the class's aging rate, up to the class's aging cap (plus deadline
+/// urgency, see [`UrgencyConfig`](crate::UrgencyConfig)). Arrays are indexed by
 /// [`Priority::index`](crate::Priority::index), `Critical` first.
 ///
-/// The engine ages every class alike, so `aging_rate` and `age_cap` must hold one value for
-/// all four classes ([`Builder::build`](crate::Builder::build) refuses others).
+/// Classes may age at different rates and up to different caps: a class that ages faster
+/// catches up sooner with the classes above it, while the tasks of one class still run oldest
+/// first.
 ///
 /// ```
 /// use cronoq::{PriorityConfig, Scheduler};
@@ -20,14 +21,23 @@ use cronoq_core::model::Scoring;
 ///     ..PriorityConfig::default()
 /// };
 /// let builder = Scheduler::<u32, u32>::builder().priority(fast_aging);
+///
+/// // Only Low ages fast, and further: after 2 s it overtakes a fresh High task too
+/// // (10 + 2000 > 1000), while a Normal task that waited as long gains 4 points.
+/// let low_catches_up = PriorityConfig {
+///     aging_rate: [2.0, 2.0, 2.0, 1000.0],
+///     age_cap: [800.0, 800.0, 800.0, 5000.0],
+///     ..PriorityConfig::default()
+/// };
+/// let builder = Scheduler::<u32, u32>::builder().priority(low_catches_up);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PriorityConfig {
     /// The base score of each class (finite).
     pub base: [f64; 4],
-    /// Points per second of waiting (finite, >= 0; one value for every class).
+    /// Points per second of waiting, per class (finite, >= 0).
     pub aging_rate: [f64; 4],
-    /// The most waiting adds (finite, >= 0; one value for every class).
+    /// The most waiting adds, per class (finite, >= 0).
     pub age_cap: [f64; 4],
 }
 
@@ -54,15 +64,14 @@ impl PriorityConfig {
             if !finite(v) || !non_negative(v) {
                 return Err(format!("priority {name} must be finite and >= 0"));
             }
-            if v.iter().any(|x| *x != v[0]) {
-                return Err(format!(
-                    "priority {name} must be the same for every class (the engine ages all classes alike)"
-                ));
-            }
         }
+        // One value for every class unless they differ (the engine's per-class settings).
+        let per_class = |v: [f64; 4]| v.iter().any(|x| *x != v[0]).then_some(v);
         scoring.base = self.base;
         scoring.aging_rate = self.aging_rate[0];
         scoring.age_cap = self.age_cap[0];
+        scoring.aging_rates = per_class(self.aging_rate);
+        scoring.age_caps = per_class(self.age_cap);
         Ok(())
     }
 }
@@ -72,7 +81,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scores_reach_the_engine_and_aging_is_one_for_all() {
+    fn scores_reach_the_engine_per_class_where_they_differ() {
         let mut s = Scoring::default();
         let p = PriorityConfig {
             base: [4.0, 3.0, 2.0, 1.0],
@@ -81,23 +90,40 @@ mod tests {
         };
         p.apply(&mut s).unwrap();
         assert_eq!(
-            (s.base, s.aging_rate, s.age_cap),
-            ([4.0, 3.0, 2.0, 1.0], 5.0, 6.0)
+            (s.base, s.aging_rate, s.age_cap, s.aging_rates, s.age_caps),
+            ([4.0, 3.0, 2.0, 1.0], 5.0, 6.0, None, None)
         );
         let uneven = PriorityConfig {
             aging_rate: [1.0, 2.0, 2.0, 2.0],
             ..PriorityConfig::default()
         };
-        assert!(
-            uneven
-                .apply(&mut s)
-                .unwrap_err()
-                .contains("same for every class")
+        uneven.apply(&mut s).unwrap();
+        assert_eq!(
+            (s.aging_rates, s.age_caps),
+            (Some([1.0, 2.0, 2.0, 2.0]), None)
         );
+        assert_eq!(s.ages()[0], (1.0, 800.0));
         let nan = PriorityConfig {
             base: [f64::NAN; 4],
             ..PriorityConfig::default()
         };
-        assert!(nan.apply(&mut s).is_err());
+        assert_eq!(
+            nan.apply(&mut s).unwrap_err(),
+            "priority base scores must be finite"
+        );
+        for (rate, cap, rule) in [
+            ([1.0, -1.0, 1.0, 1.0], [1.0; 4], "aging_rate"),
+            ([1.0; 4], [1.0, 1.0, 1.0, f64::INFINITY], "age_cap"),
+        ] {
+            let bad = PriorityConfig {
+                aging_rate: rate,
+                age_cap: cap,
+                ..PriorityConfig::default()
+            };
+            assert_eq!(
+                bad.apply(&mut s).unwrap_err(),
+                format!("priority {rule} must be finite and >= 0")
+            );
+        }
     }
 }

@@ -182,8 +182,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
     /// [`Error::Config`] when the configuration cannot work: no pool, a pool without executor,
     /// `min_workers > max_workers`, a NUL in a pool name, two pools with one name (checked in
     /// this order), invalid settings (autoscaling, retry policy, fairness weights, urgency,
-    /// reservable fraction), a resource without permits, tokens or a finite positive rate, two
-    /// resources with one name; [`Error::Store`] when the store fails to lead or to recover.
+    /// priority scores, metrics window, reservable fraction), a resource without permits,
+    /// tokens or a finite positive rate, two resources with one name; [`Error::Store`] when the
+    /// store fails to lead or to recover.
     pub async fn build(self) -> Result<Scheduler<P, O>, Error> {
         let store = self.store.clone();
         let (mut setup, parts) = if store.persists() {
@@ -285,6 +286,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         }
         let mut scoring = self.core.urgency.to_core().map_err(config)?;
         self.core.priority.apply(&mut scoring).map_err(config)?;
+        let metrics_window = self.core.metrics_window_secs().map_err(config)?;
+        for pool in &mut core_pools {
+            pool.metrics_window = metrics_window;
+        }
         let resources = resources::to_core(&self.core.resources).map_err(config)?;
         let scaling = Scaling::new(scalers);
         let clock = Clock::start();

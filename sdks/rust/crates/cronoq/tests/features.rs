@@ -576,15 +576,117 @@ async fn aging_lets_a_waiting_low_task_overtake_a_normal_one() {
         order.push(gate.next().await.id.0);
     }
     assert_eq!(order, [4, 2, 3], "High, then the aged Low, then Normal");
-    let uneven = Scheduler::<u32, u32>::builder()
+    let negative = Scheduler::<u32, u32>::builder()
         .pool(Pool::fixed("default", 1).executor(gated().0))
         .priority(PriorityConfig {
-            age_cap: [1.0, 2.0, 3.0, 4.0],
+            age_cap: [1.0, 2.0, 3.0, -4.0],
             ..PriorityConfig::default()
         })
         .build()
         .await;
-    assert!(matches!(uneven, Err(Error::Config(m)) if m.contains("age_cap")));
+    assert!(
+        matches!(negative, Err(Error::Config(m)) if m == "priority age_cap must be finite and >= 0")
+    );
+}
+
+/// Runs a Low task submitted 2 s before a High and a Normal one on one busy worker, under
+/// `priority`, and returns the ids in the order they start (Low 2, High 3, Normal 4).
+async fn order_after_low_waited(priority: PriorityConfig) -> Vec<u64> {
+    let (exec, mut gate) = gated();
+    let s = Scheduler::<u32, u32>::builder()
+        .pool(Pool::fixed("default", 1).executor(exec))
+        .priority(priority)
+        .build()
+        .await
+        .unwrap();
+    let busy = s.submit(Task::new(0)).await.unwrap();
+    gate.next().await;
+    s.submit(Task::new(2).priority(Priority::Low))
+        .await
+        .unwrap();
+    tokio::time::sleep(secs(2)).await;
+    s.submit(Task::new(3).priority(Priority::High))
+        .await
+        .unwrap();
+    s.submit(Task::new(4)).await.unwrap();
+    gate.open(4);
+    busy.await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.push(gate.next().await.id.0);
+    }
+    order
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_class_that_ages_faster_overtakes_a_higher_one() {
+    let default = order_after_low_waited(PriorityConfig::default()).await;
+    assert_eq!(
+        default,
+        [3, 4, 2],
+        "High, Normal, then Low (4 points of aging)"
+    );
+    let low_ages_fast = PriorityConfig {
+        aging_rate: [2.0, 2.0, 2.0, 1000.0],
+        age_cap: [800.0, 800.0, 800.0, 5000.0],
+        ..PriorityConfig::default()
+    };
+    let order = order_after_low_waited(low_ages_fast).await;
+    assert_eq!(
+        order,
+        [2, 3, 4],
+        "Low (10 + 2000) before High (1000) and Normal"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slot_is_held_no_earlier_than_max_hold_before_a_fixed_start() {
+    // A tolerance of 400 s would hold the only worker from 600 s; the default cap is 300 s.
+    let (s, _gate) = gated_scheduler(1, |p| p).await;
+    s.submit(Task::new(1).start_tolerance(secs(400)).start_in(secs(1000)))
+        .await
+        .unwrap();
+    let held = || async { s.snapshot().await.unwrap().pools[0].held };
+    tokio::time::sleep(secs(650)).await;
+    assert_eq!(held().await, 0, "not held 350 s ahead");
+    tokio::time::sleep(secs(51)).await;
+    assert_eq!(held().await, 1, "held from 300 s ahead");
+    // A pool's own cap: 10 s ahead of a start with 50 s of tolerance.
+    let (s, _gate) = gated_scheduler(1, |p| p.configure(|c| c.max_hold = secs(10))).await;
+    s.submit(Task::new(1).start_tolerance(secs(50)).start_in(secs(100)))
+        .await
+        .unwrap();
+    let held = || async { s.snapshot().await.unwrap().pools[0].held };
+    tokio::time::sleep(secs(80)).await;
+    assert_eq!(held().await, 0, "not held 20 s ahead");
+    tokio::time::sleep(secs(11)).await;
+    assert_eq!(held().await, 1, "held from 10 s ahead");
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshot_metrics_forget_dispatches_older_than_the_window() {
+    let build = |window: Duration| {
+        Scheduler::<u32, u32>::builder()
+            .pool(Pool::fixed("default", 1).executor_fn(|_ctx, n: Arc<u32>| async move { Ok(*n) }))
+            .configure(move |c| c.metrics_window = window)
+            .build()
+    };
+    for (window, after_10s) in [(secs(60), 1), (secs(5), 0)] {
+        let s = build(window).await.unwrap();
+        s.submit(Task::new(1)).await.unwrap().await.unwrap();
+        let snap = s.snapshot().await.unwrap();
+        assert_eq!(
+            (snap.pools[0].window, snap.pools[0].dispatched),
+            (window, 1)
+        );
+        tokio::time::sleep(secs(10)).await;
+        let dispatched = s.snapshot().await.unwrap().pools[0].dispatched;
+        assert_eq!(dispatched, after_10s, "window {window:?}");
+    }
+    assert!(matches!(
+        build(Duration::ZERO).await,
+        Err(Error::Config(m)) if m == "metrics_window must be > 0 and at most one day"
+    ));
 }
 
 #[tokio::test(start_paused = true)]
