@@ -21,6 +21,7 @@ import json
 import sys
 from typing import Any
 
+from cronoq._durable import _schedule
 from cronoq.core.model import (
     CANCELLED,
     DEAD_LETTERED,
@@ -33,7 +34,6 @@ from cronoq.core.model import (
     TaskRecord,
 )
 from cronoq.store.base import COLUMN, Batch, first_id
-from cronoq._durable import _schedule
 from cronoq.store.rows import insert_row, record_from_row, schedule_row, update_row
 from cronoq.store.sqlite import SqliteStore
 
