@@ -76,6 +76,7 @@ mod scheduler;
 mod snapshot;
 mod store;
 mod task;
+mod telemetry;
 mod time;
 mod types;
 mod unwind;

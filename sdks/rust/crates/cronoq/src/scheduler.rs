@@ -207,12 +207,15 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         tokio::spawn(async move {
             let result = match CatchUnwind(Box::pin(Driver::new(setup).run())).await {
                 Ok(exit) => exit,
-                Err(text) => Err(Error::Internal(format!("driver panicked: {text}"))),
+                Err(text) => {
+                    tracing::error!(panic = %text, "the scheduler's driver panicked: it stops");
+                    Err(Error::Internal(format!("driver panicked: {text}")))
+                }
             };
             // Every caller of shutdown() and stopped() reads it.
             exit_tx.send_replace(Some(result));
         });
-        Ok(Scheduler {
+        let scheduler = Scheduler {
             inner: Arc::new(Inner {
                 commands: parts.commands,
                 events: parts.events,
@@ -220,7 +223,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
                 clock: parts.clock,
                 exit: exit_rx,
             }),
-        })
+        };
+        crate::telemetry::watch(&scheduler);
+        Ok(scheduler)
     }
 
     /// Starts the scheduler on a runtime of its own, for programs without tokio (see
@@ -400,7 +405,25 @@ impl<P, O> Clone for Scheduler<P, O> {
     }
 }
 
+/// A scheduler that does not keep it running (for its gauges' refresh task).
+#[cfg(feature = "otel")]
+pub(crate) struct WeakScheduler<P, O>(std::sync::Weak<Inner<P, O>>);
+
+#[cfg(feature = "otel")]
+impl<P, O> WeakScheduler<P, O> {
+    /// The scheduler, while some handle of it exists.
+    pub(crate) fn upgrade(&self) -> Option<Scheduler<P, O>> {
+        self.0.upgrade().map(|inner| Scheduler { inner })
+    }
+}
+
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
+    /// A reference that does not keep the scheduler from stopping when its last handle goes.
+    #[cfg(feature = "otel")]
+    pub(crate) fn downgrade(&self) -> WeakScheduler<P, O> {
+        WeakScheduler(Arc::downgrade(&self.inner))
+    }
+
     /// A builder with the default settings.
     pub fn builder() -> Builder<P, O> {
         Builder::default()
@@ -440,7 +463,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
 
     /// The task resolved against the scheduler's clock and checked.
     fn prepare(&self, task: impl Into<Task<P>>) -> Result<crate::task::TaskSpec<P>, Error> {
-        let spec = task.into().resolve(|| self.inner.clock.now());
+        let mut spec = task.into().resolve(|| self.inner.clock.now());
+        crate::telemetry::capture(&mut spec.tags);
         spec.check()?;
         Ok(spec)
     }
