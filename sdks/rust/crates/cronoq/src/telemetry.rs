@@ -1,6 +1,6 @@
 //! Telemetry (feature `otel`): OpenTelemetry metrics through the global meter provider (meter
-//! `cronoq`), and W3C trace context through the global text-map propagator, carried in a
-//! task's `traceparent` (and `tracestate`) tags.
+//! `cronoq`), and trace context through the global text-map propagator, carried in a task's
+//! `traceparent` tag.
 //!
 //! The driver and the submitting calls use the hooks below; without the feature they are
 //! empty and compile to nothing. Attribute sets are built once per pool (and once per pool
@@ -34,7 +34,6 @@ mod on {
     use crate::types::{Priority, TaskStatus};
 
     const TRACEPARENT: &str = "traceparent";
-    const TRACESTATE: &str = "tracestate";
 
     /// How often the gauges are refreshed from a snapshot.
     const REFRESH: Duration = Duration::from_secs(1);
@@ -313,9 +312,10 @@ mod on {
         });
     }
 
-    /// Appends the current span's trace context to a task's tags (`traceparent`, and
-    /// `tracestate` when not empty), unless they have a `traceparent` already. Outside an
-    /// enabled span, or when the propagator injects nothing, the tags stay as they are.
+    /// Appends the current span's trace context to a task's tags as a `traceparent` tag (the
+    /// published crate's one tag; other fields the propagator injects are left out), unless
+    /// they have one already. Outside an enabled span, or when the propagator injects no
+    /// `traceparent`, the tags stay as they are.
     pub(crate) fn capture(tags: &mut Vec<(Arc<str>, Arc<str>)>) {
         if tags.iter().any(|(k, _)| &**k == TRACEPARENT) {
             return;
@@ -350,7 +350,7 @@ mod on {
 
     impl Injector for TagInjector<'_> {
         fn set(&mut self, key: &str, value: String) {
-            if (key == TRACEPARENT || key == TRACESTATE) && !value.is_empty() {
+            if key == TRACEPARENT && !value.is_empty() {
                 self.0.push((key.into(), value.into()));
             }
         }
