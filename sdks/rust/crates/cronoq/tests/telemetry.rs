@@ -25,17 +25,12 @@ use tracing_subscriber::layer::SubscriberExt;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// What an attempt saw of its trace context: `ctx.traceparent()` and how many `traceparent`
-/// tags the task has.
+/// What an attempt saw of its trace context: `ctx.traceparent()` and how many tags the task
+/// has (a captured context adds one).
 type Seen = (Option<String>, usize);
 
 fn seen(ctx: &TaskContext) -> Seen {
-    let count = ctx
-        .tags
-        .iter()
-        .filter(|(k, _)| &**k == "traceparent")
-        .count();
-    (ctx.traceparent().map(str::to_owned), count)
+    (ctx.traceparent().map(str::to_owned), ctx.tags.len())
 }
 
 async fn tracing_scheduler() -> Scheduler<u32, Seen> {
