@@ -65,6 +65,9 @@ mod on {
         statuses: Vec<[KeyValue; 2]>,
         /// Per pool, the kinds met so far: their index in `outcomes`.
         kinds: Vec<FxHashMap<Arc<str>, u32>>,
+        /// Per pool, the latest kind and its index: tasks mostly share their kind's `Arc`
+        /// (the default kind always), so comparing pointers spares hashing the name.
+        last: Vec<Option<(Arc<str>, u32)>>,
         /// `{pool, kind, outcome}` per pool and kind: `ok`, then `error`.
         outcomes: Vec<[[KeyValue; 3]; 2]>,
     }
@@ -114,6 +117,7 @@ mod on {
                 pools: names.iter().map(|name| [pool_attr(name)]).collect(),
                 statuses,
                 kinds: vec![FxHashMap::default(); names.len()],
+                last: vec![None; names.len()],
                 outcomes: Vec::new(),
             }
         }
@@ -134,14 +138,24 @@ mod on {
         /// An attempt starts now.
         #[inline]
         pub(crate) fn start(&mut self, pool: usize, kind: &Arc<str>, now: f64) -> AttemptMark {
-            let index = match self.kinds[pool].get(kind) {
-                Some(&index) => index,
-                None => self.add_kind(pool, kind),
+            let index = match &self.last[pool] {
+                Some((last, index)) if Arc::ptr_eq(last, kind) => *index,
+                _ => self.find_kind(pool, kind),
             };
             AttemptMark {
                 index,
                 started: now,
             }
+        }
+
+        /// The kind's index, added if new; it becomes the pool's latest.
+        fn find_kind(&mut self, pool: usize, kind: &Arc<str>) -> u32 {
+            let index = match self.kinds[pool].get(kind) {
+                Some(&index) => index,
+                None => self.add_kind(pool, kind),
+            };
+            self.last[pool] = Some((kind.clone(), index));
+            index
         }
 
         #[cold]
