@@ -445,3 +445,52 @@ async fn counters_histogram_and_gauges_after_a_known_workload() {
     let b_error = [("pool", "b"), ("kind", "default"), ("outcome", "error")];
     assert_eq!(m.sum(attempts, &b_error), Some(1));
 }
+
+// --- logs ------------------------------------------------------------------------------------
+
+/// The events logged on this thread: level and message.
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Logged {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        let level = *event.metadata().level();
+        self.0.lock().unwrap().push((level, message.0));
+    }
+}
+
+/// A runtime without timers makes the driver panic at its first wait: logged as an error, and
+/// `shutdown` reports it.
+#[test]
+fn a_driver_that_panics_is_logged_as_an_error() {
+    let logged = Logged::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(logged.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(async {
+        let s = tracing_scheduler().await;
+        s.shutdown(Duration::from_secs(1)).await
+    });
+    assert!(
+        matches!(result, Err(cronoq::Error::Internal(_))),
+        "{result:?}"
+    );
+    let logged = logged.0.lock().unwrap();
+    let error = (
+        tracing::Level::ERROR,
+        "the scheduler's driver panicked: it stops".to_owned(),
+    );
+    assert!(logged.contains(&error), "{logged:?}");
+}
