@@ -496,6 +496,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             if self.wal.is_some() {
                 self.flush(now);
             }
+            self.telemetry
+                .turned(now, || self.engine.snapshot(now).pools);
         }
         // Dropping the driver drops the waiters' senders: their handles resolve to
         // `TaskFailure::Shutdown`; queued commands' callers get `Error::Shutdown`.
@@ -627,6 +629,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
         if let Some(deadline) = self.stopping {
             earliest(deadline);
+        }
+        if let Some(at) = self.telemetry.refresh_at() {
+            earliest(at);
         }
         wake
     }

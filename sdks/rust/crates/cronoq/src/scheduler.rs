@@ -215,7 +215,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
             // Every caller of shutdown() and stopped() reads it.
             exit_tx.send_replace(Some(result));
         });
-        let scheduler = Scheduler {
+        Ok(Scheduler {
             inner: Arc::new(Inner {
                 commands: parts.commands,
                 events: parts.events,
@@ -223,9 +223,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
                 clock: parts.clock,
                 exit: exit_rx,
             }),
-        };
-        crate::telemetry::watch(&scheduler);
-        Ok(scheduler)
+        })
     }
 
     /// Starts the scheduler on a runtime of its own, for programs without tokio (see
@@ -405,25 +403,7 @@ impl<P, O> Clone for Scheduler<P, O> {
     }
 }
 
-/// A scheduler that does not keep it running (for its gauges' refresh task).
-#[cfg(feature = "otel")]
-pub(crate) struct WeakScheduler<P, O>(std::sync::Weak<Inner<P, O>>);
-
-#[cfg(feature = "otel")]
-impl<P, O> WeakScheduler<P, O> {
-    /// The scheduler, while some handle of it exists.
-    pub(crate) fn upgrade(&self) -> Option<Scheduler<P, O>> {
-        self.0.upgrade().map(|inner| Scheduler { inner })
-    }
-}
-
 impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
-    /// A reference that does not keep the scheduler from stopping when its last handle goes.
-    #[cfg(feature = "otel")]
-    pub(crate) fn downgrade(&self) -> WeakScheduler<P, O> {
-        WeakScheduler(Arc::downgrade(&self.inner))
-    }
-
     /// A builder with the default settings.
     pub fn builder() -> Builder<P, O> {
         Builder::default()

@@ -5,7 +5,9 @@
 //! The driver and the submitting calls use the hooks below; without the feature they are
 //! empty and compile to nothing. Attribute sets are built once per pool (and once per pool
 //! and task kind for attempts), so a task costs a few instrument calls and no allocation.
-//! Gauges are read from a snapshot that a task of the scheduler's takes about once a second.
+//! The gauges report the engine's snapshot that the driver takes a second after a turn (so
+//! about once a second while it works, and once after it falls idle: nothing they show
+//! changes without a turn), never waking an idle scheduler again.
 
 #[cfg(feature = "otel")]
 pub(crate) use on::*;
@@ -19,23 +21,22 @@ mod on {
     use std::sync::{Arc, Mutex, PoisonError};
     use std::time::Duration;
 
-    use cronoq_core::model::Status;
+    use cronoq_core::model::{PoolSnapshot, Status};
     use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableGauge};
     use opentelemetry::propagation::{Extractor, Injector};
     use opentelemetry::{KeyValue, global};
     use rustc_hash::FxHashMap;
+    use tokio::time::Instant;
     use tracing::Instrument;
     use tracing::instrument::WithSubscriber;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
     use crate::executor::Tags;
-    use crate::scheduler::Scheduler;
-    use crate::snapshot::Snapshot;
     use crate::types::{Priority, TaskStatus};
 
     const TRACEPARENT: &str = "traceparent";
 
-    /// How often the gauges are refreshed from a snapshot.
+    /// How long after a turn the gauges are refreshed from a snapshot.
     const REFRESH: Duration = Duration::from_secs(1);
 
     /// Bucket bounds of `cronoq.attempt.duration`, in seconds (the SDK's default bounds are
@@ -70,6 +71,12 @@ mod on {
         last: Vec<Option<(Arc<str>, u32)>>,
         /// `{pool, kind, outcome}` per pool and kind: `ok`, then `error`.
         outcomes: Vec<[[KeyValue; 3]; 2]>,
+        /// What the gauges report, and the gauges (kept for as long as the driver runs).
+        gauges: Arc<Gauges>,
+        _instruments: (Vec<ObservableGauge<u64>>, ObservableGauge<f64>),
+        /// When the next refresh is due (engine seconds, and as an instant): a second after
+        /// the first turn since the last one.
+        due: Option<(f64, Instant)>,
     }
 
     /// What an attempt's metrics need at its end: its attribute sets and its start (engine
@@ -84,6 +91,8 @@ mod on {
         pub(crate) fn new<'a>(pools: impl Iterator<Item = &'a Arc<str>>) -> Self {
             let meter = meter();
             let names: Vec<Arc<str>> = pools.cloned().collect();
+            let gauges = Arc::new(Gauges::new(&names));
+            let instruments = gauges.register(&meter);
             let statuses = names
                 .iter()
                 .flat_map(|name| {
@@ -119,7 +128,31 @@ mod on {
                 kinds: vec![FxHashMap::default(); names.len()],
                 last: vec![None; names.len()],
                 outcomes: Vec::new(),
+                gauges,
+                _instruments: instruments,
+                // At once: the first turn refreshes them.
+                due: Some((f64::NEG_INFINITY, Instant::now())),
             }
+        }
+
+        /// After a turn at `now`: refreshes the gauges from `snapshot` when due, else makes
+        /// a refresh due a second from now if none is.
+        #[inline]
+        pub(crate) fn turned(&mut self, now: f64, snapshot: impl FnOnce() -> Vec<PoolSnapshot>) {
+            match self.due {
+                Some((due, _)) if now >= due => {
+                    self.gauges.set(&snapshot());
+                    self.due = None;
+                }
+                Some(_) => {}
+                None => self.due = Some((now + REFRESH.as_secs_f64(), Instant::now() + REFRESH)),
+            }
+        }
+
+        /// When the driver must wake to refresh the gauges.
+        #[inline]
+        pub(crate) fn refresh_at(&self) -> Option<Instant> {
+            self.due.map(|(_, at)| at)
         }
 
         /// A task was admitted into this pool.
@@ -183,6 +216,13 @@ mod on {
         }
     }
 
+    impl Drop for Telemetry {
+        /// The scheduler has stopped: its gauges report nothing from now on.
+        fn drop(&mut self) {
+            self.gauges.clear();
+        }
+    }
+
     /// One pool's gauge values, from the latest snapshot.
     struct PoolValues {
         workers: u64,
@@ -215,18 +255,16 @@ mod on {
             }
         }
 
-        fn set(&self, snapshot: &Snapshot) {
-            let count = u64::from;
-            let len = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-            let values = snapshot
-                .pools
+        fn set(&self, pools: &[PoolSnapshot]) {
+            let count = |n: i64| u64::try_from(n).unwrap_or(0);
+            let values = pools
                 .iter()
                 .map(|p| PoolValues {
                     workers: count(p.capacity),
                     desired: count(p.desired),
                     busy: count(p.busy),
                     held: count(p.held),
-                    pending: p.pending_by_class.map(len),
+                    pending: p.pending_by_class.map(count),
                     cost: p.cost,
                 })
                 .collect();
@@ -249,8 +287,10 @@ mod on {
         }
 
         /// The observable gauges, reading `self`.
-        fn register(self: &Arc<Self>) -> (Vec<ObservableGauge<u64>>, ObservableGauge<f64>) {
-            let meter = meter();
+        fn register(
+            self: &Arc<Self>,
+            meter: &Meter,
+        ) -> (Vec<ObservableGauge<u64>>, ObservableGauge<f64>) {
             type Read = fn(&PoolValues) -> u64;
             let per_pool: [(&'static str, &'static str, Read); 4] = [
                 ("cronoq.pool.workers", "Worker slots", |v| v.workers),
@@ -297,33 +337,6 @@ mod on {
                 .build();
             (gauges, cost)
         }
-    }
-
-    /// Registers the scheduler's gauges and refreshes them from a snapshot about once a
-    /// second until the scheduler has stopped or every handle of it is gone.
-    pub(crate) fn watch<P: Send + Sync + 'static, O: Send + Sync + 'static>(
-        scheduler: &Scheduler<P, O>,
-    ) {
-        let gauges = Arc::new(Gauges::new(scheduler.pools()));
-        let instruments = gauges.register();
-        let weak = scheduler.downgrade();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(REFRESH);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(scheduler) = weak.upgrade() else {
-                    break;
-                };
-                let Ok(snapshot) = scheduler.snapshot().await else {
-                    break;
-                };
-                drop(scheduler);
-                gauges.set(&snapshot);
-            }
-            gauges.clear();
-            drop(instruments);
-        });
     }
 
     /// Appends the current span's trace context to a task's tags as a `traceparent` tag (the
@@ -389,10 +402,10 @@ mod off {
     use std::future::Future;
     use std::sync::Arc;
 
-    use cronoq_core::model::Status;
+    use cronoq_core::model::{PoolSnapshot, Status};
+    use tokio::time::Instant;
 
     use crate::executor::Tags;
-    use crate::scheduler::Scheduler;
 
     pub(crate) struct Telemetry;
 
@@ -401,6 +414,14 @@ mod off {
     impl Telemetry {
         pub(crate) fn new<'a>(_pools: impl Iterator<Item = &'a Arc<str>>) -> Self {
             Telemetry
+        }
+
+        #[inline(always)]
+        pub(crate) fn turned(&mut self, _now: f64, _snapshot: impl FnOnce() -> Vec<PoolSnapshot>) {}
+
+        #[inline(always)]
+        pub(crate) fn refresh_at(&self) -> Option<Instant> {
+            None
         }
 
         #[inline(always)]
@@ -417,9 +438,6 @@ mod off {
         #[inline(always)]
         pub(crate) fn end(&self, _mark: &AttemptMark, _ok: bool, _now: f64) {}
     }
-
-    #[inline(always)]
-    pub(crate) fn watch<P, O>(_scheduler: &Scheduler<P, O>) {}
 
     #[inline(always)]
     pub(crate) fn capture(_tags: &mut Vec<(Arc<str>, Arc<str>)>) {}

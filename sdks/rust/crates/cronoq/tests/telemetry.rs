@@ -273,6 +273,20 @@ impl Exported {
             .map(|p| p.value())
     }
 
+    /// How many points a u64 gauge has (none when it is not exported).
+    fn points(&self, name: &str) -> usize {
+        let metric = self
+            .0
+            .scope_metrics()
+            .flat_map(|s| s.metrics())
+            .find(|m| m.name() == name);
+        match metric.map(Metric::data) {
+            None => 0,
+            Some(AggregatedMetrics::U64(MetricData::Gauge(g))) => g.data_points().count(),
+            Some(_) => panic!("{name} is not a u64 gauge"),
+        }
+    }
+
     /// A histogram's count and sum with exactly these attributes.
     fn histogram(&self, name: &str, pairs: &[(&'static str, &'static str)]) -> Option<(u64, f64)> {
         let AggregatedMetrics::F64(MetricData::Histogram(h)) = self.metric(name).data() else {
@@ -444,6 +458,32 @@ async fn counters_histogram_and_gauges_after_a_known_workload() {
     let m = export(&exporter, &provider);
     let b_error = [("pool", "b"), ("kind", "default"), ("outcome", "error")];
     assert_eq!(m.sum(attempts, &b_error), Some(1));
+    // A stopped scheduler's gauges report nothing.
+    assert_eq!(m.points("cronoq.pool.workers"), 0);
+}
+
+/// The gauges follow a change a second later even when nothing else wakes the scheduler (a
+/// fixed pool has no autoscaler timer).
+#[tokio::test(start_paused = true)]
+async fn gauges_are_refreshed_a_second_after_the_last_change() {
+    let _serial = SERIAL.lock().await;
+    let (exporter, provider) = metrics();
+    let s = Scheduler::builder()
+        .pool(
+            Pool::fixed("idle", 1).executor_fn(|_ctx: TaskContext, _n: Arc<u32>| async move {
+                std::future::pending::<Result<u32, TaskError>>().await
+            }),
+        )
+        .build()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let busy = |m: &Exported| m.gauge("cronoq.pool.busy_workers", &[("pool", "idle")]);
+    assert_eq!(busy(&export(&exporter, &provider)), Some(0));
+    s.enqueue(Task::new(0).pool("idle")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(busy(&export(&exporter, &provider)), Some(1));
+    s.shutdown(Duration::ZERO).await.unwrap();
 }
 
 // --- logs ------------------------------------------------------------------------------------
