@@ -38,9 +38,10 @@ as `#[tokio::main]` has it:
   `#[tokio::main]` builds: attempts, the driver and the submitting code can then be on
   different threads.
 
-The published crate is built without its default feature `otel` (OpenTelemetry metrics and
-trace-context capture, which ours does not have), so it is measured at its cheapest. Both
-crates are built in one `cargo build --release --locked` with the same profile and tokio.
+Both crates are built without their default feature `otel` (OpenTelemetry metrics and
+trace-context capture), so they are compared alike, each at its cheapest (bench/README gives
+what the feature costs ours). Both are built in one `cargo build --release --locked` with the
+same profile and tokio.
 
 Rounds interleave everything: in each round Python runs [1]-[3], then on each runtime the
 floor, ours and the published crate run [1]-[3] each, in an order that rotates by one per
@@ -225,7 +226,7 @@ def rust_source() -> str:
     return (
         f"ours = sdks/rust/crates/cronoq (git {head}"
         + (f", uncommitted: {', '.join(changed)}" if changed else "")
-        + f"); published = cronoq 0.2.1 from crates.io, default features off; {rustc}"
+        + f"); published = cronoq 0.2.1 from crates.io; both with default features off; {rustc}"
     )
 
 

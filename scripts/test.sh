@@ -99,6 +99,10 @@ crates() {
 		cargo fmt --check
 		cargo clippy --locked --all-targets -- -D warnings
 		cargo test --locked
+		# The library without its default feature `otel`, whose hooks then do nothing
+		# (tests/telemetry_off.rs checks that nothing is tagged or measured).
+		cargo clippy --locked -p cronoq --all-targets --no-default-features -- -D warnings
+		cargo test --locked -p cronoq --no-default-features
 	)
 	stage sdks/ts
 	# The TypeScript SDK: build it and run its tests, which start the server from this .venv. Its

@@ -15,6 +15,7 @@ use crate::recurring::Recurring;
 use crate::scheduler::{Builder, Scheduler};
 use crate::snapshot::Snapshot;
 use crate::task::Task;
+use crate::telemetry::in_caller_span;
 use crate::types::{StatusEvent, Submitted, TaskId, TaskRef, TaskStatus};
 
 /// A scheduler whose methods block the calling thread, running on a multi-thread tokio
@@ -72,7 +73,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> BlockingScheduler<P, O>
     /// As [`Scheduler::submit`].
     pub fn submit(&self, task: impl Into<Task<P>>) -> Result<BlockingHandle<O>, Error> {
         let task = task.into();
-        self.block(self.scheduler().submit(task))
+        self.block(in_caller_span(self.scheduler().submit(task)))
             .map(BlockingHandle)
     }
 
@@ -82,7 +83,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> BlockingScheduler<P, O>
     /// As [`Scheduler::enqueue`].
     pub fn enqueue(&self, task: impl Into<Task<P>>) -> Result<Submitted, Error> {
         let task = task.into();
-        self.block(self.scheduler().enqueue(task))
+        self.block(in_caller_span(self.scheduler().enqueue(task)))
     }
 
     /// [`Scheduler::enqueue_many`], blocking.
@@ -93,7 +94,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> BlockingScheduler<P, O>
         &self,
         tasks: Vec<Task<P>>,
     ) -> Result<Vec<Result<Submitted, Error>>, Error> {
-        self.block(self.scheduler().enqueue_many(tasks))
+        self.block(in_caller_span(self.scheduler().enqueue_many(tasks)))
     }
 
     /// [`Scheduler::submit_batch`], blocking.
@@ -101,7 +102,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> BlockingScheduler<P, O>
     /// # Errors
     /// As [`Scheduler::submit_batch`].
     pub fn submit_batch(&self, tasks: Vec<Task<P>>) -> Result<Vec<BlockingHandle<O>>, Error> {
-        let handles = self.block(self.scheduler().submit_batch(tasks))?;
+        let handles = self.block(in_caller_span(self.scheduler().submit_batch(tasks)))?;
         Ok(handles.into_iter().map(BlockingHandle).collect())
     }
 

@@ -60,6 +60,7 @@ use crate::scaling::{Answer, Scaling};
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::store::{Mutation, RecoveredRecurring, RecoveredTask, RecoveredTerminal};
 use crate::task::TaskSpec;
+use crate::telemetry::{self, AttemptMark, Telemetry};
 use crate::time::{Clock, Time};
 use crate::types::{
     LeaseId, PoolId, Priority, StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary,
@@ -243,6 +244,8 @@ struct Running {
     lease: u64,
     token: CancellationToken,
     abort: tokio::task::AbortHandle,
+    /// For the attempt's metrics.
+    mark: AttemptMark,
 }
 
 /// The handles waiting for a task: nearly always one, kept inline; more in a list.
@@ -373,6 +376,8 @@ pub(crate) struct Driver<P, O> {
     wal: Option<Wal<P, O>>,
     /// The store error that stopped the scheduler.
     failed: Option<StoreError>,
+    /// Metrics (feature `otel`).
+    telemetry: Telemetry,
 }
 
 /// The messages taken in one wake-up, in buffers kept from one to the next.
@@ -401,6 +406,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
         let durable = setup.durable.take();
+        let telemetry = Telemetry::new(setup.pools.iter().map(|p| &p.name));
         let mut driver = Driver {
             engine: setup.engine,
             clock: setup.clock,
@@ -443,6 +449,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             global_bounds: setup.global_bounds,
             wal: None,
             failed: None,
+            telemetry,
         };
         if let Some((wal, tasks, terminal, recurring)) = durable {
             driver.wal = Some(wal);
@@ -495,6 +502,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             if self.wal.is_some() {
                 self.flush(now);
             }
+            self.telemetry
+                .turned(now, || self.engine.snapshot(now).pools);
         }
         // Dropping the driver drops the waiters' senders: their handles resolve to
         // `TaskFailure::Shutdown`; queued commands' callers get `Error::Shutdown`.
@@ -626,6 +635,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
         if let Some(deadline) = self.stopping {
             earliest(deadline);
+        }
+        if let Some(at) = self.telemetry.refresh_at() {
+            earliest(at);
         }
         wake
     }
@@ -914,6 +926,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             task.kind = %live.kind,
             task.attempt = att.number,
         );
+        telemetry::parent(&span, &live.tags);
+        let mark = self.telemetry.start(live.pool, &live.kind, now);
         let executor = pool.executor.clone();
         let payload = live.payload.clone();
         let fut = match catch_unwind(AssertUnwindSafe(|| executor.execute(ctx, payload))) {
@@ -921,6 +935,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Err(p) => {
                 let message = panic_message(&panic_text(p.as_ref()));
                 self.engine.fail(att.lease, now, &message, true, None);
+                self.telemetry.end(&mark, false, now);
                 return false;
             }
         };
@@ -939,6 +954,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             lease,
             token,
             abort: join.abort_handle(),
+            mark,
         });
         self.running += 1;
         true
@@ -970,6 +986,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
         run.token.cancel();
         run.abort.abort();
+        self.telemetry.end(&run.mark, false, self.last_now.get().0);
         tracing::debug!(
             task = att.task,
             lease = att.lease,
@@ -986,9 +1003,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         out: Result<Result<O, TaskError>, String>,
         now: f64,
     ) {
-        if self.take_running(task, lease).is_none() {
+        let Some((_, run)) = self.take_running(task, lease) else {
             return; // the engine gave it up first: the result is discarded
-        }
+        };
+        self.telemetry.end(&run.mark, matches!(out, Ok(Ok(_))), now);
         match out {
             Ok(Ok(output)) => {
                 if let Some(live) = self.live.get_mut(&task) {
@@ -1032,9 +1050,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         let Some(mut live) = self.live.remove(&rec.id) else {
             return;
         };
-        if live.running.take().is_some() {
+        if let Some(run) = live.running.take() {
             self.running -= 1;
+            self.telemetry.end(&run.mark, false, self.last_now.get().0);
         }
+        self.telemetry.finished(live.pool, rec.status);
         let outcome = if rec.status == Status::Succeeded {
             match live.output {
                 Some(output) => {
@@ -1351,6 +1371,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             Ok((id, duplicate)) => {
                 if !duplicate {
                     let p = pool.expect("an admitted task's pool exists");
+                    self.telemetry.submitted(p);
                     self.journal_spec(id, &spec);
                     self.live.insert(id, self.live_task(spec, p));
                 }
@@ -1450,6 +1471,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         for (spec, (id, duplicate)) in specs.into_iter().zip(admitted) {
             if !duplicate {
                 let p = self.pool_index[&spec.pool];
+                self.telemetry.submitted(p);
                 self.journal_spec(id, &spec);
                 self.live.insert(id, self.live_task(spec, p));
             }
@@ -1633,6 +1655,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             .created(&self.engine, |id| live.contains_key(&id), time);
         for (id, spec) in created {
             let p = self.pool_index[&spec.pool];
+            self.telemetry.submitted(p);
             self.journal_spec(id, &spec);
             self.live.insert(id, self.live_task(spec, p));
         }
@@ -1716,6 +1739,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             if let Some((_, run)) = self.take_running(att.task, att.lease) {
                 run.token.cancel();
                 run.abort.abort();
+                self.telemetry.end(&run.mark, false, now);
             }
         }
     }

@@ -51,6 +51,11 @@
 //! `#[tokio::test(start_paused = true)]` retries, timeouts and lease expiries happen as soon as
 //! every task is idle, in the order their times say.
 //!
+//! With the default feature `otel` the scheduler reports OpenTelemetry metrics through the
+//! global meter provider, and a task submitted inside a `tracing` span carries that span's
+//! trace context in its `traceparent` tag, the parent of its attempts' `cronoq.task` spans
+//! (the README's "Telemetry" describes both).
+//!
 //! The crate's README (`sdks/rust/README.md`) describes library mode as a whole, including
 //! what this version does not offer yet and where it differs from the published cronoq crate.
 
@@ -78,6 +83,7 @@ mod scheduler;
 mod snapshot;
 mod store;
 mod task;
+mod telemetry;
 mod time;
 mod types;
 mod unwind;

@@ -211,7 +211,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
         tokio::spawn(async move {
             let result = match CatchUnwind(Box::pin(Driver::new(setup).run())).await {
                 Ok(exit) => exit,
-                Err(text) => Err(Error::Internal(format!("driver panicked: {text}"))),
+                Err(text) => {
+                    tracing::error!(panic = %text, "the scheduler's driver panicked: it stops");
+                    Err(Error::Internal(format!("driver panicked: {text}")))
+                }
             };
             // Every caller of shutdown() and stopped() reads it.
             exit_tx.send_replace(Some(result));
@@ -449,7 +452,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
 
     /// The task resolved against the scheduler's clock and checked.
     fn prepare(&self, task: impl Into<Task<P>>) -> Result<crate::task::TaskSpec<P>, Error> {
-        let spec = task.into().resolve(|| self.inner.clock.now());
+        let mut spec = task.into().resolve(|| self.inner.clock.now());
+        crate::telemetry::capture(&mut spec.tags);
         spec.check()?;
         Ok(spec)
     }
