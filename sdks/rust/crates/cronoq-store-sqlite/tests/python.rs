@@ -13,7 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use cronoq::{
-    MissPolicy, Mutation, OverlapPolicy, RecurringSpec, Store, TaskSpec, TaskStatus, Time, TimeBase,
+    MissPolicy, Mutation, OverlapPolicy, RecurringSpec, Store, TaskSpec, TaskStatus, Time,
+    TimeBase, codec,
 };
 use cronoq_store_sqlite::SqliteStore;
 use serde_json::Value;
@@ -99,14 +100,20 @@ fn assert_python_read(py: &Value, spec: &TaskSpec<Bytes>) {
     assert!(py["problem"].is_null(), "{id}: {}", py["problem"]);
 }
 
+/// A store on a new file at `path`, leading it, and its epoch.
+async fn leading(path: &Path) -> (SqliteStore, u16) {
+    let store = SqliteStore::open_with(path, fast()).await.unwrap();
+    let epoch = Store::<Bytes, Bytes>::acquire_leadership(&store)
+        .await
+        .unwrap();
+    (store, epoch)
+}
+
 #[tokio::test]
 async fn python_reads_what_rust_wrote() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cronoq.db");
-    let store = SqliteStore::open_with(&path, fast()).await.unwrap();
-    let epoch = Store::<Bytes, Bytes>::acquire_leadership(&store)
-        .await
-        .unwrap();
+    let (store, epoch) = leading(&path).await;
     let plain = TaskSpec::new(Bytes::from_static(b"\x00\xffplain"));
     let specs = [
         full_spec(b"full"),
@@ -299,9 +306,9 @@ fn assert_python_read_schedule(py: &Value, spec: &RecurringSpec<Bytes>) {
     assert_eq!(py["cron"], *spec.cron);
     assert_eq!(text(&py["tz"]), spec.tz.as_deref());
     assert_eq!(secs(&py["deadline_in"]), spec.deadline_after);
-    assert_eq!(py["overlap"], overlap(spec.overlap));
+    assert_eq!(py["overlap"], codec::overlap_name(spec.overlap));
     assert_eq!(secs(&py["tolerance"]), Some(spec.tolerance));
-    assert_eq!(py["on_miss"], miss(spec.on_miss));
+    assert_eq!(py["on_miss"], codec::miss_name(spec.on_miss));
     let resources: BTreeMap<String, u64> =
         py["resources"].as_object().map_or_else(BTreeMap::new, |m| {
             m.iter()
@@ -328,31 +335,11 @@ fn assert_python_read_schedule(py: &Value, spec: &RecurringSpec<Bytes>) {
     assert_python_read(&task, t);
 }
 
-fn overlap(p: OverlapPolicy) -> &'static str {
-    match p {
-        OverlapPolicy::Skip => "skip",
-        OverlapPolicy::Allow => "allow",
-        OverlapPolicy::Queue => "queue",
-        OverlapPolicy::QueueOnSuccess => "queue_on_success",
-    }
-}
-
-fn miss(p: MissPolicy) -> &'static str {
-    match p {
-        MissPolicy::RunLate => "run_late",
-        MissPolicy::Skip => "skip",
-        MissPolicy::Fail => "fail",
-    }
-}
-
 #[tokio::test]
 async fn python_reads_the_schedules_rust_wrote() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cronoq.db");
-    let store = SqliteStore::open_with(&path, fast()).await.unwrap();
-    let epoch = Store::<Bytes, Bytes>::acquire_leadership(&store)
-        .await
-        .unwrap();
+    let (store, epoch) = leading(&path).await;
     let plain = RecurringSpec {
         name: "plain".into(),
         cron: "* * * * *".into(),
