@@ -259,6 +259,15 @@ impl<R: Random> Engine<R> {
         std::mem::replace(&mut self.st.out, next)
     }
 
+    /// `take` into the driver's own lists: `spent`, whose actions the driver has carried out,
+    /// is emptied and becomes the next outbox, and receives the accumulated actions. A driver
+    /// that hands the same lists back each turn allocates none (their room is kept, up to the
+    /// most a fresh outbox gets), where `take` allocates fresh ones.
+    pub fn take_into(&mut self, spent: &mut Actions) {
+        spent.clear_within_room();
+        std::mem::swap(&mut self.st.out, spent);
+    }
+
     /// Hand what changed since the last call to a driver with a store (None: the engine
     /// keeps no journal).
     pub fn take_journal(&mut self) -> Option<Journal> {

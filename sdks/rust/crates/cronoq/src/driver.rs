@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use cronoq_core::model::{Attempt, Status};
-use cronoq_core::{Engine, EventLevel, TaskRecord};
+use cronoq_core::{Actions, Engine, EventLevel, TaskRecord};
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{broadcast, oneshot};
@@ -367,6 +367,8 @@ pub(crate) struct Driver<P, O> {
     wal: Option<Wal<P, O>>,
     /// The store error that stopped the scheduler.
     failed: Option<StoreError>,
+    /// The engine's last outbox, carried out, whose lists it gets back (`Engine::take_into`).
+    outbox: Actions,
 }
 
 /// The messages taken in one wake-up, in buffers kept from one to the next.
@@ -437,6 +439,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             global_bounds: setup.global_bounds,
             wal: None,
             failed: None,
+            outbox: Actions::default(),
         };
         if let Some((wal, tasks, terminal)) = durable {
             driver.wal = Some(wal);
@@ -657,25 +660,28 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             self.hold();
             return;
         }
+        // The outbox's lists go back to the engine emptied: no allocation per turn.
+        let mut out = std::mem::take(&mut self.outbox);
         loop {
-            let out = self.engine.take();
+            self.engine.take_into(&mut out);
             let mut again = false;
             for att in &out.aborts {
                 self.abort(att);
             }
-            for att in out.starts {
+            for att in out.starts.drain(..) {
                 again |= !self.launch(att, now);
             }
-            for rec in out.finished {
+            for rec in out.finished.drain(..) {
                 self.finished(&rec);
             }
-            for ev in out.events {
+            for ev in out.events.drain(..) {
                 self.publish(ev);
             }
             if !again {
                 break;
             }
         }
+        self.outbox = out;
         self.self_cancelled.clear();
     }
 
