@@ -54,6 +54,7 @@ use crate::config::{Bounds, PoolConfig};
 use crate::deps::UnknownDependency;
 use crate::error::{Error, StoreError, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Executor, Tags, TaskContext};
+use crate::groups::Labels;
 use crate::handle::{Outcome, TaskHandle};
 use crate::recurring::{RecurringInfo, RecurringSpec, Schedules};
 use crate::scaling::{Answer, Scaling};
@@ -95,9 +96,9 @@ pub(crate) struct ListQuery {
     pub(crate) limit: usize,
 }
 
-/// A scheduler call, with where its answer goes.
-// A task's spec is moved once per submission; boxing it would cost an allocation instead.
-#[allow(clippy::large_enum_variant)]
+/// A scheduler call, with where its answer goes. Small: a command is moved several times on
+/// its way (into the queue, out of it, into the driver's inbox), so a task's spec travels
+/// boxed (one allocation costs less than those copies of a large spec).
 pub(crate) enum Command<P, O> {
     Submit(Submission<P, O>),
     Handle {
@@ -125,7 +126,7 @@ pub(crate) enum Command<P, O> {
         reply: oneshot::Sender<()>,
     },
     AddRecurring {
-        spec: RecurringSpec<P>,
+        spec: Box<RecurringSpec<P>>,
         reply: oneshot::Sender<Result<(), Error>>,
     },
     RemoveRecurring {
@@ -147,12 +148,10 @@ pub(crate) enum Command<P, O> {
 }
 
 /// Tasks to admit (already resolved and checked by the caller).
-// A task's spec is moved once per submission; boxing it would cost an allocation instead.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Submission<P, O> {
     /// `submit` (with a handle) or `enqueue`.
     One {
-        spec: TaskSpec<P>,
+        spec: Box<TaskSpec<P>>,
         handle: bool,
         reply: oneshot::Sender<Result<Admitted<O>, Error>>,
     },
@@ -354,6 +353,8 @@ pub(crate) struct Driver<P, O> {
     engine_wake: Option<(f64, Instant)>,
     /// The tags of the tasks without any, shared (a fresh empty `Tags` allocates).
     no_tags: Tags,
+    /// The group of the attempts on unlabeled slots (empty), shared for the same reason.
+    no_group: Labels,
     self_cancelled: Vec<u64>,
     stopping: Option<Instant>,
     drop_grace: Duration,
@@ -429,6 +430,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             last_prune: Instant::now(),
             engine_wake: None,
             no_tags: Tags::from([]),
+            no_group: Labels::from([]),
             self_cancelled: Vec::new(),
             stopping: None,
             drop_grace: setup.drop_grace,
@@ -886,7 +888,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             live.tags.clone(),
             live.deadline,
             live.timeout,
-            att.slot.clone().unwrap_or_else(|| Arc::new([])),
+            att.slot.clone().unwrap_or_else(|| self.no_group.clone()),
             token.clone(),
             beat,
         );
@@ -1141,7 +1143,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     Err(Error::Shutdown)
                 } else {
                     let now = self.now();
-                    self.schedules.add(&mut self.engine, spec, now)
+                    self.schedules.add(&mut self.engine, *spec, now)
                 };
                 let _ = reply.send(answer);
             }
@@ -1243,7 +1245,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 spec,
                 handle,
                 reply,
-            } => match self.admit(spec, false, now) {
+            } => match self.admit(*spec, false, now) {
                 Admission::Decided(r) => self.reply_one(r, handle, reply),
                 Admission::Park(spec) => {
                     let key = self.park_key(&spec);

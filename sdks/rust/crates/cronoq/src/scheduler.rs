@@ -456,7 +456,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
         let sent = self.prepare(task).and_then(|spec| {
             let (reply, rx) = oneshot::channel();
             let command = Command::Submit(Submission::One {
-                spec,
+                spec: Box::new(spec),
                 handle,
                 reply,
             });
@@ -682,7 +682,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     /// template: unknown pool 'x'`), a NUL in the name, an invalid cron expression (`invalid
     /// cron '<expr>': …`) or an unknown time zone; [`Error::Shutdown`].
     pub async fn add_recurring(&self, recurring: Recurring<P>) -> Result<(), Error> {
-        let spec = recurring.into_spec()?;
+        let spec = Box::new(recurring.into_spec()?);
         self.call(|reply| Command::AddRecurring { spec, reply })
             .await?
     }
