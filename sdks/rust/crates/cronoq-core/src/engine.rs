@@ -306,7 +306,9 @@ impl<R: Random> Engine<R> {
     // --- submission --------------------------------------------------------------------------
 
     /// The record of a spec, checked as Python's edge checks a submit (unknown pool, class,
-    /// fixed start and tolerance, labels).
+    /// fixed start and tolerance, labels). (Inlined, as `submit_record`: a record is large, and
+    /// each call it passes through by value copies it.)
+    #[inline(always)]
     pub(crate) fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
         let Some(&pool) = self.st.pool_index.get(spec.pool) else {
             let msg = format!("unknown pool {}", py_repr(spec.pool));
@@ -382,6 +384,7 @@ impl<R: Random> Engine<R> {
 
     /// Admit a checked record whose key is free: its resources, reservation and dependencies, the pool's
     /// overflow policy (Python's `submit` past the key check).
+    #[inline(always)]
     pub(crate) fn submit_record(
         &mut self,
         mut rec: TaskRecord,
