@@ -60,7 +60,7 @@ use crate::recurring::{RecurringInfo, RecurringSpec, Schedules};
 use crate::scaling::{Answer, Scaling};
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::store::{RecoveredTask, RecoveredTerminal};
-use crate::task::TaskSpec;
+use crate::task::{Task, TaskSpec};
 use crate::time::{Clock, Time};
 use crate::types::{
     LeaseId, PoolId, Priority, StatusEvent, Submitted, TaskId, TaskRef, TaskStatus, TaskSummary,
@@ -149,9 +149,9 @@ pub(crate) enum Command<P, O> {
 
 /// Tasks to admit (already resolved and checked by the caller).
 pub(crate) enum Submission<P, O> {
-    /// `submit` (with a handle) or `enqueue`.
+    /// `submit` (with a handle) or `enqueue`: the task resolved and checked in place.
     One {
-        spec: Box<TaskSpec<P>>,
+        task: Box<Task<P>>,
         handle: bool,
         reply: oneshot::Sender<Result<Admitted<O>, Error>>,
     },
@@ -1242,10 +1242,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
         match s {
             Submission::One {
-                spec,
+                task,
                 handle,
                 reply,
-            } => match self.admit(*spec, false, now) {
+            } => match self.admit(task.into_spec(), false, now) {
                 Admission::Decided(r) => self.reply_one(r, handle, reply),
                 Admission::Park(spec) => {
                     let key = self.park_key(&spec);
