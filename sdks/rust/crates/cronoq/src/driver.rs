@@ -241,7 +241,9 @@ struct Live<P, O> {
 struct Running {
     lease: u64,
     token: CancellationToken,
-    abort: tokio::task::AbortHandle,
+    /// Its tokio task, kept to abort it (a handle of its own would be one more reference to
+    /// take and drop per attempt).
+    abort: tokio::task::JoinHandle<()>,
 }
 
 /// The handles waiting for a task: nearly always one, kept inline; more in a list.
@@ -923,7 +925,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         live.running = Some(Running {
             lease,
             token,
-            abort: join.abort_handle(),
+            abort: join,
         });
         self.running += 1;
         true
