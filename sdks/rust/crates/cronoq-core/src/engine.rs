@@ -422,17 +422,20 @@ impl<R: Random> Engine<R> {
         specs: &[TaskSpec<'_>],
         now: f64,
     ) -> Result<Vec<(TaskId, bool)>, SubmitError> {
-        let mut recs = Vec::with_capacity(specs.len());
+        let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
         for &spec in specs {
-            recs.push(self.record(spec)?);
+            new.push(self.record(spec)?);
         }
         let mut seen: HashSet<&str> = HashSet::new();
         // the batch's new keys, by index into `new`
         let mut fresh: HashMap<&str, usize> = HashMap::new();
         // (existing task) or (index into `new`)
         let mut out: Vec<Result<TaskId, usize>> = Vec::with_capacity(specs.len());
-        let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
-        for (&spec, rec) in specs.iter().zip(recs) {
+        // Whether each record is of a new task; those of taken keys are dropped from `new`
+        // afterwards, in place (a record moved is a large copy).
+        let mut keep: Vec<bool> = Vec::with_capacity(specs.len());
+        let mut kept = 0;
+        for &spec in specs {
             if let Some(key) = spec.key {
                 if !seen.insert(key) {
                     let msg = format!("duplicate key {} in batch", py_repr(key));
@@ -440,12 +443,18 @@ impl<R: Random> Engine<R> {
                 }
                 if let Some(&old) = self.st.keys.get(key) {
                     out.push(Ok(old));
+                    keep.push(false);
                     continue;
                 }
-                fresh.insert(key, new.len());
+                fresh.insert(key, kept);
             }
-            out.push(Err(new.len()));
-            new.push(rec);
+            out.push(Err(kept));
+            keep.push(true);
+            kept += 1;
+        }
+        if kept < new.len() {
+            let mut keep = keep.into_iter();
+            new.retain(|_| keep.next().unwrap_or(false));
         }
         let special = new.iter().any(|rec| rec.extra.is_some());
         let mut order = None;
