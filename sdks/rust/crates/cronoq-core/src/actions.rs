@@ -36,6 +36,19 @@ impl Actions {
             && self.events.is_empty()
     }
 
+    /// Empties the lists, keeping their room up to `ROOM_MAX` entries each (a burst does not
+    /// keep large lists alive).
+    pub(crate) fn clear_within_room(&mut self) {
+        fn clear<T>(list: &mut Vec<T>) {
+            list.clear();
+            list.shrink_to(ROOM_MAX);
+        }
+        clear(&mut self.starts);
+        clear(&mut self.aborts);
+        clear(&mut self.finished);
+        clear(&mut self.events);
+    }
+
     /// Empty lists with room for as many entries as these hold (up to `ROOM_MAX` each: a
     /// burst does not leave large lists behind).
     pub(crate) fn sized_as(&self) -> Actions {

@@ -259,6 +259,15 @@ impl<R: Random> Engine<R> {
         std::mem::replace(&mut self.st.out, next)
     }
 
+    /// `take` into the driver's own lists: `spent`, whose actions the driver has carried out,
+    /// is emptied and becomes the next outbox, and receives the accumulated actions. A driver
+    /// that hands the same lists back each turn allocates none (their room is kept, up to the
+    /// most a fresh outbox gets), where `take` allocates fresh ones.
+    pub fn take_into(&mut self, spent: &mut Actions) {
+        spent.clear_within_room();
+        std::mem::swap(&mut self.st.out, spent);
+    }
+
     /// Hand what changed since the last call to a driver with a store (None: the engine
     /// keeps no journal).
     pub fn take_journal(&mut self) -> Option<Journal> {
@@ -297,7 +306,9 @@ impl<R: Random> Engine<R> {
     // --- submission --------------------------------------------------------------------------
 
     /// The record of a spec, checked as Python's edge checks a submit (unknown pool, class,
-    /// fixed start and tolerance, labels).
+    /// fixed start and tolerance, labels). (Inlined, as `submit_record`: a record is large, and
+    /// each call it passes through by value copies it.)
+    #[inline(always)]
     pub(crate) fn record(&mut self, spec: TaskSpec<'_>) -> Result<TaskRecord, SubmitError> {
         let Some(&pool) = self.st.pool_index.get(spec.pool) else {
             let msg = format!("unknown pool {}", py_repr(spec.pool));
@@ -373,6 +384,7 @@ impl<R: Random> Engine<R> {
 
     /// Admit a checked record whose key is free: its resources, reservation and dependencies, the pool's
     /// overflow policy (Python's `submit` past the key check).
+    #[inline(always)]
     pub(crate) fn submit_record(
         &mut self,
         mut rec: TaskRecord,
@@ -410,17 +422,20 @@ impl<R: Random> Engine<R> {
         specs: &[TaskSpec<'_>],
         now: f64,
     ) -> Result<Vec<(TaskId, bool)>, SubmitError> {
-        let mut recs = Vec::with_capacity(specs.len());
+        let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
         for &spec in specs {
-            recs.push(self.record(spec)?);
+            new.push(self.record(spec)?);
         }
         let mut seen: HashSet<&str> = HashSet::new();
         // the batch's new keys, by index into `new`
         let mut fresh: HashMap<&str, usize> = HashMap::new();
         // (existing task) or (index into `new`)
         let mut out: Vec<Result<TaskId, usize>> = Vec::with_capacity(specs.len());
-        let mut new: Vec<TaskRecord> = Vec::with_capacity(specs.len());
-        for (&spec, rec) in specs.iter().zip(recs) {
+        // Whether each record is of a new task; those of taken keys are dropped from `new`
+        // afterwards, in place (a record moved is a large copy).
+        let mut keep: Vec<bool> = Vec::with_capacity(specs.len());
+        let mut kept = 0;
+        for &spec in specs {
             if let Some(key) = spec.key {
                 if !seen.insert(key) {
                     let msg = format!("duplicate key {} in batch", py_repr(key));
@@ -428,12 +443,18 @@ impl<R: Random> Engine<R> {
                 }
                 if let Some(&old) = self.st.keys.get(key) {
                     out.push(Ok(old));
+                    keep.push(false);
                     continue;
                 }
-                fresh.insert(key, new.len());
+                fresh.insert(key, kept);
             }
-            out.push(Err(new.len()));
-            new.push(rec);
+            out.push(Err(kept));
+            keep.push(true);
+            kept += 1;
+        }
+        if kept < new.len() {
+            let mut keep = keep.into_iter();
+            new.retain(|_| keep.next().unwrap_or(false));
         }
         let special = new.iter().any(|rec| rec.extra.is_some());
         let mut order = None;

@@ -387,3 +387,34 @@ fn a_snapshot_reports_the_pool_and_its_quality_metrics() {
     assert_eq!(pool.utilization, 5.0 / 8.0);
     assert_eq!((snap.live_tasks, snap.running, snap.pending), (2, 1, 1));
 }
+
+#[test]
+fn take_into_hands_over_the_actions_and_keeps_the_drivers_lists_as_the_next_outbox() {
+    let mut eng = engine(vec![pool(2)], EngineOptions::default());
+    let a = eng.submit(task(2), 0.0).unwrap().0;
+    let b = eng.submit(task(2), 0.0).unwrap().0;
+    eng.dispatch(0.0);
+    let mut out = cronoq_core::Actions::default();
+    eng.take_into(&mut out);
+    let started: Vec<_> = out.starts.iter().map(|att| att.task).collect();
+    assert_eq!(started, [a, b]);
+    let (room, list) = (out.starts.capacity(), out.starts.as_ptr());
+    let leases: Vec<_> = out.starts.iter().map(|att| att.lease).collect();
+    for lease in leases {
+        assert!(eng.complete(lease, 1.0));
+    }
+    // The lists just given back are the engine's outbox now: the ends land in them.
+    let mut next = cronoq_core::Actions::default();
+    eng.take_into(&mut next);
+    let ended: Vec<_> = next.finished.iter().map(|r| (r.id, r.status)).collect();
+    assert_eq!(ended, [(a, Status::Succeeded), (b, Status::Succeeded)]);
+    assert!(next.starts.is_empty());
+    eng.take_into(&mut out);
+    assert!(
+        out.is_empty(),
+        "the spent lists were emptied, nothing new happened"
+    );
+    assert_eq!(next.starts.capacity(), 0);
+    eng.take_into(&mut next);
+    assert_eq!((next.starts.as_ptr(), next.starts.capacity()), (list, room));
+}

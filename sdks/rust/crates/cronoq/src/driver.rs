@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use cronoq_core::model::{Attempt, Status};
-use cronoq_core::{Engine, EventLevel, TaskRecord};
+use cronoq_core::{Actions, Engine, EventLevel, TaskRecord};
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{broadcast, oneshot};
@@ -54,12 +54,13 @@ use crate::config::{Bounds, PoolConfig};
 use crate::deps::UnknownDependency;
 use crate::error::{Error, StoreError, SubmitError, TaskError, TaskFailure};
 use crate::executor::{Beat, Executor, Tags, TaskContext};
+use crate::groups::Labels;
 use crate::handle::{Outcome, TaskHandle};
 use crate::recurring::{self, RecurringInfo, RecurringSpec, Schedules};
 use crate::scaling::{Answer, Scaling};
 use crate::snapshot::{PoolSnapshot, Snapshot};
 use crate::store::{Mutation, RecoveredRecurring, RecoveredTask, RecoveredTerminal};
-use crate::task::TaskSpec;
+use crate::task::{Task, TaskSpec};
 use crate::telemetry::{self, AttemptMark, Telemetry};
 use crate::time::{Clock, Time};
 use crate::types::{
@@ -96,9 +97,9 @@ pub(crate) struct ListQuery {
     pub(crate) limit: usize,
 }
 
-/// A scheduler call, with where its answer goes.
-// A task's spec is moved once per submission; boxing it would cost an allocation instead.
-#[allow(clippy::large_enum_variant)]
+/// A scheduler call, with where its answer goes. Small: a command is moved several times on
+/// its way (into the queue, out of it, into the driver's inbox), so a task's spec travels
+/// boxed (one allocation costs less than those copies of a large spec).
 pub(crate) enum Command<P, O> {
     Submit(Submission<P, O>),
     Handle {
@@ -126,7 +127,7 @@ pub(crate) enum Command<P, O> {
         reply: oneshot::Sender<()>,
     },
     AddRecurring {
-        spec: RecurringSpec<P>,
+        spec: Box<RecurringSpec<P>>,
         reply: oneshot::Sender<Result<(), Error>>,
     },
     RemoveRecurring {
@@ -148,12 +149,10 @@ pub(crate) enum Command<P, O> {
 }
 
 /// Tasks to admit (already resolved and checked by the caller).
-// A task's spec is moved once per submission; boxing it would cost an allocation instead.
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Submission<P, O> {
-    /// `submit` (with a handle) or `enqueue`.
+    /// `submit` (with a handle) or `enqueue`: the task resolved and checked in place.
     One {
-        spec: TaskSpec<P>,
+        task: Box<Task<P>>,
         handle: bool,
         reply: oneshot::Sender<Result<Admitted<O>, Error>>,
     },
@@ -243,7 +242,9 @@ struct Live<P, O> {
 struct Running {
     lease: u64,
     token: CancellationToken,
-    abort: tokio::task::AbortHandle,
+    /// Its tokio task, kept to abort it (a handle of its own would be one more reference to
+    /// take and drop per attempt).
+    abort: tokio::task::JoinHandle<()>,
     /// For the attempt's metrics.
     mark: AttemptMark,
 }
@@ -363,6 +364,8 @@ pub(crate) struct Driver<P, O> {
     engine_wake: Option<(f64, Instant)>,
     /// The tags of the tasks without any, shared (a fresh empty `Tags` allocates).
     no_tags: Tags,
+    /// The group of the attempts on unlabeled slots (empty), shared for the same reason.
+    no_group: Labels,
     self_cancelled: Vec<u64>,
     stopping: Option<Instant>,
     drop_grace: Duration,
@@ -378,6 +381,8 @@ pub(crate) struct Driver<P, O> {
     failed: Option<StoreError>,
     /// Metrics (feature `otel`).
     telemetry: Telemetry,
+    /// The engine's last outbox, carried out, whose lists it gets back (`Engine::take_into`).
+    outbox: Actions,
 }
 
 /// The messages taken in one wake-up, in buffers kept from one to the next.
@@ -439,6 +444,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             last_prune: Instant::now(),
             engine_wake: None,
             no_tags: Tags::from([]),
+            no_group: Labels::from([]),
             self_cancelled: Vec::new(),
             stopping: None,
             drop_grace: setup.drop_grace,
@@ -450,6 +456,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             wal: None,
             failed: None,
             telemetry,
+            outbox: Actions::default(),
         };
         if let Some((wal, tasks, terminal, recurring)) = durable {
             driver.wal = Some(wal);
@@ -675,25 +682,28 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             self.hold();
             return;
         }
+        // The outbox's lists go back to the engine emptied: no allocation per turn.
+        let mut out = std::mem::take(&mut self.outbox);
         loop {
-            let out = self.engine.take();
+            self.engine.take_into(&mut out);
             let mut again = false;
             for att in &out.aborts {
                 self.abort(att);
             }
-            for att in out.starts {
+            for att in out.starts.drain(..) {
                 again |= !self.launch(att, now);
             }
-            for rec in out.finished {
+            for rec in out.finished.drain(..) {
                 self.finished(&rec);
             }
-            for ev in out.events {
+            for ev in out.events.drain(..) {
                 self.publish(ev);
             }
             if !again {
                 break;
             }
         }
+        self.outbox = out;
         self.self_cancelled.clear();
     }
 
@@ -915,7 +925,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             live.tags.clone(),
             live.deadline,
             live.timeout,
-            att.slot.clone().unwrap_or_else(|| Arc::new([])),
+            att.slot.clone().unwrap_or_else(|| self.no_group.clone()),
             token.clone(),
             beat,
         );
@@ -953,7 +963,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         live.running = Some(Running {
             lease,
             token,
-            abort: join.abort_handle(),
+            abort: join,
             mark,
         });
         self.running += 1;
@@ -1178,8 +1188,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                     Err(Error::Shutdown)
                 } else {
                     let now = self.now();
-                    let copy = self.wal.is_some().then(|| spec.clone());
-                    let answer = self.schedules.add(&mut self.engine, spec, now);
+                    let copy = self.wal.is_some().then(|| (*spec).clone());
+                    let answer = self.schedules.add(&mut self.engine, *spec, now);
                     if let (Ok(()), Some(wal), Some(spec)) = (&answer, &mut self.wal, copy) {
                         wal.recurring(Mutation::RecurringUpsert { spec });
                     }
@@ -1287,10 +1297,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
         match s {
             Submission::One {
-                spec,
+                task,
                 handle,
                 reply,
-            } => match self.admit(spec, false, now) {
+            } => match self.admit(task.into_spec(), false, now) {
                 Admission::Decided(r) => self.reply_one(r, handle, reply),
                 Admission::Park(spec) => {
                     let key = self.park_key(&spec);

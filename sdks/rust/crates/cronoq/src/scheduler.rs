@@ -458,18 +458,28 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
         Ok(spec)
     }
 
+    /// [`prepare`](Scheduler::prepare) in the box the task is sent in: it is resolved and
+    /// checked there (each move of a task is a copy).
+    fn prepare_boxed(&self, task: impl Into<Task<P>>) -> Result<Box<Task<P>>, Error> {
+        let mut task = Box::new(task.into());
+        task.resolve_in_place(|| self.inner.clock.now());
+        crate::telemetry::capture(task.tags_mut());
+        task.spec().check()?;
+        Ok(task)
+    }
+
     /// Sends the task at once (when the caller's future is first polled) and returns what
-    /// awaits the answer: `call` inlined, so that the spec is moved through no future (each
-    /// move of a spec is a copy); a command the full queue gives back waits in a boxed future.
+    /// awaits the answer: `call` inlined, so that the task is moved through no future (each
+    /// move of a task is a copy); a command the full queue gives back waits in a boxed future.
     fn admit(
         &self,
         task: impl Into<Task<P>>,
         handle: bool,
     ) -> impl Future<Output = Result<Admitted<O>, Error>> + '_ {
-        let sent = self.prepare(task).and_then(|spec| {
+        let sent = self.prepare_boxed(task).and_then(|task| {
             let (reply, rx) = oneshot::channel();
             let command = Command::Submit(Submission::One {
-                spec,
+                task,
                 handle,
                 reply,
             });
@@ -697,7 +707,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Scheduler<P, O> {
     /// (`invalid cron '<expr>': …`) or an unknown time zone; [`Error::Store`] when the store
     /// failed; [`Error::Shutdown`].
     pub async fn add_recurring(&self, recurring: Recurring<P>) -> Result<(), Error> {
-        let spec = recurring.into_spec()?;
+        let spec = Box::new(recurring.into_spec()?);
         self.call(|reply| Command::AddRecurring { spec, reply })
             .await?
     }

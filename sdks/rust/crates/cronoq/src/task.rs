@@ -522,25 +522,37 @@ impl<P> Task<P> {
     }
 
     /// The spec with relative times resolved at `now()` (read only when there is one).
-    pub(crate) fn resolve(self, now: impl FnOnce() -> Time) -> TaskSpec<P> {
+    pub(crate) fn resolve(mut self, now: impl FnOnce() -> Time) -> TaskSpec<P> {
+        self.resolve_in_place(now);
+        self.spec
+    }
+
+    /// [`resolve`](Task::resolve) where the task is (a submission resolves it in the box it is
+    /// sent in: each move of a task is a copy), then [`into_spec`](Task::into_spec). The
+    /// relative times are spent: a second call changes nothing.
+    pub(crate) fn resolve_in_place(&mut self, now: impl FnOnce() -> Time) {
         let relative = |w: Option<When>| matches!(w, Some(When::In(_)));
         let now = if relative(self.deadline) || relative(self.start) {
             now()
         } else {
             Time::ZERO
         };
-        let fixed = match self.start {
-            Some(When::In(d)) => Some(self.fixed(now + d)),
-            _ => None,
-        };
-        let mut spec = self.spec;
-        if let Some(When::In(d)) = self.deadline {
-            spec.deadline = Some(now + d);
+        if let Some(When::In(d)) = self.start.take() {
+            self.spec.fixed_start = Some(self.fixed(now + d));
         }
-        if fixed.is_some() {
-            spec.fixed_start = fixed;
+        if let Some(When::In(d)) = self.deadline.take() {
+            self.spec.deadline = Some(now + d);
         }
-        spec
+    }
+
+    /// The tags of a task being prepared in place, for the trace context captured into them.
+    pub(crate) fn tags_mut(&mut self) -> &mut Vec<(Arc<str>, Arc<str>)> {
+        &mut self.spec.tags
+    }
+
+    /// The spec, of a task resolved in place.
+    pub(crate) fn into_spec(self) -> TaskSpec<P> {
+        self.spec
     }
 }
 
