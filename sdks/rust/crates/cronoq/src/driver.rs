@@ -1074,12 +1074,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     fn take_ready(&mut self, now: f64) {
         // The list goes back emptied: no allocation per wake-up (settling launches nothing).
         let mut ready = std::mem::take(&mut self.ready);
+        // They come before anything else of this wake-up, and nothing gives an attempt up
+        // between its launch and then: the engine still runs each.
         for r in ready.drain(..) {
-            if self.engine.attempt(r.lease).is_none() {
-                // The engine gave it up first: the result is discarded.
-                self.telemetry.end(&r.mark, false, now);
-                continue;
-            }
             self.settle(r.task, r.lease, &r.mark, r.out, now);
         }
         self.ready = ready;
