@@ -30,7 +30,7 @@ async fn recording(workers: u32) -> (S, Polls, mpsc::UnboundedReceiver<oneshot::
                 panic!("boom at once");
             }
             let mut out = *n;
-            if *n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 let (tx, rx) = oneshot::channel();
                 wait_tx.send(tx).unwrap();
                 out += rx.await.unwrap();
