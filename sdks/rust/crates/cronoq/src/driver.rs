@@ -16,7 +16,9 @@
 //!   the attempt's tokio task is aborted (its future dropped);
 //! * starts: each attempt is a `tokio::spawn`ed task running the executor's future, whose
 //!   outcome comes back on the channel from tasks (a panic is caught and becomes a permanent
-//!   failure);
+//!   failure). On a current-thread runtime the driver polls the future once first: one that
+//!   is ready at once is not spawned, its outcome is taken at the next wake-up, which comes at
+//!   once (the driver and the attempts share the thread there, so this adds no stall);
 //! * finished tasks: their handles are resolved and successful outputs enter the output cache;
 //! * events: broadcast to the receivers of `Scheduler::events` (built only while one exists).
 //!
@@ -36,7 +38,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use cronoq_core::model::{Attempt, Status};
@@ -220,6 +222,15 @@ impl<P, O> PoolRuntime<P, O> {
     }
 }
 
+/// The outcome of an attempt whose first poll, on the driver, was ready: taken as if its task
+/// had sent it.
+struct Ready<O> {
+    task: u64,
+    lease: u64,
+    mark: AttemptMark,
+    out: Result<Result<O, TaskError>, String>,
+}
+
 /// What the driver keeps of a live task (the engine keeps no payloads), in one entry per task
 /// so that a task costs one insert and one remove however many of these it uses.
 struct Live<P, O> {
@@ -383,6 +394,15 @@ pub(crate) struct Driver<P, O> {
     telemetry: Telemetry,
     /// The engine's last outbox, carried out, whose lists it gets back (`Engine::take_into`).
     outbox: Actions,
+    /// On a current-thread runtime: an attempt's future is polled once on the driver before
+    /// it is spawned (a blocking poll would stall the scheduler there anyway).
+    first_poll: bool,
+    /// The outcomes of attempts ready at their first poll, taken at the next wake-up.
+    ready: Vec<Ready<O>>,
+    /// An attempt's task was aborted since the driver last yielded: tokio drops its future
+    /// only when it runs next, so until then new attempts are spawned without a first poll
+    /// here (none starts before an abandoned one is dropped, as when every attempt is spawned).
+    dropping: bool,
 }
 
 /// The messages taken in one wake-up, in buffers kept from one to the next.
@@ -457,6 +477,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
             failed: None,
             telemetry,
             outbox: Actions::default(),
+            first_poll: tokio::runtime::Handle::current().runtime_flavor()
+                == tokio::runtime::RuntimeFlavor::CurrentThread,
+            ready: Vec::new(),
+            dropping: false,
         };
         if let Some((wal, tasks, terminal, recurring)) = durable {
             driver.wal = Some(wal);
@@ -482,7 +506,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 return Err(self.fail(e.clone()));
             }
             if let Some(deadline) = self.stopping {
-                if self.running == 0 && self.wal.as_ref().is_none_or(Wal::idle) {
+                if self.running == 0
+                    && self.ready.is_empty()
+                    && self.wal.as_ref().is_none_or(Wal::idle)
+                {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -530,7 +557,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         timer: Pin<&mut Sleep>,
         armed: bool,
     ) -> Poll<bool> {
-        let mut got = false;
+        // Outcomes of attempts that were ready at once are waiting: no sleep.
+        let mut got = !self.ready.is_empty();
         if self.commands_open {
             match self.commands.poll_recv_many(cx, &mut inbox.commands, BATCH) {
                 Poll::Ready(0) => {
@@ -550,6 +578,8 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         if got || fired {
             Poll::Ready(fired)
         } else {
+            // The driver yields: the aborted attempts' tasks run, and drop their futures.
+            self.dropping = false;
             Poll::Pending
         }
     }
@@ -561,7 +591,11 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
     fn take_inbox(&mut self, inbox: &mut Inbox<P, O>, now: f64) {
         // A receiver created before these messages were sent sees the events they cause.
         self.update_event_level();
-        let mut touched = !inbox.from_tasks.is_empty() || !inbox.beats.is_empty();
+        let mut touched =
+            !self.ready.is_empty() || !inbox.from_tasks.is_empty() || !inbox.beats.is_empty();
+        if !self.ready.is_empty() {
+            self.take_ready(now);
+        }
         for m in inbox.from_tasks.drain(..) {
             match m {
                 FromTasks::Cancel(target) => {
@@ -949,11 +983,26 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 return false;
             }
         };
-        let done = self.to_driver.clone();
         let (task, lease) = (att.task, att.lease);
+        let mut fut = CatchUnwind(fut);
+        if self.first_poll && !self.dropping {
+            // A no-op waker: the driver need not wake for it, and a future still pending is
+            // spawned, and tokio polls a new task at once, which then registers its own waker.
+            let mut cx = Context::from_waker(Waker::noop());
+            if let Poll::Ready(out) = span.in_scope(|| Pin::new(&mut fut).poll(&mut cx)) {
+                self.ready.push(Ready {
+                    task,
+                    lease,
+                    mark,
+                    out,
+                });
+                return true;
+            }
+        }
+        let done = self.to_driver.clone();
         let join = tokio::spawn(
             async move {
-                let out = CatchUnwind(fut).await;
+                let out = fut.await;
                 // The driver may have stopped meanwhile: nobody to tell.
                 let _ = done.send(FromTasks::Done(task, lease, out));
             }
@@ -996,6 +1045,7 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         }
         run.token.cancel();
         run.abort.abort();
+        self.dropping = true;
         self.telemetry.end(&run.mark, false, self.last_now.get().0);
         tracing::debug!(
             task = att.task,
@@ -1016,7 +1066,32 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
         let Some((_, run)) = self.take_running(task, lease) else {
             return; // the engine gave it up first: the result is discarded
         };
-        self.telemetry.end(&run.mark, matches!(out, Ok(Ok(_))), now);
+        self.settle(task, lease, &run.mark, out, now);
+    }
+
+    /// Takes the outcomes of the attempts that were ready at their first poll, as `on_done`
+    /// does those sent by attempts' tasks.
+    fn take_ready(&mut self, now: f64) {
+        // The list goes back emptied: no allocation per wake-up (settling launches nothing).
+        let mut ready = std::mem::take(&mut self.ready);
+        // They come before anything else of this wake-up, and nothing gives an attempt up
+        // between its launch and then: the engine still runs each.
+        for r in ready.drain(..) {
+            self.settle(r.task, r.lease, &r.mark, r.out, now);
+        }
+        self.ready = ready;
+    }
+
+    /// An attempt's outcome, to the engine and the metrics.
+    fn settle(
+        &mut self,
+        task: u64,
+        lease: u64,
+        mark: &AttemptMark,
+        out: Result<Result<O, TaskError>, String>,
+        now: f64,
+    ) {
+        self.telemetry.end(mark, matches!(out, Ok(Ok(_))), now);
         match out {
             Ok(Ok(output)) => {
                 if let Some(live) = self.live.get_mut(&task) {
@@ -1751,6 +1826,9 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Driver<P, O> {
                 run.abort.abort();
                 self.telemetry.end(&run.mark, false, now);
             }
+        }
+        for r in self.ready.drain(..) {
+            self.telemetry.end(&r.mark, false, now);
         }
     }
 }
