@@ -512,12 +512,46 @@ impl Default for CoreConfig {
     }
 }
 
+/// What the engine takes of a [`CoreConfig`]: its scoring, metrics window (seconds) and
+/// resources.
+pub(crate) type CoreParts = (Scoring, f64, Vec<cronoq_core::ResourceConfig>);
+
 impl CoreConfig {
     /// The longest `metrics_window`: the engine keeps one slot of counters per second of it.
     pub(crate) const MAX_METRICS_WINDOW: Duration = Duration::from_secs(86_400);
 
-    /// The metrics window in the engine's seconds, or why it cannot work (checked at `build`).
-    pub(crate) fn metrics_window_secs(&self) -> Result<f64, String> {
+    /// Checks these settings as [`Builder::build`](crate::Builder::build) does: finite,
+    /// non-negative priority and urgency values, the metrics window, each resource's permits,
+    /// rate and burst, and resource names unique. The message names the
+    /// rule; `build` returns it as [`Error::Config`](crate::Error::Config). A pool's own
+    /// settings are checked by `build` with the pool's name.
+    ///
+    /// ```
+    /// use cronoq::core::CoreConfig;
+    ///
+    /// let mut config = CoreConfig::default();
+    /// assert_eq!(config.validate(), Ok(()));
+    /// config.urgency.max = f64::NAN;
+    /// assert_eq!(
+    ///     config.validate().unwrap_err(),
+    ///     "urgency values must be finite and >= 0"
+    /// );
+    /// ```
+    pub fn validate(&self) -> Result<(), String> {
+        self.to_core().map(drop)
+    }
+
+    /// The engine's share of these settings, or why they cannot work.
+    pub(crate) fn to_core(&self) -> Result<CoreParts, String> {
+        let mut scoring = self.urgency.to_core()?;
+        self.priority.apply(&mut scoring)?;
+        let window = self.metrics_window_secs()?;
+        let resources = crate::resources::to_core(&self.resources)?;
+        Ok((scoring, window, resources))
+    }
+
+    /// The metrics window in the engine's seconds, or why it cannot work.
+    fn metrics_window_secs(&self) -> Result<f64, String> {
         let w = self.metrics_window;
         if w.is_zero() || w > Self::MAX_METRICS_WINDOW {
             return Err("metrics_window must be > 0 and at most one day".into());

@@ -15,7 +15,7 @@ use crate::handle::TaskHandle;
 use crate::pool::Pool;
 use crate::priority::PriorityConfig;
 use crate::recurring::{Recurring, RecurringInfo};
-use crate::resources::{self, ResourceConfig};
+use crate::resources::ResourceConfig;
 use crate::scaling::Scaling;
 use crate::snapshot::Snapshot;
 use crate::store::{MemoryStore, Recovered, Store, TimeBase};
@@ -287,13 +287,10 @@ impl<P: Send + Sync + 'static, O: Send + Sync + 'static> Builder<P, O> {
                 config: pool.config,
             });
         }
-        let mut scoring = self.core.urgency.to_core().map_err(config)?;
-        self.core.priority.apply(&mut scoring).map_err(config)?;
-        let metrics_window = self.core.metrics_window_secs().map_err(config)?;
+        let (scoring, metrics_window, resources) = self.core.to_core().map_err(config)?;
         for pool in &mut core_pools {
             pool.metrics_window = metrics_window;
         }
-        let resources = resources::to_core(&self.core.resources).map_err(config)?;
         let scaling = Scaling::new(scalers);
         let clock = Clock::start();
         // Engine time is Unix time in seconds, as cron schedules need (0.0 means "never").

@@ -13,7 +13,7 @@ use cronoq::{
     AutoscaleConfig, Bounds, Dep, Error, ExternalScaler, GroupSnapshot, MissPolicy, OverflowPolicy,
     OverlapPolicy, Pool, Priority, PriorityConfig, Recurring, ResourceConfig, ScaleError, Scaler,
     Scheduler, SlotScaler, SubmitError, Task, TaskContext, TaskError, TaskFailure, TaskId,
-    TaskStatus, UnknownDependency,
+    TaskStatus, UnknownDependency, core::CoreConfig,
 };
 
 /// A scheduler whose executor fails payload 0 permanently and returns the others.
@@ -687,6 +687,41 @@ async fn snapshot_metrics_forget_dispatches_older_than_the_window() {
         build(Duration::ZERO).await,
         Err(Error::Config(m)) if m == "metrics_window must be > 0 and at most one day"
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn validate_refuses_what_build_refuses_with_the_same_message() {
+    let bad: [fn(&mut CoreConfig); 5] = [
+        |c| c.urgency.overdue_rate = -1.0,
+        |c| c.priority.age_cap[3] = f64::INFINITY,
+        |c| c.metrics_window = Duration::ZERO,
+        |c| {
+            c.resources
+                .push(ResourceConfig::token_bucket("api", 0.0, 1))
+        },
+        |c| {
+            c.resources = vec![
+                ResourceConfig::semaphore("db", 1),
+                ResourceConfig::semaphore("db", 2),
+            ]
+        },
+    ];
+    assert_eq!(CoreConfig::default().validate(), Ok(()));
+    for change in bad {
+        let mut config = CoreConfig::default();
+        change(&mut config);
+        let said = config.validate().unwrap_err();
+        let built = Scheduler::<u32, u32>::builder()
+            .pool(Pool::fixed("default", 1).executor_fn(|_ctx, n: Arc<u32>| async move { Ok(*n) }))
+            .configure(change)
+            .build()
+            .await;
+        assert!(
+            matches!(&built, Err(Error::Config(m)) if *m == said),
+            "{said}: {:?}",
+            built.err()
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
